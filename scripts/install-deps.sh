@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build/test dependency of distckpt from Debian 12 packages.
+# Idempotent: when everything is already installed it only runs dpkg queries.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache
+  libtorch-dev libgloo-dev            # LibTorch (CPU) with c10d + Gloo
+  libflatbuffers-dev flatbuffers-compiler
+  nlohmann-json3-dev libgtest-dev
+  libxxhash-dev                       # per-block chunk checksums (XXH3)
+  libcli11-dev libfmt-dev             # command lines, message formatting
+  tao-pegtl-dev                       # schema DSL grammar
+  python3-torch                       # baseline benchmark against PyTorch DCP
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

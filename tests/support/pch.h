@@ -1,0 +1,9 @@
+#pragma once
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
