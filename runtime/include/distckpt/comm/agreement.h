@@ -1,0 +1,22 @@
+// Agreeing on success across ranks so that an error on one rank becomes an
+// error on every rank instead of a hang in the next collective.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "distckpt/comm/communicator.h"
+
+namespace distckpt {
+
+// Runs `step` on this rank, then all-gathers whether it succeeded. If any
+// rank failed, every rank throws: the failing rank rethrows its own
+// exception, the others throw CommError naming the failed ranks and their
+// messages. `phase` names the step in messages ("write data files").
+void run_agreed(Communicator& comm, const std::string& phase, const std::function<void()>& step);
+
+// Same agreement for an exception already caught (nullptr = success).
+void agree_on_errors(Communicator& comm, const std::string& phase, std::exception_ptr local_error);
+
+}  // namespace distckpt

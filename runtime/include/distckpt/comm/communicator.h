@@ -1,0 +1,46 @@
+// The collectives distckpt needs, over any transport. Metadata and plans
+// travel as bytes; tensors (fully parallel load, replication) travel as
+// tensors so a NCCL backend can move them on the GPU.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace distckpt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  bool is_coordinator() const { return rank() == 0; }
+
+  // Every rank contributes bytes of any length; every rank gets all of them, by rank.
+  virtual std::vector<std::string> all_gather_bytes(std::string_view local) = 0;
+  // `root`'s bytes on every rank (other ranks' argument is ignored).
+  virtual std::string broadcast_bytes(std::string_view data, int root) = 0;
+  // All ranks' bytes on `root` (by rank); an empty vector elsewhere.
+  virtual std::vector<std::string> gather_bytes(std::string_view local, int root) = 0;
+  virtual void barrier() = 0;
+
+  // In-place tensor broadcast from `root` (same shape/dtype on every rank).
+  virtual void broadcast_tensor(at::Tensor& tensor, int root) = 0;
+  // Point to point, for exchanges between subsets of ranks.
+  virtual void send_tensor(const at::Tensor& tensor, int dst, int tag) = 0;
+  virtual void recv_tensor(at::Tensor& tensor, int src, int tag) = 0;
+
+  // Human-readable backend name ("gloo", "nccl", "single").
+  virtual std::string backend() const = 0;
+};
+
+// A world of one: every collective is the identity. For tools that read
+// checkpoints without a job (distckpt CLI, load_plain_tensors) and for tests.
+std::shared_ptr<Communicator> make_single_process_communicator();
+
+}  // namespace distckpt

@@ -1,0 +1,56 @@
+// Communicator over a c10d process group: Gloo on CPU; NCCL on CUDA builds
+// of LibTorch 2.x. The only place that knows the LibTorch version.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include <c10/util/intrusive_ptr.h>
+#include <string>
+
+#include "distckpt/comm/communicator.h"
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace distckpt {
+
+struct ProcessGroupOptions {
+  std::string backend = "gloo";  // "gloo" or "nccl" (CUDA builds only)
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Host name or address the Gloo device binds to. Empty: the interface named
+  // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR (falling back to this
+  // machine's host name where MASTER_ADDR is not local), else loopback.
+  std::string gloo_hostname;
+};
+
+// Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK optional) as
+// torchrun sets them, rendezvous over a TCPStore hosted by rank 0, and
+// returns a communicator. Throws CommError naming any missing variable.
+std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& options = {});
+
+// Over a store the caller owns (e.g. a HashStore shared by threads in tests).
+// Uses keys under "distckpt/"; give each further communicator on the same
+// store its own c10d::PrefixStore.
+std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int world_size,
+                                                      const ProcessGroupOptions& options = {});
+
+// From a process group the caller already has (both bytes and tensors go over
+// it; with a NCCL-only group, bytes are staged through the current GPU).
+std::shared_ptr<Communicator> communicator_from_process_group(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
+// Environment as torchrun provides it.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+};
+LaunchEnv read_launch_env();  // throws CommError on missing/invalid variables
+
+}  // namespace distckpt

@@ -1,0 +1,223 @@
+// Communicator over c10d groups. Bytes (plans, metadata) travel over a group
+// that can move host tensors (Gloo), so planning never touches a GPU; tensors
+// travel over the "device" group (the same Gloo group on CPU, NCCL on GPU).
+//
+// A template over the group type because in LibTorch 2.x the concrete
+// backends we build are c10d::Backend while a caller's group is a
+// c10d::ProcessGroup (see c10d_compat.h). Only process_group.cpp includes it.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "comm/c10d_compat.h"
+#include "distckpt/comm/communicator.h"
+#include "distckpt/core/errors.h"
+
+namespace distckpt::comm_detail {
+
+template <typename Group>
+class GroupCommunicator final : public Communicator {
+ public:
+  // `byte_device` is where byte tensors must live for `byte_group`: the CPU,
+  // except for a caller's NCCL-only group, which moves CUDA tensors only.
+  GroupCommunicator(c10::intrusive_ptr<Group> byte_group, c10::intrusive_ptr<Group> tensor_group, std::string backend,
+                    at::Device byte_device = at::kCPU)
+      : byte_group_(std::move(byte_group)),
+        tensor_group_(std::move(tensor_group)),
+        backend_(std::move(backend)),
+        byte_device_(byte_device),
+        rank_(byte_group_->getRank()),
+        size_(byte_group_->getSize()) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return backend_; }
+
+  std::vector<std::string> all_gather_bytes(std::string_view local) override {
+    const std::vector<int64_t> sizes = all_gather_sizes(local.size(), "all_gather_bytes");
+    const int64_t width = *std::max_element(sizes.begin(), sizes.end());
+    if (width == 0) return std::vector<std::string>(size_);
+    // Gloo's allgather needs equal shapes: pad to the longest, trim after.
+    std::vector<at::Tensor> inputs{padded_bytes(local, width)};
+    at::Tensor output = at::empty({size_, width}, byte_options());
+    std::vector<std::vector<at::Tensor>> outputs{rows_of(output)};
+    run("all_gather_bytes", [&] { return byte_group_->allgather(outputs, inputs); });
+    return split_rows(output, sizes);
+  }
+
+  std::string broadcast_bytes(std::string_view data, int root) override {
+    check_rank(root, "broadcast_bytes", "root");
+    const bool is_root = rank_ == root;
+    at::Tensor length =
+        to_byte_device(at::full({1}, is_root ? static_cast<int64_t>(data.size()) : int64_t{0}, at::kLong));
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    std::vector<at::Tensor> length_list{length};
+    run("broadcast_bytes (size)", [&] { return byte_group_->broadcast(length_list, options); });
+    const int64_t n = to_host(length).item<int64_t>();
+    if (n == 0) return {};
+    std::vector<at::Tensor> payload{is_root ? padded_bytes(data, n) : at::empty({n}, byte_options())};
+    run("broadcast_bytes", [&] { return byte_group_->broadcast(payload, options); });
+    return split_rows(payload[0].view({1, n}), {n}).front();
+  }
+
+  std::vector<std::string> gather_bytes(std::string_view local, int root) override {
+    check_rank(root, "gather_bytes", "root");
+    const bool is_root = rank_ == root;
+    // Every rank pads to the same width, so every rank needs every size.
+    const std::vector<int64_t> sizes = all_gather_sizes(local.size(), "gather_bytes");
+    const int64_t width = *std::max_element(sizes.begin(), sizes.end());
+    if (width == 0) return is_root ? std::vector<std::string>(size_) : std::vector<std::string>{};
+    std::vector<at::Tensor> inputs{padded_bytes(local, width)};
+    at::Tensor output;
+    std::vector<std::vector<at::Tensor>> outputs;  // c10d wants none on non-roots
+    if (is_root) {
+      output = at::empty({size_, width}, byte_options());
+      outputs.push_back(rows_of(output));
+    }
+    c10d::GatherOptions options;
+    options.rootRank = root;
+    run("gather_bytes", [&] { return byte_group_->gather(outputs, inputs, options); });
+    return is_root ? split_rows(output, sizes) : std::vector<std::string>{};
+  }
+
+  void barrier() override {
+    run("barrier", [&] { return byte_group_->barrier(); });
+  }
+
+  void broadcast_tensor(at::Tensor& tensor, int root) override {
+    check_rank(root, "broadcast_tensor", "root");
+    check_tensor(tensor, "broadcast_tensor");
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    // c10d needs dense tensors; a strided view goes through a contiguous copy.
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    run("broadcast_tensor", [&] { return tensor_group_->broadcast(tensors, options); });
+    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+  }
+
+  void send_tensor(const at::Tensor& tensor, int dst, int tag) override {
+    const std::string what = fmt::format("send_tensor to rank {} (tag {})", dst, tag);
+    check_peer(dst, what);
+    check_tensor(tensor, what);
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    run(what, [&] { return tensor_group_->send(tensors, dst, tag); });
+  }
+
+  void recv_tensor(at::Tensor& tensor, int src, int tag) override {
+    const std::string what = fmt::format("recv_tensor from rank {} (tag {})", src, tag);
+    check_peer(src, what);
+    check_tensor(tensor, what);
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    run(what, [&] { return tensor_group_->recv(tensors, src, tag); });
+    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+  }
+
+ private:
+  // Starts a c10d operation, waits for it, and turns whatever c10d throws
+  // (c10::Error, gloo exceptions, timeouts) into a CommError naming the rank.
+  template <typename StartWork>
+  void run(const std::string& what, StartWork&& start) const {
+    try {
+      auto work = start();
+      work->wait();
+    } catch (const c10::Error& e) {
+      throw CommError(failure(what, e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      throw CommError(failure(what, e.what()));
+    }
+  }
+
+  std::string failure(const std::string& what, const char* cause) const {
+    return fmt::format("{} failed on rank {} of {} ({} backend): {}", what, rank_, size_, backend_, cause);
+  }
+
+  std::vector<int64_t> all_gather_sizes(size_t local_size, const char* what) {
+    std::vector<at::Tensor> inputs{to_byte_device(at::full({1}, static_cast<int64_t>(local_size), at::kLong))};
+    at::Tensor output = at::empty({size_, 1}, byte_options().dtype(at::kLong));
+    std::vector<std::vector<at::Tensor>> outputs{rows_of(output)};
+    run(fmt::format("{} (sizes)", what), [&] { return byte_group_->allgather(outputs, inputs); });
+    at::Tensor host = to_host(output).contiguous();
+    const int64_t* data = host.data_ptr<int64_t>();
+    return std::vector<int64_t>(data, data + size_);
+  }
+
+  at::TensorOptions byte_options() const { return at::TensorOptions().dtype(at::kByte).device(byte_device_); }
+
+  // `bytes` copied into a zero-padded uint8 tensor of `width` elements.
+  at::Tensor padded_bytes(std::string_view bytes, int64_t width) const {
+    at::Tensor host = at::zeros({width}, at::kByte);
+    if (!bytes.empty()) std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
+    return to_byte_device(host);
+  }
+
+  at::Tensor to_byte_device(at::Tensor host) const { return byte_device_.is_cpu() ? host : host.to(byte_device_); }
+
+  static at::Tensor to_host(const at::Tensor& tensor) { return tensor.is_cpu() ? tensor : tensor.cpu(); }
+
+  // Views of each row: c10d's list-of-tensors collectives write into them.
+  std::vector<at::Tensor> rows_of(const at::Tensor& matrix) const {
+    std::vector<at::Tensor> rows;
+    rows.reserve(static_cast<size_t>(size_));
+    for (int64_t r = 0; r < matrix.size(0); ++r) rows.push_back(matrix[r]);
+    return rows;
+  }
+
+  // Row r of a [n, width] byte matrix, trimmed to lengths[r] bytes.
+  static std::vector<std::string> split_rows(const at::Tensor& matrix, const std::vector<int64_t>& lengths) {
+    at::Tensor host = to_host(matrix).contiguous();
+    const auto* base = reinterpret_cast<const char*>(host.data_ptr());
+    const int64_t width = host.size(1);
+    std::vector<std::string> rows;
+    rows.reserve(lengths.size());
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      rows.emplace_back(base + static_cast<int64_t>(r) * width, static_cast<size_t>(lengths[r]));
+    }
+    return rows;
+  }
+
+  void check_rank(int rank, const std::string& what, const char* role) const {
+    if (rank < 0 || rank >= size_) {
+      throw CommError(
+          fmt::format("{} on rank {}: {} rank {} is outside the group of {} ranks", what, rank_, role, rank, size_));
+    }
+  }
+
+  void check_peer(int peer, const std::string& what) const {
+    check_rank(peer, what, "peer");
+    if (peer == rank_) {
+      throw CommError(
+          fmt::format("{} on rank {}: a rank cannot exchange tensors with itself; copy "
+                      "locally instead",
+                      what, rank_));
+    }
+  }
+
+  void check_tensor(const at::Tensor& tensor, const std::string& what) const {
+    if (!tensor.defined()) {
+      throw CommError(fmt::format("{} on rank {}: the tensor is undefined", what, rank_));
+    }
+    if (backend_ == "nccl" && !tensor.is_cuda()) {
+      throw CommError(
+          fmt::format("{} on rank {}: the nccl backend moves CUDA tensors only, got a {} tensor; move it to "
+                      "this rank's GPU first",
+                      what, rank_, tensor.device().str()));
+    }
+  }
+
+  c10::intrusive_ptr<Group> byte_group_;
+  c10::intrusive_ptr<Group> tensor_group_;
+  std::string backend_;
+  at::Device byte_device_;
+  int rank_;
+  int size_;
+};
+
+}  // namespace distckpt::comm_detail
