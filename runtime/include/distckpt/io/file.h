@@ -1,0 +1,56 @@
+// POSIX file primitives with full-length loops, fsync and atomic replace.
+// Every failure throws distckpt::Error with the path and errno text.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace distckpt::io {
+
+class File {
+ public:
+  enum class Mode { kRead, kCreateTruncate };
+  File() = default;
+  File(const std::string& path, Mode mode);
+  ~File();
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Writes/reads exactly n bytes at `offset` (loops over short transfers).
+  void pwrite_all(const void* data, size_t n, uint64_t offset);
+  void pread_all(void* data, size_t n, uint64_t offset) const;  // throws on EOF
+  uint64_t size() const;
+  void sync();  // fsync
+  void close();
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Writes `bytes` to `path` via "<path>.tmp", fsync, rename, fsync of the
+// directory: readers see the old file or the new one, never a torn one.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+std::string read_file(const std::string& path, uint64_t max_bytes);  // throws if larger
+void fsync_dir(const std::string& dir);
+void make_dirs(const std::string& dir);
+void remove_tree(const std::string& path);  // no error if absent
+bool exists(const std::string& path);
+bool is_dir(const std::string& path);
+bool is_empty_dir(const std::string& path);  // true also when absent
+uint64_t file_size(const std::string& path);
+
+// Joins a relative path from untrusted metadata to `dir`; throws
+// CorruptionError for absolute paths, "..", empty components or NUL.
+std::string safe_join(const std::string& dir, std::string_view relative);
+// The check safe_join applies, for validating metadata without a directory.
+void validate_relative_path(std::string_view relative);
+
+}  // namespace distckpt::io

@@ -1,0 +1,300 @@
+// format layer: dtype names, metadata.fb (round trip and every semantic
+// check of the decoder) and check_files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "distckpt/core/errors.h"
+#include "distckpt/fb/checkpoint_generated.h"
+#include "distckpt/format/common_state.h"
+#include "distckpt/format/dtype.h"
+#include "distckpt/format/metadata.h"
+#include "distckpt/io/file.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+const std::string kOrigin = "ckpt/metadata.fb";
+
+ChunkRecord chunk(Box box, std::optional<FlatRange> flat, uint32_t file, uint64_t offset, uint64_t length,
+                  std::vector<uint64_t> sums) {
+  return ChunkRecord{std::move(box), flat, file, offset, length, std::move(sums)};
+}
+
+// Two files of 4096 bytes, blocks of 64 bytes; tensors with 2-d, flat, 1-d,
+// empty and 0-d chunks; two object shards.
+CheckpointMetadata sample_metadata() {
+  CheckpointMetadata m;
+  m.world_size = 2;
+  m.checksum_block_size = 64;
+  m.files = {{"data/rank_0.bin", 4096, 0}, {"data/rank_1.bin", 4096, 1}};
+  m.tensors = {
+      {"decoder.weight",
+       at::kDouble,
+       {4, 6},
+       {chunk({{0, 0}, {2, 6}}, std::nullopt, 0, 0, 96, {0xa1, 0xa2}),
+        chunk({{2, 0}, {2, 6}}, FlatRange{3, 10}, 1, 512, 56, {0xb1})}},
+      {"embedding", at::kBFloat16, {8}, {chunk({{0}, {8}}, std::nullopt, 1, 0, 16, {0xc1})}},
+      {"empty", at::kFloat, {0, 5}, {chunk({{0, 0}, {0, 5}}, std::nullopt, 0, 4096, 0, {})}},
+      {"step", at::kLong, {}, {chunk({{}, {}}, std::nullopt, 0, 100, 8, {0xd1})}},
+  };
+  m.objects = {{"rng", {2}, {0}, 0, 200, 10, {0xe1}}, {"rng", {2}, {1}, 1, 300, 10, {0xe2}}};
+  m.common_file = "common.fb";
+  m.layout_name = "gpt";
+  m.layout_fingerprint = "f00d";
+  m.layout_schema = "layout gpt;\n";
+  return m;
+}
+
+void expect_same(const CheckpointMetadata& a, const CheckpointMetadata& b) {
+  EXPECT_EQ(a.format_version, b.format_version);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.checksum_block_size, b.checksum_block_size);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto &x = a.tensors[i], &y = b.tensors[i];
+    EXPECT_EQ(x.key, y.key);
+    EXPECT_EQ(x.dtype, y.dtype) << x.key;
+    EXPECT_EQ(x.global_shape, y.global_shape) << x.key;
+    ASSERT_EQ(x.chunks.size(), y.chunks.size()) << x.key;
+    for (size_t j = 0; j < x.chunks.size(); ++j) {
+      const auto &c = x.chunks[j], &d = y.chunks[j];
+      EXPECT_EQ(c.box, d.box) << x.key << " " << j;
+      EXPECT_EQ(c.flat, d.flat) << x.key << " " << j;
+      EXPECT_EQ(c.file, d.file);
+      EXPECT_EQ(c.byte_offset, d.byte_offset);
+      EXPECT_EQ(c.byte_length, d.byte_length);
+      EXPECT_EQ(c.block_checksums, d.block_checksums);
+    }
+  }
+  ASSERT_EQ(a.objects.size(), b.objects.size());
+  for (size_t i = 0; i < a.objects.size(); ++i) {
+    const auto &o = a.objects[i], &p = b.objects[i];
+    EXPECT_EQ(o.key, p.key);
+    EXPECT_EQ(o.global_shape, p.global_shape);
+    EXPECT_EQ(o.global_offset, p.global_offset);
+    EXPECT_EQ(o.file, p.file);
+    EXPECT_EQ(o.byte_offset, p.byte_offset);
+    EXPECT_EQ(o.byte_length, p.byte_length);
+    EXPECT_EQ(o.block_checksums, p.block_checksums);
+  }
+  ASSERT_EQ(a.files.size(), b.files.size());
+  for (size_t i = 0; i < a.files.size(); ++i) {
+    EXPECT_EQ(a.files[i].path, b.files[i].path);
+    EXPECT_EQ(a.files[i].size, b.files[i].size);
+    EXPECT_EQ(a.files[i].writer_rank, b.files[i].writer_rank);
+  }
+  EXPECT_EQ(a.common_file, b.common_file);
+  EXPECT_EQ(a.layout_name, b.layout_name);
+  EXPECT_EQ(a.layout_fingerprint, b.layout_fingerprint);
+  EXPECT_EQ(a.layout_schema, b.layout_schema);
+}
+
+// Encodes the sample after `mutate` and expects decoding to fail with E, a
+// message naming the origin and containing `part`.
+template <typename E>
+testing::AssertionResult rejects(const std::function<void(CheckpointMetadata&)>& mutate, const std::string& part) {
+  CheckpointMetadata m = sample_metadata();
+  mutate(m);
+  const std::string bytes = encode_metadata(m);
+  const auto decode = [&] { decode_metadata(bytes, kOrigin); };
+  auto result = throws_with<E>(decode, part);
+  return result ? throws_with<E>(decode, kOrigin + ": ") : result;
+}
+
+TEST(FormatDtypeTest, NamesRoundTripAndSizes) {
+  const std::vector<std::pair<std::string, size_t>> names = {
+      {"float64", 8}, {"float32", 4}, {"float16", 2}, {"bfloat16", 2}, {"int64", 8},     {"int32", 4},
+      {"int16", 2},   {"int8", 1},    {"uint8", 1},   {"bool", 1},     {"complex64", 8}, {"complex128", 16}};
+  for (const auto& [name, size] : names) {
+    const at::ScalarType t = dtype_from_name(name);
+    EXPECT_EQ(dtype_name(t), name);
+    EXPECT_EQ(dtype_size(t), size) << name;
+  }
+  EXPECT_EQ(dtype_from_name("bfloat16"), at::kBFloat16);
+  EXPECT_TRUE(throws_with<CorruptionError>([] { dtype_from_name("float8"); }, "unknown dtype 'float8'"));
+  EXPECT_TRUE(throws_with<Error>([] { dtype_name(at::kQInt8); }, "cannot be stored"));
+}
+
+TEST(FormatMetadataTest, RoundTripKeepsEveryField) {
+  const CheckpointMetadata m = sample_metadata();
+  const std::string bytes = encode_metadata(m);
+  EXPECT_EQ(bytes.substr(4, 4), "DCKP");  // the file identifier
+  const CheckpointMetadata decoded = decode_metadata(bytes, kOrigin);
+  expect_same(m, decoded);
+  EXPECT_EQ(encode_metadata(decoded), bytes);  // deterministic
+  // A copy at an odd address decodes too (the decoder realigns it).
+  const std::string shifted = "x" + bytes;
+  expect_same(m, decode_metadata(std::string_view(shifted).substr(1), kOrigin));
+}
+
+TEST(FormatMetadataTest, FindTensorAndObjectUniqueKeys) {
+  const CheckpointMetadata m = sample_metadata();
+  ASSERT_NE(m.find_tensor("embedding"), nullptr);
+  EXPECT_EQ(m.find_tensor("embedding")->global_shape, Shape{8});
+  EXPECT_EQ(m.find_tensor("step")->dtype, at::kLong);
+  EXPECT_EQ(m.find_tensor("decoder.weight"), &m.tensors[0]);
+  EXPECT_EQ(m.find_tensor("embeddin"), nullptr);
+  EXPECT_EQ(m.find_tensor("zzz"), nullptr);
+  EXPECT_EQ(m.objects[1].unique_key(), "rng/shard_1_2");
+  ObjectRecord grid;
+  grid.key = "a";
+  grid.global_shape = {2, 4};
+  grid.global_offset = {1, 3};
+  EXPECT_EQ(grid.unique_key(), "a/shard_1.3_2.4");
+}
+
+TEST(FormatMetadataTest, RejectsChunkGeometryOutsideTheTensor) {
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].box.length[1] = 7; },
+                                       "tensor 'decoder.weight' chunk 0: box"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[1].box.offset[1] = 1; },
+                                       "lies outside the global shape [4, 6] on axis 1"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].box.offset[0] = -1; }, "on axis 0"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) { m.tensors[0].chunks[1].box.offset[0] = std::numeric_limits<int64_t>::max(); },
+      "tensor 'decoder.weight' chunk 1: box"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].box.offset.push_back(0); },
+                                       "box has offset rank 3 and length rank 2, but the tensor has rank 2"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) {
+        m.tensors[0].chunks[1].flat = FlatRange{10, 13};
+      },
+      "chunk 1: flat range [10, 13) is empty or outside the box's 12 elements"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) {
+        m.tensors[0].chunks[1].flat = FlatRange{5, 5};
+      },
+      "flat range [5, 5)"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) {
+        m.tensors[0].chunks[1].flat = FlatRange{-1, 7};
+      },
+      "flat range [-1, 7)"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) {
+        m.tensors[2].global_shape = {-1, 5};
+      },
+      "tensor 'empty' has global shape [-1, 5]"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) {
+        m.tensors[0].global_shape = {std::numeric_limits<int64_t>::max(), 6};
+      },
+      "element count must fit in int64"));
+}
+
+TEST(FormatMetadataTest, RejectsBadByteRangesAndChecksumCounts) {
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].byte_length = 95; },
+                                       "chunk 0: byte length is 95, but 12 elements of float64 take 96 bytes"));
+  EXPECT_TRUE(
+      rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].file = 5; },
+                               "tensor 'decoder.weight' chunk 0 refers to file 5, but the checkpoint has 2 files"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[1].byte_offset = 4041; },
+                                       "chunk 1 spans bytes [4041, +56) of 'data/rank_1.bin', which has 4096 bytes"));
+  EXPECT_TRUE(rejects<CorruptionError>(
+      [](auto& m) { m.tensors[0].chunks[1].byte_offset = std::numeric_limits<uint64_t>::max() - 8; }, "spans bytes"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].block_checksums.pop_back(); },
+                                       "chunk 0 has 1 block checksums, expected 2 (96 bytes in blocks of 64)"));
+  EXPECT_TRUE(
+      rejects<CorruptionError>([](auto& m) { m.checksum_block_size = 0; }, "has 2 block checksums, expected 0"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[0].byte_offset = 4090; },
+                                       "object 'rng/shard_0_2' spans bytes [4090, +10)"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[1].block_checksums.clear(); },
+                                       "object 'rng/shard_1_2' has 0 block checksums, expected 1"));
+}
+
+TEST(FormatMetadataTest, RejectsBadKeysFilesAndHeader) {
+  EXPECT_TRUE(
+      rejects<CorruptionError>([](auto& m) { std::swap(m.tensors[0], m.tensors[1]); },
+                               "tensor keys are not sorted and unique: 'embedding' is followed by 'decoder.weight'"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[2].key = "embedding"; },
+                                       "'embedding' is followed by 'embedding'"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].key = ""; }, "a tensor record has an empty key"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { std::swap(m.objects[0], m.objects[1]); },
+                                       "object keys are not sorted and unique: 'rng/shard_1_2' is followed by"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[0].global_offset = {2}; },
+                                       "object 'rng': shard offset [2] is not inside the shard grid [2]"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].path = "../escape.bin"; },
+                                       "file 1: unsafe path '../escape.bin' in checkpoint metadata"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[0].path = "/etc/passwd"; }, "absolute paths"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].path = "data/rank_0.bin"; },
+                                       "file 'data/rank_0.bin' is listed twice"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.common_file = "a/../../common.fb"; },
+                                       "the common state file: unsafe path"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].writer_rank = 2; },
+                                       "has writer rank 2, outside the world of 2 ranks"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.world_size = 0; }, "world_size is 0"));
+  EXPECT_TRUE(rejects<CheckpointError>([](auto& m) { m.format_version = 2; },
+                                       "written by a newer distckpt (version 2); this build reads version 1"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.format_version = 0; }, "format_version 0 is not a valid"));
+}
+
+TEST(FormatMetadataTest, RejectsUnknownDtypeAndAliasedBuffers) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto tensor = fb::CreateTensorRecordDirect(fbb, "w", "float8", nullptr, nullptr);
+  const std::vector<flatbuffers::Offset<fb::TensorRecord>> tensors = {tensor};
+  fb::FinishCheckpointMetadataBuffer(fbb, fb::CreateCheckpointMetadataDirect(fbb, 1, 1, 0, &tensors));
+  const std::string unknown(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { decode_metadata(unknown, kOrigin); }, "tensor 'w': unknown dtype 'float8'"));
+
+  // One valid 4 KiB chunk referenced 1000 times: structurally valid, but
+  // decoding it would copy 1000x the buffer.
+  flatbuffers::FlatBufferBuilder alias;
+  const std::vector<int64_t> offset = {0}, shape = {4096};
+  const std::vector<uint64_t> sums(4096, 7);
+  const auto one = fb::CreateChunkRecordDirect(alias, &offset, &shape, -1, -1, 0, 0, 4096, &sums);
+  const std::vector<flatbuffers::Offset<fb::ChunkRecord>> chunks(1000, one);
+  const std::vector<flatbuffers::Offset<fb::TensorRecord>> big = {
+      fb::CreateTensorRecordDirect(alias, "w", "uint8", &shape, &chunks)};
+  const std::vector<flatbuffers::Offset<fb::FileRecord>> files = {
+      fb::CreateFileRecordDirect(alias, "d.bin", uint64_t{1} << 40, 0)};
+  fb::FinishCheckpointMetadataBuffer(alias, fb::CreateCheckpointMetadataDirect(alias, 1, 1, 1, &big, nullptr, &files));
+  const std::string aliased(reinterpret_cast<const char*>(alias.GetBufferPointer()), alias.GetSize());
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(aliased, kOrigin); }, "aliased FlatBuffers offsets"));
+}
+
+TEST(FormatMetadataTest, GarbageAndTruncatedBuffersAreCorruption) {
+  const std::string valid = encode_metadata(sample_metadata());
+  const std::string message = kOrigin + ": not a valid distckpt metadata buffer (failed FlatBuffers verification)";
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata("", kOrigin); }, message));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(std::string(64, '\xff'), kOrigin); }, message));
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { decode_metadata(valid.substr(0, valid.size() / 2), kOrigin); }, message));
+  std::string wrong_id = valid;
+  wrong_id[4] = 'X';
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(wrong_id, kOrigin); }, message));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(encode_common_state(Value(1)), kOrigin); }, message));
+}
+
+TEST(FormatMetadataTest, CheckFilesComparesSizesAndKinds) {
+  TempDir dir("format");
+  const CheckpointMetadata m = sample_metadata();
+  io::make_dirs(dir.file("data"));
+  const auto write = [&](const std::string& name, size_t n) {
+    io::write_file_atomic(dir.file(name), std::string(n, 'x'));
+  };
+  write("data/rank_0.bin", 4096);
+  write("data/rank_1.bin", 4096);
+  write("common.fb", 3);
+  check_files(m, dir.path());
+
+  write("data/rank_1.bin", 4000);
+  EXPECT_TRUE(throws_with<CorruptionError>(
+      [&] { check_files(m, dir.path()); },
+      "checkpoint file " + dir.file("data/rank_1.bin") + " has 4000 bytes but the metadata records 4096 bytes"));
+  write("data/rank_1.bin", 4096);
+  ASSERT_EQ(::unlink(dir.file("common.fb").c_str()), 0);
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); }, dir.file("common.fb") + " listed"));
+  write("common.fb", 3);
+  ASSERT_EQ(::unlink(dir.file("data/rank_0.bin").c_str()), 0);
+  io::make_dirs(dir.file("data/rank_0.bin"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); }, "is not a regular file"));
+}
+
+}  // namespace
+}  // namespace distckpt
