@@ -1,0 +1,166 @@
+#include "plan/coverage.h"
+
+#include <set>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::plan {
+namespace {
+
+[[noreturn]] void throw_overlap(const std::string& key, const Shape& global_shape, const OwnedBox& a,
+                                const OwnedBox& b) {
+  throw ShardingError(fmt::format(
+      "invalid sharding of '{}' (global shape {}): main replicas overlap: rank {} holds {} and rank {} "
+      "holds {}. Every element must have exactly one main replica (replica_id all zeros); give the copies "
+      "non-zero replica ids or fix their offsets.",
+      key, to_string(global_shape), a.rank, to_string(a.box), b.rank, to_string(b.box)));
+}
+
+[[noreturn]] void throw_gap(const std::string& key, const Shape& global_shape, const Box& hole,
+                            int64_t covered, int64_t total) {
+  throw ShardingError(fmt::format(
+      "invalid sharding of '{}' (global shape {}): no rank holds a main replica of {} ({} of {} elements "
+      "covered). Check the offsets/fragments of that tensor on every rank.",
+      key, to_string(global_shape), hole.ndim() ? to_string(hole) : std::string("some elements"), covered,
+      total));
+}
+
+// Sorted distinct cut coordinates per axis.
+std::vector<std::vector<int64_t>> grid_cuts(const Shape& global_shape, const std::vector<OwnedBox>& boxes) {
+  std::vector<std::vector<int64_t>> cuts(global_shape.size());
+  for (size_t d = 0; d < global_shape.size(); ++d) {
+    cuts[d] = {0, global_shape[d]};
+    cuts[d].reserve(2 * boxes.size() + 2);
+    for (const OwnedBox& b : boxes) {
+      cuts[d].push_back(b.box.offset[d]);
+      cuts[d].push_back(b.box.offset[d] + b.box.length[d]);
+    }
+    std::sort(cuts[d].begin(), cuts[d].end());
+    cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
+  }
+  return cuts;
+}
+
+size_t cut_index(const std::vector<int64_t>& cuts, int64_t v) {
+  return static_cast<size_t>(std::lower_bound(cuts.begin(), cuts.end(), v) - cuts.begin());
+}
+
+// Calls f(cell) for every cell of the sub-grid [lo, hi) (row-major order).
+template <typename F>
+void for_each_cell(const std::vector<size_t>& lo, const std::vector<size_t>& hi,
+                   const std::vector<size_t>& strides, F&& f) {
+  const size_t nd = lo.size();
+  for (size_t d = 0; d < nd; ++d) {
+    if (lo[d] >= hi[d]) return;
+  }
+  std::vector<size_t> idx = lo;
+  while (true) {
+    size_t cell = 0;
+    for (size_t d = 0; d < nd; ++d) cell += idx[d] * strides[d];
+    f(cell);
+    size_t d = nd;
+    while (d > 0 && ++idx[d - 1] == hi[d - 1]) {
+      idx[d - 1] = lo[d - 1];
+      --d;
+    }
+    if (d == 0) return;
+  }
+}
+
+// Marks every grid cell each box covers; the first cell marked twice is an
+// overlap, the first cell never marked is a gap.
+void check_on_grid(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes,
+                   const std::vector<std::vector<int64_t>>& cuts, size_t cells, int64_t covered,
+                   int64_t total) {
+  const size_t nd = global_shape.size();
+  std::vector<size_t> dims(nd), strides(nd);
+  size_t stride = 1;
+  for (size_t d = nd; d-- > 0;) {
+    dims[d] = cuts[d].size() - 1;
+    strides[d] = stride;
+    stride *= dims[d];
+  }
+  std::vector<int32_t> owner(cells, -1);  // index into boxes
+  std::vector<size_t> lo(nd), hi(nd);
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t d = 0; d < nd; ++d) {
+      lo[d] = cut_index(cuts[d], boxes[i].box.offset[d]);
+      hi[d] = cut_index(cuts[d], boxes[i].box.offset[d] + boxes[i].box.length[d]);
+    }
+    for_each_cell(lo, hi, strides, [&](size_t cell) {
+      if (owner[cell] >= 0) throw_overlap(key, global_shape, boxes[owner[cell]], boxes[i]);
+      owner[cell] = static_cast<int32_t>(i);
+    });
+  }
+  for (size_t cell = 0; cell < cells; ++cell) {
+    if (owner[cell] >= 0) continue;
+    Box hole{Shape(nd), Shape(nd)};
+    size_t rest = cell;
+    for (size_t d = 0; d < nd; ++d) {
+      size_t i = rest / strides[d];
+      rest %= strides[d];
+      hole.offset[d] = cuts[d][i];
+      hole.length[d] = cuts[d][i + 1] - cuts[d][i];
+    }
+    throw_gap(key, global_shape, hole, covered, total);
+  }
+}
+
+// Sweep along axis 0: boxes sorted by start; each is compared only with the
+// still-open boxes whose axis-0 range reaches it.
+void check_by_sweep(const std::string& key, const Shape& global_shape, std::vector<OwnedBox> boxes,
+                    int64_t covered, int64_t total) {
+  std::sort(boxes.begin(), boxes.end(),
+            [](const OwnedBox& a, const OwnedBox& b) { return a.box.offset[0] < b.box.offset[0]; });
+  std::multiset<std::pair<int64_t, size_t>> open;  // (axis-0 end, index)
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const int64_t start = boxes[i].box.offset[0];
+    while (!open.empty() && open.begin()->first <= start) open.erase(open.begin());
+    for (const auto& [end, j] : open) {
+      if (intersect(boxes[i].box, boxes[j].box)) throw_overlap(key, global_shape, boxes[j], boxes[i]);
+    }
+    open.emplace(start + boxes[i].box.length[0], i);
+  }
+  if (covered != total) throw_gap(key, global_shape, Box{}, covered, total);
+}
+
+}  // namespace
+
+void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& all) {
+  std::vector<OwnedBox> boxes;
+  boxes.reserve(all.size());
+  const Box whole{Shape(global_shape.size(), 0), global_shape};
+  for (const OwnedBox& b : all) {
+    if (b.box.ndim() != global_shape.size()) {
+      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {} but the global shape is {}",
+                                      key, b.rank, to_string(b.box), to_string(global_shape)));
+    }
+    if (b.box.empty()) continue;
+    if (!contains(whole, b.box)) {
+      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}, outside the global shape {}",
+                                      key, b.rank, to_string(b.box), to_string(global_shape)));
+    }
+    boxes.push_back(b);
+  }
+  const int64_t total = numel(global_shape);
+  __int128 covered = 0;
+  for (const OwnedBox& b : boxes) covered += b.box.numel();
+  const int64_t covered64 = covered > total ? total + 1 : static_cast<int64_t>(covered);
+  if (total == 0) return;
+  if (global_shape.empty()) {  // a scalar: exactly one holder
+    if (boxes.size() > 1) throw_overlap(key, global_shape, boxes[0], boxes[1]);
+    if (boxes.empty()) throw_gap(key, global_shape, whole, 0, 1);
+    return;
+  }
+  const auto cuts = grid_cuts(global_shape, boxes);
+  __int128 cells = 1;
+  for (const auto& c : cuts) cells *= static_cast<__int128>(c.size() - 1);
+  const __int128 grid_budget = 8 * static_cast<__int128>(boxes.size()) + 4096;
+  if (cells <= grid_budget) {
+    check_on_grid(key, global_shape, boxes, cuts, static_cast<size_t>(cells), covered64, total);
+  } else {
+    check_by_sweep(key, global_shape, std::move(boxes), covered64, total);
+  }
+}
+
+}  // namespace distckpt::plan
