@@ -1,0 +1,74 @@
+// The distckpt entry points: save a sharded state dict from every rank, load
+// it back under any other layout, and inspect checkpoints without a model.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "distckpt/api/options.h"
+#include "distckpt/comm/communicator.h"
+#include "distckpt/core/state_dict.h"
+
+namespace distckpt {
+
+// Collective: every rank of `comm` calls it with its own sharded state dict.
+// Factories are applied, non-persistent entries dropped, only main replicas
+// written, common (non-sharded) state saved once by rank 0. The sharding is
+// validated across ranks before any byte is written. The checkpoint is
+// committed (metadata.json written) only after every rank's data is durable;
+// an error on any rank is raised on every rank and leaves `dir` untouched.
+void save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+          const SaveOptions& options = {});
+
+struct LoadResult {
+  StateDict state_dict;                 // common state merged with the loaded entries
+  std::set<std::string> missing_keys;     // stored but requested by no rank (*_ALL modes)
+  std::set<std::string> unexpected_keys;  // requested here but not stored
+};
+
+// Collective. `sharded_state_dict` describes what this rank wants, in any
+// layout: ShardedTensors are filled in place when they carry data (else
+// allocated), ShardedObjects come back as their bytes, factories are merged,
+// non-persistent values put back, and the common state merged in.
+LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const LoadOptions& options = {});
+
+// The common (non-sharded) state saved by rank 0. No communication.
+StateDict load_common_state_dict(const std::string& dir);
+
+// Every stored tensor as a metadata-only ShardedTensor covering the whole
+// global shape (key, dtype, global shape), keyed by tensor key. No data read.
+StateDict load_tensors_metadata(const std::string& dir);
+
+// Loads only the ShardedObjects of `sharded_state_dict` (other entries are
+// dropped); each comes back as its bytes.
+StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::string& dir);
+
+// Every stored tensor whole (no layout needed), keyed by tensor key. Meant for
+// conversion and inspection on one process; needs memory for all tensors.
+StateDict load_plain_tensors(const std::string& dir);
+
+// Removes the tensors whose key starts with `key_prefix` from a committed
+// checkpoint (metadata rewritten atomically; data files no longer referenced
+// are deleted). Run on one process. Returns how many tensors were removed.
+size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix);
+
+// Re-reads every stored byte and checks every checksum. Returns one line per
+// problem (key or object, chunk, file, byte range); empty = intact.
+std::vector<std::string> verify_checkpoint(const std::string& dir);
+
+struct TensorDigest {
+  std::string key;
+  std::string dtype;  // "float32"
+  Shape shape;
+  uint64_t hash;      // XXH3-64 of the logical tensor's row-major bytes
+  std::string line() const;  // "KEY DTYPE [2,3] 0123456789abcdef"
+};
+// One digest per stored tensor, sorted by key. The hash covers the logical
+// (unsharded) tensor, so the same state saved under any layout digests the
+// same. Streams in bounded windows: memory stays O(window), not O(tensor).
+std::vector<TensorDigest> digest_checkpoint(const std::string& dir);
+
+}  // namespace distckpt

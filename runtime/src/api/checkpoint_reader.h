@@ -1,0 +1,69 @@
+// Reads a committed checkpoint: verified metadata, then any region of any
+// tensor straight from the byte ranges that hold it, checking the checksum
+// of every block it touches. Open files are bounded.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/core/state_dict.h"
+#include "distckpt/format/metadata.h"
+#include "distckpt/io/file.h"
+#include "plan/chunk_index.h"
+
+namespace distckpt::api {
+
+class CheckpointReader {
+ public:
+  static constexpr size_t kMaxOpenFiles = 64;
+  static constexpr uint64_t kCopyBatchBytes = uint64_t{16} << 20;
+
+  // Throws CheckpointError if `dir` holds no committed checkpoint and
+  // CorruptionError if its metadata or files are inconsistent.
+  explicit CheckpointReader(std::string dir, bool verify_checksums = true);
+
+  const std::string& dir() const { return dir_; }
+  const CheckpointMetadata& metadata() const { return metadata_; }
+  // KeyMismatchError naming the key when absent.
+  const TensorRecord& tensor(const std::string& key) const;
+  const ObjectRecord* find_object(const std::string& unique_key) const;
+
+  // Fills `dest` (sizes = region.length, any strides, CPU or device) with the
+  // stored values of `region`; throws CheckpointError if the checkpoint does
+  // not hold all of it.
+  void read_region(const TensorRecord& record, const Box& region, at::Tensor dest);
+  std::string read_object(const ObjectRecord& record);
+  // The common state saved by the coordinator (an empty dict if none).
+  Value read_common_state() const;
+
+ private:
+  const plan::ChunkIndex& index_for(const TensorRecord& record);
+  io::File& file(uint32_t index);
+  void copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
+                  at::Tensor dest);
+  void copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
+                            at::Tensor dest);
+  // Reads bytes [begin, end) of a stored byte range (a chunk or object) into
+  // `out`, verifying every checksum block that overlaps the range.
+  void read_verified(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
+                     uint64_t begin, uint64_t end, uint8_t* out, const std::string& what);
+
+  std::string dir_;
+  bool verify_;
+  CheckpointMetadata metadata_;
+  std::map<std::string, size_t> object_by_unique_key_;
+  std::map<const TensorRecord*, std::unique_ptr<plan::ChunkIndex>> indexes_;
+  std::list<std::pair<uint32_t, io::File>> open_files_;  // most recently used first
+  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> block_scratch_;
+};
+
+// The slice of `view` (whose box is `outer`) covering `inner`.
+at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner);
+
+}  // namespace distckpt::api

@@ -1,0 +1,57 @@
+// load(): open + verify metadata -> key checks -> read each requested shard
+// from exactly the stored bytes that overlap it -> merge into one state dict.
+#include "api/checkpoint_reader.h"
+#include "api/shard_loader.h"
+#include "api/state_dict_split.h"
+#include "api/strict_keys.h"
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/comm/agreement.h"
+#include "distckpt/core/dict_utils.h"
+#include "distckpt/core/errors.h"
+
+namespace distckpt {
+
+LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const LoadOptions& options) {
+  std::unique_ptr<api::CheckpointReader> reader;
+  api::SplitStateDict split;
+  run_agreed(comm, "open the checkpoint", [&] {
+    reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
+    split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    for (const Value* leaf : api::sharded_leaves(split.sharded)) {
+      if (leaf->kind() == Kind::kShardedTensor) {
+        leaf->as_sharded_tensor().validate_metadata_integrity();
+      } else {
+        leaf->as_sharded_object().validate_metadata_integrity();
+      }
+    }
+  });
+
+  api::KeyMismatch mismatch;
+  // The *_ALL modes all-gather the requested keys, so every rank reaches this
+  // collective; a raise on one rank is then agreed on by all.
+  std::exception_ptr key_error;
+  try {
+    mismatch = api::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
+  } catch (...) {
+    key_error = std::current_exception();
+  }
+  agree_on_errors(comm, "check keys against the checkpoint", key_error);
+
+  LoadResult result;
+  run_agreed(comm, "read tensors and objects", [&] {
+    for (Value* leaf : api::sharded_leaves(split.sharded)) *leaf = api::load_leaf(*reader, *leaf);
+    result.state_dict = reader->read_common_state();
+  });
+  if (!result.state_dict.is_dict()) result.state_dict = Value::dict();
+  merge(result.state_dict, split.sharded);
+  merge(result.state_dict, api::unwrap_non_persistent(split.non_persistent));
+  api::apply_factory_merges(result.state_dict, sharded_state_dict);
+  if (options.strict == StrictHandling::kReturnUnexpected || options.strict == StrictHandling::kReturnAll) {
+    result.unexpected_keys = std::move(mismatch.unexpected);
+    result.missing_keys = std::move(mismatch.missing);
+  }
+  return result;
+}
+
+}  // namespace distckpt

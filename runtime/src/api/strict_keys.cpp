@@ -1,0 +1,120 @@
+#include "api/strict_keys.h"
+
+#include "distckpt/core/dict_utils.h"
+#include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
+
+namespace distckpt::api {
+namespace {
+
+// Tensors are matched by key, objects by unique key (key + shard position).
+std::string match_key(const Value& leaf) {
+  return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().unique_key();
+}
+
+bool is_stored(const CheckpointReader& reader, const Value& leaf) {
+  if (leaf.kind() == Kind::kShardedTensor) return reader.metadata().find_tensor(leaf.as_sharded_tensor().key);
+  return reader.find_object(leaf.as_sharded_object().unique_key()) != nullptr;
+}
+
+std::string list_keys(const std::set<std::string>& keys) {
+  constexpr size_t kShown = 20;
+  std::string out;
+  size_t n = 0;
+  for (const std::string& k : keys) {
+    if (n++ == kShown) {
+      out += fmt::format(", ... and {} more", keys.size() - kShown);
+      break;
+    }
+    out += (out.empty() ? "'" : ", '") + k + "'";
+  }
+  return out;
+}
+
+// Keys are joined with NUL, which no key contains.
+std::string encode_keys(const std::set<std::string>& keys) {
+  std::string out;
+  for (const std::string& k : keys) {
+    out += k;
+    out.push_back('\0');
+  }
+  return out;
+}
+
+std::set<std::string> global_requested_keys(const std::set<std::string>& local, Communicator& comm) {
+  std::set<std::string> all;
+  for (const std::string& bytes : comm.all_gather_bytes(encode_keys(local))) {
+    size_t start = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] != '\0') continue;
+      all.insert(bytes.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return all;
+}
+
+std::set<std::string> stored_keys(const CheckpointReader& reader) {
+  std::set<std::string> keys;
+  for (const TensorRecord& t : reader.metadata().tensors) keys.insert(t.key);
+  for (const ObjectRecord& o : reader.metadata().objects) keys.insert(o.unique_key());
+  return keys;
+}
+
+}  // namespace
+
+KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
+                                StrictHandling mode) {
+  KeyMismatch found;
+  if (mode == StrictHandling::kAssumeOkUnexpected) return found;
+  std::set<std::string> requested;
+  for (const Value* leaf : nested_values(sharded)) {
+    requested.insert(match_key(*leaf));
+    if (!is_stored(reader, *leaf)) found.unexpected.insert(match_key(*leaf));
+  }
+  const bool check_missing =
+      mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
+  if (check_missing) {
+    const std::set<std::string> everywhere = global_requested_keys(requested, comm);
+    for (const std::string& k : stored_keys(reader)) {
+      if (!everywhere.count(k)) found.missing.insert(k);
+    }
+  }
+
+  const std::string unexpected_msg =
+      found.unexpected.empty()
+          ? ""
+          : fmt::format("unexpected keys (requested on rank {} but not in the checkpoint '{}'): {}", comm.rank(),
+                        reader.dir(), list_keys(found.unexpected));
+  const std::string missing_msg =
+      found.missing.empty() ? ""
+                            : fmt::format("missing keys (in the checkpoint '{}' but requested by no rank): {}",
+                                          reader.dir(), list_keys(found.missing));
+  switch (mode) {
+    case StrictHandling::kRaiseAll:
+      if (!found.missing.empty() || !found.unexpected.empty()) {
+        throw KeyMismatchError(unexpected_msg + (unexpected_msg.empty() || missing_msg.empty() ? "" : "; ") +
+                               missing_msg);
+      }
+      break;
+    case StrictHandling::kRaiseUnexpected:
+      if (!found.unexpected.empty()) throw KeyMismatchError(unexpected_msg);
+      break;
+    case StrictHandling::kLogAll:
+      if (!missing_msg.empty()) log_message(LogLevel::kWarning, missing_msg);
+      [[fallthrough]];
+    case StrictHandling::kLogUnexpected:
+      if (!unexpected_msg.empty()) log_message(LogLevel::kWarning, unexpected_msg);
+      break;
+    default:
+      break;
+  }
+  if (!found.unexpected.empty()) {
+    sharded = extract_matching(sharded, [&](const Value& leaf) {
+                return !found.unexpected.count(match_key(leaf));
+              }).first;
+  }
+  return found;
+}
+
+}  // namespace distckpt::api
