@@ -1,0 +1,187 @@
+// Sharding validation, commit semantics, corruption and objects, across ranks.
+#include <fstream>
+
+#include "multirank/checkpoint_fixtures.h"
+#include "support/ranks.h"
+
+namespace distckpt {
+namespace {
+
+using testing::global_tensor;
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Two ranks each holding rows [start, start+4) of a [8, 2] tensor as main replicas.
+StateDict rows(int64_t start, const std::string& key = "t") {
+  StateDict sd = Value::dict();
+  sd["t"] = ShardedTensor::from_global_offset(key, global_tensor(key, {8, 2}).narrow(0, start, 4).clone(), {8, 2},
+                                              {start, 0});
+  return sd;
+}
+
+TEST(Integrity, OverlappingMainReplicasAreRejectedOnEveryRank) {
+  TempDir tmp("overlap");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    const std::string msg = message_of([&] { save(rows(comm.rank() == 0 ? 0 : 2), dir, comm); });
+    if (comm.rank() == 0) {
+      EXPECT_NE(msg.find("main replicas overlap: rank 0 holds offset [0, 0] length [4, 2] and rank 1 holds "
+                         "offset [2, 0] length [4, 2]"),
+                std::string::npos)
+          << msg;
+    } else {
+      EXPECT_NE(msg.find("failed on rank(s) 0"), std::string::npos) << msg;
+    }
+  });
+  EXPECT_FALSE(io::exists(dir));
+}
+
+TEST(Integrity, GapIsRejectedWithTheUncoveredRegion) {
+  TempDir tmp("gap");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = rows(0);
+    if (comm.rank() == 1) sd = Value::dict();  // nobody holds rows 4..7
+    const std::string msg = message_of([&] { save(sd, dir, comm); });
+    EXPECT_NE(msg.find("no rank holds a main replica of offset [4, 0] length [4, 2]"), std::string::npos) << msg;
+  });
+}
+
+TEST(Integrity, DtypeAndShapeDisagreementsNameBothRanks) {
+  TempDir tmp("dtype");
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = rows(comm.rank() * 4);
+    if (comm.rank() == 1) {
+      sd["t"] = ShardedTensor::from_global_offset("t", at::zeros({4, 2}, at::kDouble), {8, 2}, {4, 0});
+    }
+    const std::string msg = message_of([&] { save(sd, tmp.path() + "/a", comm); });
+    EXPECT_NE(msg.find("'t' has dtype float32 on rank 0 but float64 on rank 1"), std::string::npos) << msg;
+  });
+}
+
+TEST(Integrity, FailedSaveIsNeverCommittedAndLeavesNoStaging) {
+  TempDir tmp("partial");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = rows(comm.rank() * 4);
+    if (comm.rank() == 1) sd["t"] = Value(sd.at("t").as_sharded_tensor().without_data());  // fails while writing
+    const std::string msg = message_of([&] { save(sd, dir, comm); });
+    EXPECT_NE(msg.find(comm.rank() == 1 ? "has no data" : "write data files failed on rank(s) 1"), std::string::npos)
+        << msg;
+  });
+  EXPECT_FALSE(is_distributed_checkpoint(dir));
+  EXPECT_FALSE(io::exists(tmp.path() + "/.ckpt.distckpt-staging"));
+  EXPECT_THROW(load_plain_tensors(dir), CheckpointError);
+}
+
+TEST(Integrity, OverwriteOnlyWhenAskedAndNeverLosesTheOldCheckpoint) {
+  TempDir tmp("overwrite");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) { save(rows(comm.rank() * 4), dir, comm); });
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict v2 = rows(comm.rank() * 4);
+    v2["t"].as_sharded_tensor().data.fill_(42);
+    EXPECT_THROW(save(v2, dir, comm), Error);  // CheckpointError on rank 0, CommError elsewhere
+    // A failing overwrite keeps the old checkpoint.
+    StateDict broken = v2;
+    if (comm.rank() == 1) broken["t"] = Value(broken.at("t").as_sharded_tensor().without_data());
+    EXPECT_THROW(save(broken, dir, comm, {.overwrite = true}), Error);
+  });
+  EXPECT_TRUE(at::equal(load_plain_tensors(dir).at("t").as_tensor(), global_tensor("t", {8, 2})));
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict v2 = rows(comm.rank() * 4);
+    v2["t"].as_sharded_tensor().data.fill_(42);
+    save(v2, dir, comm, {.overwrite = true});
+  });
+  EXPECT_TRUE(at::equal(load_plain_tensors(dir).at("t").as_tensor(), at::full({8, 2}, 42.0)));
+  EXPECT_FALSE(io::exists(tmp.path() + "/.ckpt.distckpt-old"));
+}
+
+TEST(Integrity, ChecksumMismatchIsDetectedOnLoadAndByVerify) {
+  TempDir tmp("corrupt");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) { save(rows(comm.rank() * 4), dir, comm); });
+  EXPECT_TRUE(verify_checkpoint(dir).empty());
+  {
+    std::fstream f(dir + "/data/rank_00001.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5);
+    f.put('\x7f');
+  }
+  const std::vector<std::string> problems = verify_checkpoint(dir);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("tensor 't' chunk 1"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("data/rank_00001.bin"), std::string::npos) << problems[0];
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict request = rows(comm.rank() * 4);
+    // Rank 1 reads the corrupt chunk; rank 0 hears about it.
+    try {
+      load(request, dir, comm);
+      ADD_FAILURE() << "expected an error";
+    } catch (const CorruptionError& e) {
+      EXPECT_EQ(comm.rank(), 1);
+      EXPECT_NE(std::string(e.what()).find("checksum mismatch in 't' chunk 1"), std::string::npos) << e.what();
+    } catch (const CommError& e) {
+      EXPECT_EQ(comm.rank(), 0);
+      EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(Integrity, ShardedObjectsRoundTripAndRanksWithOnlyCommonState) {
+  TempDir tmp("objects");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(4, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    if (comm.rank() < 2) {  // ranks 2 and 3 hold only common state
+      sd["rng"] = ShardedObject{"rng", std::string("state\0of\0rank ", 14) + std::to_string(comm.rank()), {2},
+                                {comm.rank()}, {0}};
+      sd["w"] = ShardedTensor::from_rank_offsets("w", global_tensor("w", {4}).narrow(0, comm.rank() * 2, 2).clone(),
+                                                 {{0, comm.rank(), 2}});
+    }
+    sd["meta"]["step"] = 11;
+    sd["meta"]["tags"] = List{Value("a"), Value(2.5), Value(true), Value()};
+    sd["handle"] = LocalNonPersistentObject(Value("dropped"));
+    save(sd, dir, comm);
+  });
+  const StateDict common = load_common_state_dict(dir);
+  EXPECT_EQ(common.at("meta").at("step").as_int(), 11);
+  EXPECT_FALSE(common.contains("handle"));
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict request = Value::dict();
+    const int other = 1 - comm.rank();  // read the other rank's object
+    request["rng"] = ShardedObject{"rng", "", {2}, {other}, {0}};
+    request["handle"] = LocalNonPersistentObject(Value("restored"));
+    const StateDict got = load(request, dir, comm).state_dict;
+    EXPECT_EQ(got.at("rng").as_string(), std::string("state\0of\0rank ", 14) + std::to_string(other));
+    EXPECT_EQ(got.at("handle").as_string(), "restored");
+    EXPECT_EQ(got.at("meta").at("tags")[1].as_float(), 2.5);
+    const StateDict only_objects = load_sharded_objects(request, dir);
+    EXPECT_EQ(only_objects.at("rng").as_string(), got.at("rng").as_string());
+  });
+}
+
+TEST(Integrity, RemoveShardedTensorsKeepsTheRest) {
+  TempDir tmp("remove");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["a"] = ShardedTensor::from_rank_offsets("optimizer.a", at::ones({2}), {{0, comm.rank(), 2}});
+    sd["b"] = ShardedTensor::from_rank_offsets("model.b", at::full({2}, 3.0), {{0, comm.rank(), 2}});
+    save(sd, dir, comm);
+  });
+  EXPECT_EQ(remove_sharded_tensors(dir, "optimizer."), 1u);
+  const StateDict plain = load_plain_tensors(dir);
+  EXPECT_FALSE(plain.contains("optimizer.a"));
+  EXPECT_TRUE(at::equal(plain.at("model.b").as_tensor(), at::full({4}, 3.0)));
+  EXPECT_TRUE(verify_checkpoint(dir).empty());
+}
+
+}  // namespace
+}  // namespace distckpt
