@@ -1,0 +1,216 @@
+// Save/load throughput of distckpt next to baselines measured in the same run
+// on the same file system with the same bytes per rank:
+//   raw write   each rank writes its bytes to one file (64 MiB pwrites) + fsync
+//   raw read    each rank reads that file back (page cache evicted first)
+//   torch::save / torch::load of the same tensors (+ fsync after the save)
+// Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
+// median of --reps repetitions, timed on rank 0 between barriers.
+#include <fcntl.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <ATen/Parallel.h>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "distckpt/distckpt.h"
+#include "distckpt/io/file.h"
+
+namespace {
+
+using namespace distckpt;
+using Clock = std::chrono::steady_clock;
+
+struct Model {
+  std::vector<std::pair<std::string, at::Tensor>> local;  // key -> this rank's rows
+  int64_t hidden;
+  uint64_t local_bytes = 0;
+};
+
+// GPT-like layers (qkv, proj, fc1, fc2) of width `hidden`, every tensor split
+// on rows over the ranks, until the global state reaches `total_mb`.
+Model make_model(int64_t total_mb, int64_t hidden, int rank, int world) {
+  Model m;
+  m.hidden = hidden;
+  const std::vector<std::pair<std::string, int64_t>> per_layer{
+      {"self_attention.linear_qkv.weight", 3 * hidden},
+      {"self_attention.linear_proj.weight", hidden},
+      {"mlp.linear_fc1.weight", 4 * hidden},
+      {"mlp.linear_fc2.weight", hidden}};
+  const uint64_t target = static_cast<uint64_t>(total_mb) << 20;
+  uint64_t global_bytes = 0;
+  for (int layer = 0; global_bytes < target; ++layer) {
+    for (const auto& [name, rows] : per_layer) {
+      const int64_t cols = name == "mlp.linear_fc2.weight" ? 4 * hidden : hidden;
+      const int64_t local_rows = rows / world;
+      at::Tensor t = at::rand({local_rows, cols});
+      m.local.emplace_back(fmt::format("decoder.layers.{}.{}", layer, name), t);
+      m.local_bytes += t.nbytes();
+      global_bytes += static_cast<uint64_t>(rows * cols) * 4;
+    }
+  }
+  return m;
+}
+
+// Row split (the saving layout) or column split into `parts` (a resharded load).
+StateDict state_dict(const Model& m, int rank, int world, bool columns, bool with_data) {
+  StateDict sd = Value::dict();
+  for (const auto& [key, t] : m.local) {
+    if (!columns) {
+      at::Tensor data = with_data ? t : at::empty_like(t);
+      sd[key] = ShardedTensor::from_rank_offsets(key, data, {{0, rank, world}});
+      continue;
+    }
+    const int64_t rows = t.size(0) * world, cols = t.size(1);
+    const int64_t parts = std::max(world, 2);
+    List pieces;
+    for (int64_t p = rank; p < parts; p += world) {
+      pieces.push_back(ShardedTensor::from_rank_offsets(key, at::empty({rows, cols / parts}), {{1, p, parts}}));
+    }
+    sd[key] = Value(std::move(pieces));
+  }
+  return sd;
+}
+
+// Drops the (clean) page-cache pages of a file, or of every file under a
+// directory, so the next read comes from the disk.
+void evict(const std::string& path) {
+  auto drop = [](const std::filesystem::path& p) {
+    const int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) return;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  if (!std::filesystem::is_directory(path)) return drop(path);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
+    if (entry.is_regular_file()) drop(entry.path());
+  }
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+struct Timer {
+  Communicator& comm;
+  std::vector<double> samples;
+  template <typename F>
+  void run(F&& f) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    f();
+    comm.barrier();
+    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  double median() {
+    std::sort(samples.begin(), samples.end());
+    return samples[samples.size() / 2];
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"distckpt save/load throughput vs raw disk bandwidth and torch::save"};
+  int64_t total_mb = 512, hidden = 1024;
+  int reps = 3;
+  std::string dir = "bench-tmp";
+  app.add_option("--mb", total_mb, "global state size in MiB");
+  app.add_option("--hidden", hidden, "hidden size of the GPT-like layers");
+  app.add_option("--reps", reps, "repetitions per figure (median reported)");
+  app.add_option("--dir", dir, "scratch directory on the file system to measure");
+  CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(1);
+
+  std::shared_ptr<Communicator> comm =
+      std::getenv("WORLD_SIZE") ? communicator_from_env() : make_single_process_communicator();
+  const int rank = comm->rank(), world = comm->size();
+  const Model model = make_model(total_mb, hidden, rank, world);
+  const std::string raw = fmt::format("{}/raw_{}.bin", dir, rank);
+  const std::string torch_file = fmt::format("{}/torch_{}.pt", dir, rank);
+  const std::string ckpt = dir + "/ckpt";
+  if (rank == 0) {
+    io::remove_tree(dir);
+    io::make_dirs(dir);
+  }
+  comm->barrier();
+
+  Timer raw_write{*comm}, raw_read{*comm}, dc_save{*comm}, dc_load{*comm}, dc_reshard{*comm}, t_save{*comm},
+      t_load{*comm};
+  std::vector<uint8_t> buffer(64 << 20);
+  std::vector<at::Tensor> tensors;
+  for (const auto& [k, t] : model.local) tensors.push_back(t);
+
+  for (int rep = 0; rep < reps; ++rep) {
+    raw_write.run([&] {
+      io::File f(raw, io::File::Mode::kCreateTruncate);
+      uint64_t at = 0;
+      for (const auto& [k, t] : model.local) {
+        const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+        for (uint64_t off = 0; off < t.nbytes(); off += buffer.size()) {
+          const uint64_t n = std::min<uint64_t>(buffer.size(), t.nbytes() - off);
+          f.pwrite_all(p + off, n, at);
+          at += n;
+        }
+      }
+      f.sync();
+    });
+    if (rank == 0) io::remove_tree(ckpt);
+    comm->barrier();
+    dc_save.run([&] { save(state_dict(model, rank, world, false, true), ckpt, *comm); });
+    t_save.run([&] {
+      torch::save(tensors, torch_file);
+      fsync_path(torch_file);
+    });
+    evict(raw);
+    evict(torch_file);
+    if (rank == 0) evict(ckpt);
+    comm->barrier();
+    raw_read.run([&] {
+      io::File f(raw, io::File::Mode::kRead);
+      const uint64_t n = f.size();
+      for (uint64_t off = 0; off < n; off += buffer.size()) {
+        f.pread_all(buffer.data(), std::min<uint64_t>(buffer.size(), n - off), off);
+      }
+    });
+    dc_load.run([&] { load(state_dict(model, rank, world, false, false), ckpt, *comm); });
+    if (rank == 0) evict(ckpt);
+    comm->barrier();
+    dc_reshard.run([&] { load(state_dict(model, rank, world, true, false), ckpt, *comm); });
+    t_load.run([&] {
+      std::vector<at::Tensor> loaded;
+      torch::load(loaded, torch_file);
+    });
+  }
+
+  const double gb = static_cast<double>(model.local_bytes) * world / 1e9;
+  if (rank == 0) {
+    const double w = raw_write.median(), r = raw_read.median();
+    const double s = dc_save.median(), l = dc_load.median(), x = dc_reshard.median();
+    const double ts = t_save.median(), tl = t_load.median();
+    fmt::print("ranks {}  state {:.3f} GB  ({} tensors, hidden {}, median of {})\n", world, gb,
+               model.local.size(), hidden, reps);
+    fmt::print("| operation | seconds | GB/s | vs baseline |\n|---|---|---|---|\n");
+    fmt::print("| raw write + fsync (baseline) | {:.3f} | {:.2f} | 1.00 |\n", w, gb / w);
+    fmt::print("| distckpt save (committed) | {:.3f} | {:.2f} | {:.2f}x raw write |\n", s, gb / s, w / s);
+    fmt::print("| torch::save + fsync | {:.3f} | {:.2f} | {:.2f}x raw write |\n", ts, gb / ts, w / ts);
+    fmt::print("| raw read (baseline) | {:.3f} | {:.2f} | 1.00 |\n", r, gb / r);
+    fmt::print("| distckpt load, same layout | {:.3f} | {:.2f} | {:.2f}x raw read |\n", l, gb / l, r / l);
+    fmt::print("| distckpt load, resharded (rows -> columns) | {:.3f} | {:.2f} | {:.2f}x raw read |\n", x, gb / x,
+               r / x);
+    fmt::print("| torch::load | {:.3f} | {:.2f} | {:.2f}x raw read |\n", tl, gb / tl, r / tl);
+    fmt::print("distckpt save / torch::save speed: {:.2f}x; distckpt load / torch::load speed: {:.2f}x\n", ts / s,
+               tl / l);
+  }
+  comm->barrier();
+  if (rank == 0) io::remove_tree(dir);
+  return 0;
+}
