@@ -1,0 +1,172 @@
+// Runtime support for code generated from a layout schema. The generated
+// Model class resolves the schema's expressions with the trainer's config,
+// declares one slot per tensor/object this rank may hold, and forwards its
+// typed setters here. This class knows the sharding rules: local shapes,
+// global offsets, prepended (stacked) axes, replica ids, fused factories.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distckpt/api/options.h"
+#include "distckpt/core/state_dict.h"
+
+namespace distckpt::layout {
+
+// This rank's coordinate on one mesh axis.
+struct AxisCoord {
+  int64_t rank = 0;
+  int64_t size = 1;
+};
+
+struct MeshCoords {
+  std::vector<std::string> names;  // schema order
+  std::vector<AxisCoord> coords;
+  std::string describe() const;  // "tp 1/2, pp 0/4, dp 0/1"
+};
+
+// How many elements of a stack each stage of its axis holds: evenly, or
+// `first`/`last` elements on the first/last stage and the rest evenly.
+struct Placement {
+  int64_t count = 0;
+  int64_t first = -1;  // -1: even
+  int64_t last = -1;
+  // [begin, end) of the global indices held by `stage` of `stages`; throws
+  // Error when the counts cannot be spread that way.
+  std::pair<int64_t, int64_t> range(int64_t stage, int64_t stages, const std::string& what) const;
+};
+
+struct Split {
+  int dim = 0;
+  std::vector<int> axes;  // major first
+};
+
+// A tensor declaration with every expression evaluated. Generated code
+// builds it fluently:
+//   TensorSpec("mlp.linear_fc1.weight", {2 * ffn, hidden}).with_split(0, {kTp}).with_fused_part("w", ffn)
+struct TensorSpec {
+  TensorSpec(std::string schema_key, Shape shape);
+  TensorSpec& with_split(int dim, std::vector<int> axes);
+  TensorSpec& with_pad(int dim);
+  TensorSpec& with_fused_part(std::string name, int64_t extent);
+  TensorSpec& with_dtype(std::string dtype_name);
+  // Stored under another key: `as keys` stacks (element indices in the key).
+  TensorSpec& stored_as(std::string key);
+  // Stored under `key` as a non-main replica of that tensor (tied weights).
+  TensorSpec& tied_to(std::string key);
+
+  std::string schema_key;  // as declared, for messages ("decoder.layers.mlp.linear_fc1.weight")
+  std::string key;         // checkpoint key
+  Shape shape;             // global shape of one element
+  std::vector<Split> splits;
+  std::optional<int> pad_dim;
+  std::vector<std::pair<std::string, int64_t>> fused;  // part name -> global extent along splits[0].dim
+  bool tied = false;
+  std::string dtype;  // "" = any
+};
+
+// Exact integer division for schema expressions; throws Error naming the
+// expression ("hidden / heads") when it does not divide.
+int64_t exact_div(int64_t a, int64_t b, const char* expression);
+
+// Where one stack element sits. For `as axis` stacks, each level adds a
+// prepended axis (global index, count); placing axes never replicate.
+struct Position {
+  std::vector<std::pair<int64_t, int64_t>> prepended;
+  std::vector<int> placing_axes;
+  std::string describe;  // " (decoder.layers 3)" suffix for messages ("" at top level)
+
+  // Element `index` of `count` of stack `stack`, spread over `axis`; with
+  // `stacked_axis` the index becomes a prepended axis of every tensor.
+  Position within(int64_t index, int64_t count, int axis, const std::string& stack, bool stacked_axis) const;
+  // Placed by `axis` (a stage(first|last) tensor): not replicated over it.
+  Position placed_on(int axis) const;
+};
+
+// Collects required config parameters; done() throws one Error naming all
+// that are missing.
+class ConfigChecker {
+ public:
+  explicit ConfigChecker(std::string layout_name) : layout_name_(std::move(layout_name)) {}
+  int64_t required(const char* name, const std::optional<int64_t>& value);
+  void done() const;
+
+ private:
+  std::string layout_name_;
+  std::vector<std::string> missing_;
+};
+
+class Builder {
+ public:
+  Builder(std::string layout_name, MeshCoords mesh);
+
+  // Declares a tensor slot; `parameter_name` is the module parameter name it
+  // binds to (local stack indices, like LibTorch module names).
+  size_t add_tensor(TensorSpec spec, Position position, std::string parameter_name);
+  size_t add_object(std::string key, std::vector<int> per_axes, Position position, std::string name);
+
+  // `slot` if this rank holds the entry; otherwise an Error naming `key`.
+  size_t held(const std::optional<size_t>& slot, const char* key) const;
+  // The local shape this rank must hold for a slot.
+  Shape local_shape(size_t slot) const;
+  // Checks shape (and dtype if declared) against the schema; the message names the key.
+  void set_tensor(size_t slot, at::Tensor tensor);
+  void set_object(size_t slot, std::string bytes);
+  // For generated setters: the slot if this rank holds it, else an Error naming `key`.
+  void set_tensor(const std::optional<size_t>& slot, const char* key, at::Tensor tensor) {
+    set_tensor(held(slot, key), std::move(tensor));
+  }
+  void set_object(const std::optional<size_t>& slot, const char* key, std::string bytes) {
+    set_object(held(slot, key), std::move(bytes));
+  }
+  void set_common(const std::string& key, Value value);
+  void set_transient(const std::string& key, Value value);
+
+  // Fills tensor slots from module parameters: `name_map` pairs (module
+  // prefix, schema prefix) rename parameters first (first match wins).
+  // Unknown names and missing slots are errors that list them.
+  void bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+            const std::vector<std::pair<std::string, std::string>>& name_map);
+
+  // Throws Error listing every declared tensor/object this rank has not set.
+  StateDict state_dict() const;
+  // The same entries without data: what to pass to load() without a model.
+  // Tensors whose schema declares no dtype are requested as `default_dtype`.
+  StateDict metadata_state_dict(at::ScalarType default_dtype = at::kFloat) const;
+
+  const MeshCoords& mesh() const { return mesh_; }
+
+ private:
+  struct TensorSlot {
+    TensorSpec spec;
+    Position position;
+    std::string parameter_name;
+    at::Tensor data;
+  };
+  struct ObjectSlot {
+    std::string key;
+    std::string name;
+    std::vector<int> per_axes;
+    Position position;
+    std::optional<std::string> data;
+  };
+  Value entry(const TensorSlot& slot, bool with_data, at::ScalarType default_dtype) const;
+  ReplicaId replica_id(const std::vector<int>& not_replicating, bool tied) const;
+  std::pair<int64_t, int64_t> split_coord(const Split& split) const;  // (rank, size) over the product of axes
+  Value build(bool with_data, at::ScalarType default_dtype) const;
+
+  std::string layout_name_;
+  MeshCoords mesh_;
+  std::vector<TensorSlot> tensors_;
+  std::vector<ObjectSlot> objects_;
+  std::map<std::string, size_t> by_parameter_;
+  Dict common_;
+  Dict transient_;
+};
+
+}  // namespace distckpt::layout
