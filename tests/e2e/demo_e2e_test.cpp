@@ -1,31 +1,11 @@
 // End to end with real processes: the demo under distckpt-launch saves with
 // 4 ranks and loads with 2 and 8; the CLI verifies and digests.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <fstream>
 
+#include "support/process.h"
 #include "support/ranks.h"
 
 namespace {
-
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run_command(const std::string& command) {
-  CommandResult r{-1, ""};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 
