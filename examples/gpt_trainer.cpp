@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "distckpt/distckpt.h"
+#include "distckpt/layout/from_global.h"
 #include "gpt.shard.h"
 #include "gpt_modules.h"
 #include "moe.shard.h"
@@ -55,24 +56,11 @@ at::Tensor global_value(const std::string& key, const Shape& shape, double salt)
   return at::arange(numel(shape), at::kFloat).mul(0.0137).add(k).sin().reshape(shape);
 }
 
-at::Tensor slice_of(const ShardedTensor& t, double salt) {
-  at::Tensor v = global_value(t.key, t.global_shape, salt);
-  for (size_t d = 0; d < t.global_shape.size(); ++d) {
-    const auto local = static_cast<int64_t>(d) < t.prepend_axis_num ? 1 : t.local_shape[d - t.prepend_axis_num];
-    v = v.narrow(static_cast<int64_t>(d), t.global_offset[d], local);
-  }
-  return v.reshape(t.local_shape);
-}
-
-// This rank's part of the global value of a layout entry (a fused factory's
-// parts are sliced one by one and merged the way a load merges them).
+// This rank's part of a layout entry's global value.
 at::Tensor local_value(const Value& entry, double salt) {
-  if (entry.kind() == Kind::kShardedTensor) return slice_of(entry.as_sharded_tensor(), salt);
-  const ShardedTensorFactory& f = entry.as_factory();
-  const Value parts = map_outplace(f.build_subtree(), [&](const Value& leaf) {
-    return Value(slice_of(leaf.as_sharded_tensor(), salt));
+  return layout::local_from_global(entry, [salt](const std::string& key, const Shape& shape) {
+    return global_value(key, shape, salt);
   });
-  return f.merge(parts);
 }
 
 template <typename Model>

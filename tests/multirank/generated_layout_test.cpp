@@ -1,6 +1,7 @@
 // The API generated from schema/models/gpt.shard: shapes checked against
 // the schema, replica ids and stages derived from the mesh, fused tensors
 // as factories, tied embeddings, and a save/load across meshes.
+#include "distckpt/layout/from_global.h"
 #include "gpt.shard.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
@@ -26,22 +27,9 @@ void fill(gpt::Model& m) {
   std::vector<std::pair<std::string, at::Tensor>> params;
   for (const auto& [name, entry] : meta.as_dict()) {
     if (entry.kind() == Kind::kShardedObject) continue;
-    auto slice = [](const ShardedTensor& t) {
-      at::Tensor v = testing::global_tensor(t.key, t.global_shape);
-      for (size_t d = 0; d < t.global_shape.size(); ++d) {
-        const int64_t len = static_cast<int64_t>(d) < t.prepend_axis_num ? 1 : t.local_shape[d - t.prepend_axis_num];
-        v = v.narrow(static_cast<int64_t>(d), t.global_offset[d], len);
-      }
-      return v.reshape(t.local_shape).clone();
-    };
-    if (entry.kind() == Kind::kShardedTensor) {
-      params.emplace_back(name, slice(entry.as_sharded_tensor()));
-    } else {
-      const ShardedTensorFactory& f = entry.as_factory();
-      params.emplace_back(name, f.merge(map_outplace(f.build_subtree(), [&](const Value& leaf) {
-                            return Value(slice(leaf.as_sharded_tensor()));
-                          })));
-    }
+    params.emplace_back(name, layout::local_from_global(entry, [](const std::string& key, const Shape& shape) {
+                          return testing::global_tensor(key, shape);
+                        }));
   }
   m.bind(params);
   for (int64_t l = 0; l < m.decoder_layers_local_count(); ++l) {
