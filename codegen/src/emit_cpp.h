@@ -16,6 +16,8 @@ struct GeneratedFiles {
 
 // `header_name` is how the source includes the header ("gpt.shard.h").
 GeneratedFiles emit_cpp(const Layout& layout, const std::string& header_name);
+std::string emit_header(const Layout& layout);
+std::string emit_source(const Layout& layout, const std::string& header_name);
 
 // XXH3-64 of the schema text as 16 hex digits: identifies the layout in checkpoints.
 std::string layout_fingerprint(const std::string& source_text);
