@@ -79,8 +79,8 @@ void check_backend(const ProcessGroupOptions& options) {
   }
   if (options.backend == "nccl" && !c10d_compat::kHasNccl) {
     throw CommError(
-        "backend \"nccl\" is not available: this LibTorch was built without NCCL "
-        "(USE_C10D_NCCL is not defined); use backend \"gloo\" or a CUDA build of LibTorch");
+        "backend \"nccl\" is not available: distckpt was built without NCCL; use backend \"gloo\", or "
+        "configure a CUDA build of LibTorch with -DDISTCKPT_WITH_NCCL=ON");
   }
 }
 
