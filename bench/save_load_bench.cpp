@@ -100,6 +100,7 @@ void fsync_path(const std::string& path) {
 }
 
 struct Timer {
+  explicit Timer(Communicator& c) : comm(c) {}
   Communicator& comm;
   std::vector<double> samples;
   template <typename F>
@@ -143,8 +144,8 @@ int main(int argc, char** argv) {
   }
   comm->barrier();
 
-  Timer raw_write{*comm}, raw_read{*comm}, dc_save{*comm}, dc_load{*comm}, dc_reshard{*comm}, t_save{*comm},
-      t_load{*comm};
+  Timer raw_write(*comm), raw_read(*comm), dc_save(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm),
+      t_load(*comm);
   std::vector<uint8_t> buffer(64 << 20);
   std::vector<at::Tensor> tensors;
   for (const auto& [k, t] : model.local) tensors.push_back(t);
