@@ -30,6 +30,8 @@ struct Args {
   int64_t tp = 1, pp = 1, dp = 1, ep = 1;
   int64_t layers = 4, hidden = 64, heads = 4, kv_groups = 0, ffn = 128, vocab = 256, experts = 4;
   int64_t tie_embeddings = 0, steps = 0;
+  std::string optimizer = "sgd";       // sgd (stateless), adam or adamw
+  int64_t distributed_optimizer = 1;   // ZeRO-1 layout of the optimizer state over dp
   std::string save_dir, load_dir;
 };
 
@@ -76,7 +78,61 @@ void set_objects_and_common(Model& model, const Coords& c, int64_t iteration) {
   model.iteration(iteration);
 }
 
-template <typename Model>
+// Runs `steps` of the elementwise loss, 0.5 * |p - target|^2.
+template <typename Optimizer>
+void train(Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params,
+           const std::vector<at::Tensor>& targets, int64_t steps) {
+  for (int64_t step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    at::Tensor loss = torch::zeros({});
+    for (size_t i = 0; i < params.size(); ++i) loss = loss + (params[i].second - targets[i]).pow(2).sum() * 0.5;
+    loss.backward();
+    optimizer.step();
+  }
+}
+
+// Save and load of the model plus, for Adam/AdamW, the optimizer state laid
+// out by the schema's optimizer block.
+template <typename Model, typename LayoutOptimizer, typename TorchOptimizer>
+int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimizer, TorchOptimizer& optimizer,
+                             const std::vector<std::pair<std::string, at::Tensor>>& params,
+                             const std::vector<at::Tensor>& targets, const Args& a, const Coords& c,
+                             Communicator& comm) {
+  constexpr bool kStateful = !std::is_same_v<TorchOptimizer, torch::optim::SGD>;
+  int64_t iteration = 0;
+  if (!a.load_dir.empty()) {
+    set_objects_and_common(layout, c, 0);
+    StateDict request = layout.state_dict();
+    if constexpr (kStateful) merge(request, layout_optimizer.load_request(optimizer));
+    // Per-tp objects (extra_state) exist only for the saving tp; every tensor must be found.
+    LoadResult result = load(request, a.load_dir, comm, {StrictHandling::kReturnUnexpected});
+    for (const std::string& key : result.unexpected_keys) {
+      if (key.find("._extra_state/") == std::string::npos) {
+        throw Error(fmt::format("'{}' is not in the checkpoint {}", key, a.load_dir));
+      }
+    }
+    if (!result.unexpected_keys.empty() && comm.rank() == 0) {
+      fmt::print("per-tp extra_state objects not carried over: saved under another tp\n");
+    }
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, tensor] : params) tensor.copy_(result.state_dict.at(name).as_tensor());  // fused: merged
+    }
+    if constexpr (kStateful) layout_optimizer.load_state_dict(optimizer, result.state_dict);
+    iteration = result.state_dict.at("iteration").as_int();
+  }
+  train(optimizer, params, targets, a.steps);
+  iteration += a.steps;
+  if (!a.save_dir.empty()) {
+    set_objects_and_common(layout, c, iteration);
+    StateDict sd = layout.state_dict();
+    if constexpr (kStateful) merge(sd, layout_optimizer.state_dict(optimizer));
+    save(sd, a.save_dir, comm, layout.save_options());
+  }
+  return iteration;
+}
+
+template <typename Model, typename LayoutOptimizer>
 int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
   const int64_t local_layers = layout.decoder_layers_local_count();
   int64_t local_experts = -1;
@@ -100,37 +156,18 @@ int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
     }
   }
   layout.bind(params);
+
+  const LayoutOptimizer layout_optimizer(layout, a.distributed_optimizer != 0);
   int64_t iteration = 0;
-
-  if (!a.load_dir.empty()) {
-    set_objects_and_common(layout, c, 0);
-    // Per-tp objects (extra_state) exist only for the saving tp; every tensor must be found.
-    LoadResult result = load(layout.state_dict(), a.load_dir, comm, {StrictHandling::kReturnUnexpected});
-    for (const std::string& key : result.unexpected_keys) {
-      if (key.find("._extra_state/") == std::string::npos) {
-        throw Error(fmt::format("'{}' is not in the checkpoint {}", key, a.load_dir));
-      }
-    }
-    if (!result.unexpected_keys.empty() && comm.rank() == 0) {
-      fmt::print("per-tp extra_state objects not carried over: saved under another tp\n");
-    }
-    torch::NoGradGuard no_grad;
-    for (auto& [name, tensor] : params) tensor.copy_(result.state_dict.at(name).as_tensor());  // fused ones were merged
-    iteration = result.state_dict.at("iteration").as_int();
-  }
-
-  torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
-  for (int64_t step = 0; step < a.steps; ++step, ++iteration) {
-    optimizer.zero_grad();
-    at::Tensor loss = torch::zeros({});
-    for (size_t i = 0; i < params.size(); ++i) loss = loss + (params[i].second - targets[i]).pow(2).sum() * 0.5;
-    loss.backward();
-    optimizer.step();
-  }
-
-  if (!a.save_dir.empty()) {
-    set_objects_and_common(layout, c, iteration);
-    save(layout.state_dict(), a.save_dir, comm, layout.save_options());
+  if (a.optimizer == "adam") {
+    torch::optim::Adam optimizer(module->parameters(), torch::optim::AdamOptions(0.01));
+    iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
+  } else if (a.optimizer == "adamw") {
+    torch::optim::AdamW optimizer(module->parameters(), torch::optim::AdamWOptions(0.01));
+    iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
+  } else {
+    torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
+    iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
   }
   comm.barrier();
   if (comm.rank() == 0) {
@@ -160,6 +197,9 @@ int main(int argc, char** argv) {
   app.add_option("--experts", a.experts, "experts per layer (moe)");
   app.add_option("--tie-embeddings", a.tie_embeddings, "1: the output layer reuses the embedding (gpt)");
   app.add_option("--steps", a.steps, "training steps (after --load, before --save)");
+  app.add_option("--optimizer", a.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--distributed-optimizer", a.distributed_optimizer,
+                 "1: each dp rank saves its ZeRO-1 flat range of the optimizer state; 0: full state");
   app.add_option("--save", a.save_dir, "save a checkpoint here at the end");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
   CLI11_PARSE(app, argc, argv);
@@ -176,11 +216,11 @@ int main(int argc, char** argv) {
     if (a.model == "gpt") {
       gpt::Model layout({a.hidden, a.ffn, a.vocab, a.layers, a.heads, kv, std::nullopt, a.tie_embeddings},
                         {{c.tp, a.tp}, {c.pp, a.pp}, {c.dp, a.dp}});
-      return run(layout, a, c, *comm);
+      return run<gpt::Model, gpt::Adam>(layout, a, c, *comm);
     }
     moe::Model layout({a.hidden, a.ffn, a.vocab, a.layers, a.heads, kv, std::nullopt, a.experts},
                       {{c.tp, a.tp}, {c.pp, a.pp}, {c.ep, a.ep}, {c.dp, a.dp}});
-    return run(layout, a, c, *comm);
+    return run<moe::Model, moe::Adam>(layout, a, c, *comm);
   } catch (const std::exception& e) {
     std::cerr << "distckpt-gpt-trainer: " << e.what() << '\n';
     return 1;

@@ -247,4 +247,8 @@ const char* Model::schema_text() { return kSchema; }
 
 const char* Model::fingerprint() { return "a4447aa07f7f7697"; }
 
+Adam::Adam(const Model& model, bool distributed)
+    : builder_(model.builder_),
+      spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, distributed ? kDp : -1} {}
+
 }  // namespace gpt

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "distckpt/layout/builder.h"
+#include "distckpt/layout/optimizer.h"
+#include "distckpt/optim/torch_optim.h"
 
 namespace gpt {
 
@@ -132,12 +134,45 @@ class Model {
   static const char* fingerprint();
 
  private:
+  friend class Adam;
   ResolvedConfig config_;
   distckpt::layout::Builder builder_;
   std::optional<size_t> embedding_word_embeddings_weight_;
   std::vector<DecoderLayers> decoder_layers_;
   std::optional<size_t> decoder_final_layernorm_weight_;
   std::optional<size_t> output_layer_weight_;
+};
+
+// optimizer adam: exp_avg, exp_avg_sq shaped and sharded like each parameter; distributed over dp (ZeRO-1).
+class Adam {
+ public:
+  // With `distributed` false, full state is written by the main replicas instead.
+  explicit Adam(const Model& model, bool distributed = true);
+
+  // The state of `optimizer` (torch::optim::Adam or AdamW over the bound parameters).
+  template <typename TorchOptimizer>
+  distckpt::StateDict state_dict(const TorchOptimizer& optimizer) const {
+    return distckpt::layout::sharded_optimizer_state(builder_, spec_, distckpt::optimizer_state_dict(optimizer),
+                                                      distckpt::layout::parameters_in_order(optimizer));
+  }
+  // What to merge into the model's state dict for load() to restore `optimizer`, from any layout.
+  template <typename TorchOptimizer>
+  distckpt::StateDict load_request(const TorchOptimizer& optimizer) const {
+    return distckpt::layout::optimizer_load_request(
+        builder_, distckpt::layout::optimizer_state_names(spec_, distckpt::optimizer_state_dict(optimizer)));
+  }
+  // Puts the state from load()'s result into `optimizer`.
+  template <typename TorchOptimizer>
+  void load_state_dict(TorchOptimizer& optimizer, const distckpt::StateDict& loaded) const {
+    distckpt::load_optimizer_state_dict(
+        optimizer, distckpt::layout::torch_optimizer_state(builder_, spec_, loaded.at("optimizer"),
+                                                           distckpt::layout::parameters_in_order(optimizer),
+                                                           distckpt::optimizer_state_dict(optimizer)));
+  }
+
+ private:
+  const distckpt::layout::Builder& builder_;
+  distckpt::layout::OptimizerSpec spec_;
 };
 
 }  // namespace gpt

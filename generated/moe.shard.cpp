@@ -243,4 +243,8 @@ const char* Model::schema_text() { return kSchema; }
 
 const char* Model::fingerprint() { return "6d2f0773ac00dfad"; }
 
+Adam::Adam(const Model& model, bool distributed)
+    : builder_(model.builder_),
+      spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, distributed ? kDp : -1} {}
+
 }  // namespace moe

@@ -22,13 +22,56 @@ class HeaderEmitter {
         "#pragma once\n\n"
         "#include <ATen/core/Tensor.h>\n\n"
         "#include <cstdint>\n#include <optional>\n#include <string>\n#include <utility>\n#include <vector>\n\n"
-        "#include \"distckpt/layout/builder.h\"\n\n"
+        "#include \"distckpt/layout/builder.h\"\n$optimizer_includes$\n"
         "namespace $ns$ {\n\n",
-        "file", layout_.file_name, "ns", layout_.name);
+        "file", layout_.file_name, "ns", layout_.name, "optimizer_includes",
+        layout_.optimizers.empty()
+            ? std::string()
+            : "#include \"distckpt/layout/optimizer.h\"\n#include \"distckpt/optim/torch_optim.h\"\n");
     emit_config_structs();
     emit_mesh_struct();
     emit_model_class();
+    for (const OptimizerDecl& o : layout_.optimizers) emit_optimizer_class(o);
     h_.print("}  // namespace $ns$\n", "ns", layout_.name);
+  }
+
+  // One class per `optimizer` block, typed over LibTorch's Adam and AdamW.
+  void emit_optimizer_class(const OptimizerDecl& o) {
+    std::string states;
+    for (const std::string& st : o.states) states += (states.empty() ? "" : ", ") + st;
+    const std::string zero =
+        o.distributed_axis >= 0 ? "; distributed over " + layout_.mesh_axes[o.distributed_axis] + " (ZeRO-1)" : "";
+    h_.print(
+        "// optimizer $name$: $states$ shaped and sharded like each parameter$zero$.\n"
+        "class $cls$ {\n public:\n"
+        "  // With `distributed` false, full state is written by the main replicas instead.\n"
+        "  explicit $cls$(const Model& model, bool distributed = $dist$);\n\n"
+        "  // The state of `optimizer` (torch::optim::Adam or AdamW over the bound parameters).\n"
+        "  template <typename TorchOptimizer>\n"
+        "  distckpt::StateDict state_dict(const TorchOptimizer& optimizer) const {\n"
+        "    return distckpt::layout::sharded_optimizer_state(builder_, spec_, distckpt::optimizer_state_dict(optimizer),\n"
+        "                                                      distckpt::layout::parameters_in_order(optimizer));\n"
+        "  }\n"
+        "  // What to merge into the model's state dict for load() to restore `optimizer`, from any layout.\n"
+        "  template <typename TorchOptimizer>\n"
+        "  distckpt::StateDict load_request(const TorchOptimizer& optimizer) const {\n"
+        "    return distckpt::layout::optimizer_load_request(\n"
+        "        builder_, distckpt::layout::optimizer_state_names(spec_, distckpt::optimizer_state_dict(optimizer)));\n"
+        "  }\n"
+        "  // Puts the state from load()'s result into `optimizer`.\n"
+        "  template <typename TorchOptimizer>\n"
+        "  void load_state_dict(TorchOptimizer& optimizer, const distckpt::StateDict& loaded) const {\n"
+        "    distckpt::load_optimizer_state_dict(\n"
+        "        optimizer, distckpt::layout::torch_optimizer_state(builder_, spec_, loaded.at(\"optimizer\"),\n"
+        "                                                           distckpt::layout::parameters_in_order(optimizer),\n"
+        "                                                           distckpt::optimizer_state_dict(optimizer)));\n"
+        "  }\n\n"
+        " private:\n"
+        "  const distckpt::layout::Builder& builder_;\n"
+        "  distckpt::layout::OptimizerSpec spec_;\n"
+        "};\n\n",
+        "name", o.name, "states", states, "zero", zero, "cls", camel_case(o.name), "dist",
+        o.distributed_axis >= 0 ? "true" : "false");
   }
 
   void emit_config_structs() {
@@ -165,7 +208,9 @@ class HeaderEmitter {
           "static const char* fingerprint();\n",
           "name", quoted(layout_.name));
     }
-    h_.print("\n private:\n  ResolvedConfig config_;\n  distckpt::layout::Builder builder_;\n");
+    h_.print("\n private:\n");
+    for (const OptimizerDecl& o : layout_.optimizers) h_.print("  friend class $cls$;\n", "cls", camel_case(o.name));
+    h_.print("  ResolvedConfig config_;\n  distckpt::layout::Builder builder_;\n");
     for (const std::string& f : fields) h_.print("  $f$\n", "f", f);
     h_.print("};\n\n");
   }

@@ -49,6 +49,7 @@ class SourceEmitter {
     emit_constructor();
     emit_setters(layout_.body, "Model", "", "builder_.");
     emit_model_functions();
+    emit_optimizer_constructors();
     s_.print("}  // namespace $ns$\n", "ns", layout_.name);
   }
 
@@ -268,6 +269,22 @@ class SourceEmitter {
             "  return $acc$_.at(static_cast<size_t>(local_index));\n}\n\n",
             "inner", inner, "cls", cls, "acc", st.accessor);
       }
+    }
+  }
+
+  void emit_optimizer_constructors() {
+    for (const OptimizerDecl& o : layout_.optimizers) {
+      auto list = [](const std::vector<std::string>& names) {
+        std::string out;
+        for (const std::string& n : names) out += (out.empty() ? "" : ", ") + quoted(n);
+        return out;
+      };
+      s_.print(
+          "$cls$::$cls$(const Model& model, bool distributed)\n"
+          "    : builder_(model.builder_),\n"
+          "      spec_{$name$, {$states$}, {$scalars$}, distributed ? $axis$ : -1} {}\n\n",
+          "cls", camel_case(o.name), "name", quoted(o.name), "states", list(o.states), "scalars", list(o.scalars),
+          "axis", o.distributed_axis >= 0 ? axis_constant(layout_.mesh_axes[o.distributed_axis]) : "-1");
     }
   }
 

@@ -13,7 +13,16 @@ Value apply_factories(const Value& sharded_state_dict) {
 
 void apply_factory_merges(Value& loaded, const Value& request) {
   if (request.kind() == Kind::kFactory) {
-    loaded = Value(request.as_factory().merge(loaded));
+    const ShardedTensorFactory& factory = request.as_factory();
+    at::Tensor merged = factory.merge(loaded);
+    // Into the caller's tensor when it has one: the merged temporary dies
+    // here, so a load holds at most one extra fused tensor at a time.
+    if (factory.data.defined() && factory.data.sizes() == merged.sizes()) {
+      at::NoGradGuard no_grad;
+      factory.data.copy_(merged);
+      merged = factory.data;
+    }
+    loaded = Value(merged);
     return;
   }
   if (request.is_dict() && loaded.is_dict()) {

@@ -19,6 +19,59 @@ bool contains_axis(const std::vector<int>& axes, int axis) {
   return std::find(axes.begin(), axes.end(), axis) != axes.end();
 }
 
+using Parts = std::vector<std::pair<std::string, int64_t>>;
+
+// A fused tensor's parts are each split like the whole, so the global tensor
+// is [part0; part1; ...] whatever the split size. With a flat range (ZeRO),
+// each part gets the piece of the range that falls in its rows; that needs
+// the parts to be contiguous in the flattening, i.e. fused along dim 0.
+ShardedTensorFactory::BuildFn fused_build(const ShardedTensor& base, const Parts& parts, int dim, int64_t rank,
+                                          int64_t parts_count) {
+  return [base, parts, dim, rank, parts_count](const std::string& key, const at::Tensor& local,
+                                               const ReplicaId& replica, const std::optional<FlatRange>& flat) {
+    if (flat && dim != 0) {
+      throw Error(fmt::format("'{}': flat ranges of a fused tensor need it fused along dim 0, not {}", key, dim));
+    }
+    const int64_t inner = numel(base.local_shape) / std::max<int64_t>(base.local_shape[0], 1);
+    Value pieces = Value::dict();
+    int64_t global_start = 0, local_start = 0;
+    for (const auto& [name, extent] : parts) {
+      const int64_t local_extent = extent / parts_count;
+      ShardedTensor piece = base;
+      piece.key = key;
+      piece.replica_id = replica;
+      piece.local_shape[dim] = local_extent;
+      piece.global_offset[base.prepend_axis_num + dim] = global_start + rank * local_extent;
+      global_start += extent;
+      if (!flat) {
+        if (local.defined()) piece.data = local.narrow(dim, local_start, local_extent);
+        pieces[name] = Value(std::move(piece));
+        local_start += local_extent;
+        continue;
+      }
+      const int64_t lo = local_start * inner, hi = (local_start + local_extent) * inner;
+      local_start += local_extent;
+      const int64_t start = std::max(lo, flat->start), stop = std::min(hi, flat->stop);
+      if (start >= stop) continue;  // this part holds nothing of the range
+      piece.flattened_range = FlatRange{start - lo, stop - lo};
+      if (local.defined()) piece.data = local.slice(0, start - flat->start, stop - flat->start);
+      pieces[name] = Value(std::move(piece));
+    }
+    return pieces;
+  };
+}
+
+ShardedTensorFactory::MergeFn fused_merge(const Parts& parts, int dim) {
+  return [parts, dim](const Value& loaded) {
+    std::vector<at::Tensor> tensors;
+    for (const auto& [name, extent] : parts) {
+      if (loaded.contains(name)) tensors.push_back(loaded.at(name).as_tensor());
+    }
+    // Flat pieces are 1-D and in range order; whole parts concatenate along `dim`.
+    return at::cat(tensors, tensors.front().dim() == 1 && parts.size() > 1 ? 0 : dim);
+  };
+}
+
 }  // namespace
 
 TensorSpec::TensorSpec(std::string schema_key_, Shape shape_)
@@ -176,6 +229,24 @@ size_t Builder::add_object(std::string key, std::vector<int> per_axes, Position 
   return objects_.size() - 1;
 }
 
+std::vector<std::optional<FlatRange>> Builder::distributed_ranges(int axis) const {
+  const int64_t ranks = mesh_.coords.at(axis).size, me = mesh_.coords.at(axis).rank;
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors_.size(); ++i) total += numel(local_shape(i));
+  const int64_t align = ranks * kDistributedBucketAlign;
+  const int64_t per_rank = (total + align - 1) / align * align / ranks;
+  const int64_t lo = me * per_rank, hi = lo + per_rank;
+  std::vector<std::optional<FlatRange>> out(tensors_.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const int64_t n = numel(local_shape(i));
+    const int64_t start = std::max(lo, offset), stop = std::min(hi, offset + n);
+    if (start < stop) out[i] = FlatRange{start - offset, stop - offset};
+    offset += n;
+  }
+  return out;
+}
+
 Shape Builder::local_shape(size_t slot) const {
   const TensorSpec& spec = tensors_.at(slot).spec;
   Shape shape = spec.shape;
@@ -240,16 +311,32 @@ ReplicaId Builder::replica_id(const std::vector<int>& not_replicating, bool tied
 }
 
 Value Builder::entry(const TensorSlot& slot, bool with_data, at::ScalarType default_dtype) const {
+  const at::ScalarType dtype = slot.data.defined() ? slot.data.scalar_type()
+                                                   : (slot.spec.dtype.empty() ? default_dtype
+                                                                              : dtype_from_name(slot.spec.dtype));
+  return make_entry(slot, slot.spec.key, with_data ? slot.data : at::Tensor(), dtype, std::nullopt, -1);
+}
+
+Value Builder::derived_entry(size_t slot, const std::string& key_prefix, at::Tensor data, std::optional<FlatRange> flat,
+                             int distinct_axis) const {
+  const TensorSlot& t = tensors_.at(slot);
+  const at::ScalarType dtype = data.defined() ? data.scalar_type() : t.data.scalar_type();
+  return make_entry(t, key_prefix + "." + t.spec.key, std::move(data), dtype, flat, distinct_axis);
+}
+
+Value Builder::make_entry(const TensorSlot& slot, const std::string& key, at::Tensor data, at::ScalarType dtype,
+                          std::optional<FlatRange> flat, int distinct_axis) const {
   const TensorSpec& spec = slot.spec;
   const auto prepend = static_cast<int64_t>(slot.position.prepended.size());
   ShardedTensor base;
-  base.key = spec.key;
-  base.dtype = slot.data.defined() ? slot.data.scalar_type()
-                                   : (spec.dtype.empty() ? default_dtype : dtype_from_name(spec.dtype));
-  base.local_shape = local_shape(&slot - tensors_.data());
+  base.key = key;
+  base.dtype = dtype;
+  base.local_shape = local_shape(static_cast<size_t>(&slot - tensors_.data()));
   base.prepend_axis_num = prepend;
-  base.allow_shape_mismatch = spec.pad_dim.has_value();
+  // Padding may change between save and load, but not together with flat ranges.
+  base.allow_shape_mismatch = spec.pad_dim.has_value() && !flat;
   std::vector<int> not_replicating = slot.position.placing_axes;
+  if (distinct_axis >= 0) not_replicating.push_back(distinct_axis);
   for (const auto& [index, count] : slot.position.prepended) {
     base.global_shape.push_back(count);
     base.global_offset.push_back(index);
@@ -263,43 +350,21 @@ Value Builder::entry(const TensorSlot& slot, bool with_data, at::ScalarType defa
     not_replicating.insert(not_replicating.end(), s.axes.begin(), s.axes.end());
   }
   base.replica_id = replica_id(not_replicating, spec.tied);
-  at::Tensor data = with_data ? slot.data : at::Tensor();
 
   if (spec.fused.empty()) {
-    base.data = data;
+    base.data = std::move(data);
+    base.flattened_range = flat;
     base.validate_metadata_integrity();
     return Value(std::move(base));
   }
-  // Fused parts: each part is split like the whole, so the global tensor is
-  // [part0; part1; ...] whatever the split size.
-  const int dim = spec.splits.front().dim;
-  const auto [rank, parts_count] = split_coord(spec.splits.front());
-  const auto parts = spec.fused;
   ShardedTensorFactory factory;
-  factory.key = spec.key;
-  factory.data = data;
+  factory.key = key;
+  factory.data = std::move(data);
   factory.replica_id = base.replica_id;
-  factory.build = [base, parts, dim, rank = rank, parts_count = parts_count](
-                      const std::string&, const at::Tensor& local, const ReplicaId&, const std::optional<FlatRange>&) {
-    Value pieces = Value::dict();
-    int64_t global_start = 0, local_start = 0;
-    for (const auto& [name, extent] : parts) {
-      const int64_t local_extent = extent / parts_count;
-      ShardedTensor piece = base;
-      piece.local_shape[dim] = local_extent;
-      piece.global_offset[base.prepend_axis_num + dim] = global_start + rank * local_extent;
-      if (local.defined()) piece.data = local.narrow(dim, local_start, local_extent);
-      pieces[name] = Value(std::move(piece));
-      global_start += extent;
-      local_start += local_extent;
-    }
-    return pieces;
-  };
-  factory.merge = [parts, dim](const Value& loaded) {
-    std::vector<at::Tensor> tensors;
-    for (const auto& [name, extent] : parts) tensors.push_back(loaded.at(name).as_tensor());
-    return at::cat(tensors, dim);
-  };
+  factory.flattened_range = flat;
+  const auto [rank, parts_count] = split_coord(spec.splits.front());
+  factory.build = fused_build(base, spec.fused, spec.splits.front().dim, rank, parts_count);
+  factory.merge = fused_merge(spec.fused, spec.splits.front().dim);
   return Value(std::move(factory));
 }
 

@@ -133,6 +133,22 @@ class Builder {
   void bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
             const std::vector<std::pair<std::string, std::string>>& name_map);
 
+  // ---- optimizer state laid out like the parameters -------------------
+  static constexpr int64_t kDistributedBucketAlign = 128;  // elements per rank
+  // ZeRO-1: the flat range of each tensor slot this rank owns along `axis`.
+  // Slots are concatenated in declaration order, the total padded to a
+  // multiple of (axis size * kDistributedBucketAlign) elements, and rank r of
+  // the axis owns the r-th equal part. nullopt: nothing of that slot.
+  std::vector<std::optional<FlatRange>> distributed_ranges(int axis) const;
+  // An entry sharded like `slot` for `data` (shaped like the slot's local
+  // tensor, or the `flat` range of it), keyed `key_prefix + "." + key`. Ranks
+  // of `distinct_axis` (-1: none) hold different data, so it does not replicate.
+  Value derived_entry(size_t slot, const std::string& key_prefix, at::Tensor data, std::optional<FlatRange> flat,
+                      int distinct_axis) const;
+  size_t tensor_slot_count() const { return tensors_.size(); }
+  const std::string& parameter_name(size_t slot) const { return tensors_.at(slot).parameter_name; }
+  const at::Tensor& bound_tensor(size_t slot) const { return tensors_.at(slot).data; }
+
   // Throws Error listing every declared tensor/object this rank has not set.
   StateDict state_dict() const;
   // The same entries without data: what to pass to load() without a model.
@@ -156,6 +172,8 @@ class Builder {
     std::optional<std::string> data;
   };
   Value entry(const TensorSlot& slot, bool with_data, at::ScalarType default_dtype) const;
+  Value make_entry(const TensorSlot& slot, const std::string& key, at::Tensor data, at::ScalarType dtype,
+                   std::optional<FlatRange> flat, int distinct_axis) const;
   ReplicaId replica_id(const std::vector<int>& not_replicating, bool tied) const;
   std::pair<int64_t, int64_t> split_coord(const Split& split) const;  // (rank, size) over the product of axes
   Value build(bool with_data, at::ScalarType default_dtype) const;

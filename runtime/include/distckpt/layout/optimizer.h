@@ -1,0 +1,57 @@
+// Optimizer state laid out like the model's parameters, from a schema's
+// `optimizer` block: every state tensor is sharded exactly like its parameter
+// (key "optimizer.state.<state>.<parameter key>", fused tensors chunked the
+// same way), and with `distributed over dp` each dp rank writes only the
+// contiguous flat range it owns (ZeRO-1), so a save never gathers.
+//
+// The optimizer side is PyTorch's optimizer state-dict format
+// ({"state": {"<id>": {...}}, "param_groups": [...]}, see distckpt/optim),
+// so any optimizer that can produce and consume it plugs in.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "distckpt/layout/builder.h"
+
+namespace distckpt::layout {
+
+struct OptimizerSpec {
+  std::string name;                  // "adam"
+  std::vector<std::string> states;   // per-parameter state tensors ("exp_avg", "exp_avg_sq")
+  std::vector<std::string> scalars;  // per-optimizer scalars ("step")
+  int distributed_axis = -1;         // ZeRO-1 axis; -1: full state, written by the main replica
+};
+
+// The optimizer's parameters in state-dict id order (group by group).
+template <typename Optimizer>
+std::vector<at::Tensor> parameters_in_order(const Optimizer& optimizer) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  return params;
+}
+
+// {"optimizer": {"state": {parameter name: {state: entry}}, "step": n,
+// "param_groups": [...]}} for the parameters bound to `model`. Extra state
+// tensors of the optimizer (e.g. max_exp_avg_sq with amsgrad) are kept too.
+// Every optimizer parameter must be bound to the model.
+StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
+                                  const std::vector<at::Tensor>& params);
+
+// The state tensors to save/load: the schema's, plus max_exp_avg_sq when
+// the optimizer's first param group has amsgrad on.
+std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec, const StateDict& torch_state);
+
+// What to ask load() for: `state_names` of every bound parameter, whole (an
+// optimizer like torch::optim::Adam keeps full local state), whatever layout
+// wrote them.
+StateDict optimizer_load_request(const Builder& model, const std::vector<std::string>& state_names);
+
+// The loaded "optimizer" sub-tree back in PyTorch format for `params`, with
+// the hyper-parameters (param_groups) of the live optimizer's `current` state.
+StateDict torch_optimizer_state(const Builder& model, const OptimizerSpec& spec, const Value& loaded,
+                                const std::vector<at::Tensor>& params, const StateDict& current);
+
+}  // namespace distckpt::layout

@@ -1,0 +1,126 @@
+#include "distckpt/layout/optimizer.h"
+
+#include <unordered_map>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::layout {
+namespace {
+
+constexpr const char* kPrefix = "optimizer.state";
+
+// Optimizer parameter id -> model slot, by tensor identity.
+std::vector<size_t> slots_of(const Builder& model, const std::vector<at::Tensor>& params) {
+  std::unordered_map<const void*, size_t> by_impl;
+  for (size_t s = 0; s < model.tensor_slot_count(); ++s) {
+    if (model.bound_tensor(s).defined()) by_impl.emplace(model.bound_tensor(s).unsafeGetTensorImpl(), s);
+  }
+  std::vector<size_t> slots;
+  for (size_t id = 0; id < params.size(); ++id) {
+    auto it = by_impl.find(params[id].unsafeGetTensorImpl());
+    if (it == by_impl.end()) {
+      throw Error(fmt::format("optimizer parameter {} (shape {}) is not bound to the layout: bind the module's "
+                              "parameters to the model before asking for its optimizer state",
+                              id, to_string(Shape(params[id].sizes().begin(), params[id].sizes().end()))));
+    }
+    slots.push_back(it->second);
+  }
+  return slots;
+}
+
+}  // namespace
+
+StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
+                                  const std::vector<at::Tensor>& params) {
+  const std::vector<size_t> slots = slots_of(model, params);
+  const std::vector<std::optional<FlatRange>> owned =
+      spec.distributed_axis >= 0 ? model.distributed_ranges(spec.distributed_axis)
+                                 : std::vector<std::optional<FlatRange>>(model.tensor_slot_count());
+  Value state = Value::dict();
+  std::optional<int64_t> step;
+  for (const auto& [id_text, param_state] : torch_state.at("state").as_dict()) {
+    const size_t id = std::stoul(id_text);
+    const size_t slot = slots.at(id);
+    for (const std::string& name : spec.states) {
+      if (!param_state.contains(name)) {
+        throw Error(fmt::format("the schema's optimizer {} declares state '{}' but the optimizer has none for '{}'",
+                                spec.name, name, model.parameter_name(slot)));
+      }
+    }
+    Value& entries = state[model.parameter_name(slot)];
+    for (const auto& [name, value] : param_state.as_dict()) {
+      if (value.kind() != Kind::kTensor) {
+        if (name == "step") {
+          if (step && *step != value.as_int()) {
+            throw Error(fmt::format("optimizer parameters are at different steps ({} and {}); save after a full step",
+                                    *step, value.as_int()));
+          }
+          step = value.as_int();
+        }
+        continue;
+      }
+      const std::string prefix = std::string(kPrefix) + "." + name;
+      if (spec.distributed_axis < 0) {
+        entries[name] = model.derived_entry(slot, prefix, value.as_tensor(), std::nullopt, -1);
+      } else if (owned[slot]) {  // ZeRO-1: only the owned flat range, no gathering
+        const FlatRange r = *owned[slot];
+        entries[name] = model.derived_entry(slot, prefix, value.as_tensor().reshape(-1).slice(0, r.start, r.stop), r,
+                                            spec.distributed_axis);
+      }
+    }
+  }
+  StateDict out = Value::dict();
+  Value& optimizer = out["optimizer"];
+  optimizer["state"] = std::move(state);
+  optimizer["step"] = step.value_or(0);
+  optimizer["param_groups"] = torch_state.at("param_groups");
+  return out;
+}
+
+std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec, const StateDict& torch_state) {
+  std::vector<std::string> names = spec.states;
+  const Value& groups = torch_state.at("param_groups");
+  if (groups.size() > 0 && groups[0].contains("amsgrad") && groups[0].at("amsgrad").as_bool()) {
+    names.push_back("max_exp_avg_sq");
+  }
+  return names;
+}
+
+StateDict optimizer_load_request(const Builder& model, const std::vector<std::string>& state_names) {
+  Value state = Value::dict();
+  for (size_t slot = 0; slot < model.tensor_slot_count(); ++slot) {
+    const at::Tensor& param = model.bound_tensor(slot);
+    if (!param.defined()) continue;
+    Value& entries = state[model.parameter_name(slot)];
+    for (const std::string& name : state_names) {
+      entries[name] = model.derived_entry(slot, std::string(kPrefix) + "." + name,
+                                          at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt,
+                                          -1);
+    }
+  }
+  StateDict out = Value::dict();
+  out["optimizer"]["state"] = std::move(state);
+  return out;
+}
+
+StateDict torch_optimizer_state(const Builder& model, const OptimizerSpec& spec, const Value& loaded,
+                                const std::vector<at::Tensor>& params, const StateDict& current) {
+  const std::vector<size_t> slots = slots_of(model, params);
+  const Value& state = loaded.at("state");
+  StateDict out = Value::dict();
+  Value& torch_state = out["state"];
+  torch_state = Value::dict();
+  for (size_t id = 0; id < params.size(); ++id) {
+    const std::string& name = model.parameter_name(slots[id]);
+    if (!state.contains(name)) {
+      throw Error(fmt::format("the loaded optimizer {} state has nothing for parameter '{}'", spec.name, name));
+    }
+    Value& entry = torch_state[std::to_string(id)];
+    for (const auto& [state_name, tensor] : state.at(name).as_dict()) entry[state_name] = tensor;
+    entry["step"] = loaded.at("step").as_int();
+  }
+  out["param_groups"] = current.at("param_groups");
+  return out;
+}
+
+}  // namespace distckpt::layout
