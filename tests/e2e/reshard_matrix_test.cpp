@@ -42,19 +42,39 @@ void expect_reshard(const Mesh& from, const Mesh& to, const std::string& model_f
 const std::string kGpt = "--model gpt --layers 8 --hidden 64 --heads 8 --kv-groups 2 --ffn 128 --vocab 256";
 const std::string kMoe = "--model moe --layers 4 --hidden 32 --heads 4 --kv-groups 2 --ffn 64 --vocab 128 --experts 8";
 
-TEST(ReshardMatrix, GptTp2Pp4ToTp4Pp2) { expect_reshard({2, 4, 1, 1}, {4, 2, 1, 1}, kGpt); }
-TEST(ReshardMatrix, GptPp8ToTp8) { expect_reshard({1, 8, 1, 1}, {8, 1, 1, 1}, kGpt); }
-TEST(ReshardMatrix, GptTp2Dp4ToPp8) { expect_reshard({2, 1, 4, 1}, {1, 8, 1, 1}, kGpt); }
-TEST(ReshardMatrix, GptOneRankToTp2Pp2Dp2) { expect_reshard({1, 1, 1, 1}, {2, 2, 2, 1}, kGpt); }
-TEST(ReshardMatrix, GptTiedEmbeddingsTp2Pp2ToTp1Pp4) {
-  expect_reshard({2, 2, 1, 1}, {1, 4, 1, 1}, kGpt + " --tie-embeddings 1");
+struct Case {
+  const char* name;
+  Mesh from, to;
+  std::string model;
+};
+
+// Every case runs with Adam state, saved ZeRO-1 style (each dp rank writes its
+// flat range) or in full; digests cover parameters and optimizer state.
+class ReshardMatrix : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(ReshardMatrix, DigestsEqualAfterReshard) {
+  const auto& [c, zero] = GetParam();
+  expect_reshard(c.from, c.to, c.model + " --optimizer adam --distributed-optimizer " + (zero ? "1" : "0"));
 }
-TEST(ReshardMatrix, MoeTp2Pp2Ep2ToEp8) { expect_reshard({2, 2, 1, 2}, {1, 1, 1, 8}, kMoe); }
-TEST(ReshardMatrix, MoeEp4ToTp2Pp2) { expect_reshard({1, 1, 1, 4}, {2, 2, 1, 1}, kMoe); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ReshardMatrix,
+    ::testing::Combine(::testing::Values(Case{"GptTp2Pp4ToTp4Pp2", {2, 4, 1, 1}, {4, 2, 1, 1}, kGpt},
+                                         Case{"GptPp8ToTp8", {1, 8, 1, 1}, {8, 1, 1, 1}, kGpt},
+                                         Case{"GptTp2Dp4ToPp8", {2, 1, 4, 1}, {1, 8, 1, 1}, kGpt},
+                                         Case{"GptOneRankToTp2Pp2Dp2", {1, 1, 1, 1}, {2, 2, 2, 1}, kGpt},
+                                         Case{"GptTiedTp2Pp2ToPp4", {2, 2, 1, 1}, {1, 4, 1, 1}, kGpt + " --tie-embeddings 1"},
+                                         Case{"MoeTp2Pp2Ep2ToEp8", {2, 2, 1, 2}, {1, 1, 1, 8}, kMoe},
+                                         Case{"MoeEp4ToTp2Pp2", {1, 1, 1, 4}, {2, 2, 1, 1}, kMoe},
+                                         Case{"MoeEp2Dp2ToTp2Pp2", {1, 1, 2, 2}, {2, 2, 1, 1}, kMoe}),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<ReshardMatrix::ParamType>& info) {
+      return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "Zero" : "Full");
+    });
 
 // A padded vocabulary grows between save and load: the stored rows come back,
 // the new rows are zero, every other tensor is unchanged.
-TEST(ReshardMatrix, PaddedVocabularyGrowsFrom96To128) {
+TEST(ReshardPadding, PaddedVocabularyGrowsFrom96To128) {
   TempDir tmp("matrix-vocab");
   const std::string a = tmp.path() + "/a", b = tmp.path() + "/b";
   const std::string model = "--model gpt --layers 2 --hidden 32 --heads 4 --ffn 64";
