@@ -221,3 +221,23 @@ TEST(StateDictTest, ShardedLeavesEquality) {
 
 }  // namespace
 }  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+TEST(StateDictTemporaries, IteratingATemporarysDictDoesNotDangle) {
+  auto make = [] {
+    Value v = Value::dict();
+    v["a"] = 1;
+    v["b"] = List{Value(2), Value(3)};
+    return v;
+  };
+  int64_t sum = 0;
+  for (const auto& [key, value] : make().as_dict()) sum += value.is_list() ? value.size() : value.as_int();
+  EXPECT_EQ(sum, 1 + 2);
+  const List items = make().at("b").as_list();  // at() returns a reference: copy before the temporary dies
+  EXPECT_EQ(items.size(), 2u);
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -107,10 +107,12 @@ ShardedTensorFactory& Value::as_factory() { return get_checked<Kind::kFactory>(v
 const LocalNonPersistentObject& Value::as_non_persistent() const {
   return get_checked<Kind::kNonPersistent>(v_);
 }
-const Dict& Value::as_dict() const { return get_checked<Kind::kDict>(v_); }
-Dict& Value::as_dict() { return get_checked<Kind::kDict>(v_); }
-const List& Value::as_list() const { return get_checked<Kind::kList>(v_); }
-List& Value::as_list() { return get_checked<Kind::kList>(v_); }
+const Dict& Value::as_dict() const& { return get_checked<Kind::kDict>(v_); }
+Dict& Value::as_dict() & { return get_checked<Kind::kDict>(v_); }
+Dict Value::as_dict() && { return std::move(get_checked<Kind::kDict>(v_)); }
+const List& Value::as_list() const& { return get_checked<Kind::kList>(v_); }
+List& Value::as_list() & { return get_checked<Kind::kList>(v_); }
+List Value::as_list() && { return std::move(get_checked<Kind::kList>(v_)); }
 
 Value& Value::operator[](const std::string& key) {
   if (is_none()) v_ = Dict{};

@@ -80,10 +80,14 @@ class Value {
   const ShardedTensorFactory& as_factory() const;
   ShardedTensorFactory& as_factory();
   const LocalNonPersistentObject& as_non_persistent() const;
-  const Dict& as_dict() const;
-  Dict& as_dict();
-  const List& as_list() const;
-  List& as_list();
+  // On a temporary the container is moved out (by value), so
+  // `for (auto& [k, v] : model.state_dict().as_dict())` does not dangle.
+  const Dict& as_dict() const&;
+  Dict& as_dict() &;
+  Dict as_dict() &&;
+  const List& as_list() const&;
+  List& as_list() &;
+  List as_list() &&;
 
   // Dict access. operator[] turns None into an empty dict first, like a
   // Python defaultdict; at() throws naming the missing key.
