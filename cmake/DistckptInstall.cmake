@@ -3,13 +3,20 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# Imported as distckpt::gen, distckpt::cli, distckpt::launch.
 set_target_properties(distckpt_gen PROPERTIES EXPORT_NAME gen)
+set_target_properties(distckpt_cli PROPERTIES EXPORT_NAME cli)
+set_target_properties(distckpt_launch PROPERTIES EXPORT_NAME launch)
+# The installed CLI must find the installed libdistckpt.so wherever the
+# prefix is (the build-tree RPATH is dropped on install).
+file(RELATIVE_PATH _distckpt_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+set_target_properties(distckpt_cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_distckpt_bin_to_lib}")
+# distckpt's include directory is already part of its INSTALL_INTERFACE.
 install(TARGETS distckpt distckpt_gen distckpt_cli distckpt_launch
   EXPORT distckptTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/distckpt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(DISTCKPT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/distckpt)
