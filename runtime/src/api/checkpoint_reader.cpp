@@ -92,6 +92,7 @@ void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_
   io::File& f = file(file_index);
   if (!verify_) {
     f.pread_all(out, end - begin, base + begin);
+    bytes_read_ += end - begin;
     return;
   }
   const uint64_t block = metadata_.checksum_block_size;
@@ -114,6 +115,7 @@ void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_
       uint64_t run_end = block_end;
       while (run_end < end && std::min(run_end + block, length) <= end) run_end = std::min(run_end + block, length);
       f.pread_all(out + (block_begin - begin), run_end - block_begin, base + block_begin);
+      bytes_read_ += run_end - block_begin;
       for (uint64_t s = block_begin; s < run_end; s += block) verify_block(out + (s - begin), s / block);
       pos = run_end;
       continue;
@@ -121,6 +123,7 @@ void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_
     // A block only partly needed: read it whole into scratch, verify, copy the needed part.
     block_scratch_.resize(block_end - block_begin);
     f.pread_all(block_scratch_.data(), block_end - block_begin, base + block_begin);
+    bytes_read_ += block_end - block_begin;
     verify_block(block_scratch_.data(), index);
     const uint64_t to = std::min(end, block_end);
     std::memcpy(out + (pos - begin), block_scratch_.data() + (pos - block_begin), to - pos);

@@ -38,6 +38,8 @@ class CheckpointReader {
   // not hold all of it.
   void read_region(const TensorRecord& record, const Box& region, at::Tensor dest);
   std::string read_object(const ObjectRecord& record);
+  // Bytes read from data files so far (to check that loads read what they need).
+  uint64_t bytes_read() const { return bytes_read_; }
   // The common state saved by the coordinator (an empty dict if none).
   Value read_common_state() const;
 
@@ -61,6 +63,7 @@ class CheckpointReader {
   std::list<std::pair<uint32_t, io::File>> open_files_;  // most recently used first
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> block_scratch_;
+  uint64_t bytes_read_ = 0;
 };
 
 // The slice of `view` (whose box is `outer`) covering `inner`.
