@@ -47,6 +47,8 @@ struct Case {
   Mesh from, to;
   std::string model;
 };
+// Test logs name the case instead of dumping its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Every case runs with Adam state, saved ZeRO-1 style (each dp rank writes its
 // flat range) or in full; digests cover parameters and optimizer state.
