@@ -79,6 +79,7 @@ class CannedStatuses final : public Communicator {
   std::vector<std::string> all_gather_bytes(std::string_view) override { return statuses_; }
   std::string broadcast_bytes(std::string_view, int) override { return {}; }
   std::vector<std::string> gather_bytes(std::string_view, int) override { return {}; }
+  std::string scatter_bytes(const std::vector<std::string>&, int) override { return {}; }
   void barrier() override {}
   void broadcast_tensor(at::Tensor&, int) override {}
   void send_tensor(const at::Tensor&, int, int) override {}

@@ -1,8 +1,10 @@
 // Umbrella header of the distckpt runtime.
 #pragma once
 
+#include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/api/options.h"
+#include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/agreement.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/comm/process_group.h"

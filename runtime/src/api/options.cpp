@@ -8,7 +8,7 @@
 namespace distckpt {
 namespace {
 
-constexpr std::array<std::pair<StrictHandling, const char*>, 8> kNames{{
+constexpr std::array<std::pair<StrictHandling, const char*>, 8> kStrictNames{{
     {StrictHandling::kAssumeOkUnexpected, "assume_ok_unexpected"},
     {StrictHandling::kLogUnexpected, "log_unexpected"},
     {StrictHandling::kLogAll, "log_all"},
@@ -18,23 +18,44 @@ constexpr std::array<std::pair<StrictHandling, const char*>, 8> kNames{{
     {StrictHandling::kReturnAll, "return_all"},
     {StrictHandling::kIgnoreAll, "ignore_all"},
 }};
+constexpr std::array<std::pair<WriterPolicy, const char*>, 3> kWriterNames{{
+    {WriterPolicy::kBalanced, "balanced"},
+    {WriterPolicy::kLowestRank, "lowest_rank"},
+    {WriterPolicy::kMainReplica, "main_replica"},
+}};
+constexpr std::array<std::pair<LoadExchange, const char*>, 3> kExchangeNames{{
+    {LoadExchange::kNone, "none"},
+    {LoadExchange::kBroadcast, "broadcast"},
+    {LoadExchange::kAllGather, "all_gather"},
+}};
+
+template <typename Enum, size_t N>
+Enum parse_name(const std::array<std::pair<Enum, const char*>, N>& names, const std::string& name, const char* what) {
+  std::string all;
+  for (const auto& [value, spelling] : names) {
+    if (name == spelling) return value;
+    all += std::string(all.empty() ? "" : ", ") + spelling;
+  }
+  throw Error(fmt::format("unknown {} '{}'; use one of: {}", what, name, all));
+}
+
+template <typename Enum, size_t N>
+const char* name_of(const std::array<std::pair<Enum, const char*>, N>& names, Enum value) {
+  for (const auto& [v, spelling] : names) {
+    if (v == value) return spelling;
+  }
+  return "?";
+}
 
 }  // namespace
 
 StrictHandling parse_strict_handling(const std::string& name) {
-  for (const auto& [mode, spelling] : kNames) {
-    if (name == spelling) return mode;
-  }
-  std::string all;
-  for (const auto& entry : kNames) all += std::string(all.empty() ? "" : ", ") + entry.second;
-  throw Error(fmt::format("unknown strict handling '{}'; use one of: {}", name, all));
+  return parse_name(kStrictNames, name, "strict handling");
 }
-
-const char* strict_handling_name(StrictHandling mode) {
-  for (const auto& [m, spelling] : kNames) {
-    if (m == mode) return spelling;
-  }
-  return "?";
-}
+const char* strict_handling_name(StrictHandling mode) { return name_of(kStrictNames, mode); }
+WriterPolicy parse_writer_policy(const std::string& name) { return parse_name(kWriterNames, name, "writer policy"); }
+const char* writer_policy_name(WriterPolicy policy) { return name_of(kWriterNames, policy); }
+LoadExchange parse_load_exchange(const std::string& name) { return parse_name(kExchangeNames, name, "load exchange"); }
+const char* load_exchange_name(LoadExchange exchange) { return name_of(kExchangeNames, exchange); }
 
 }  // namespace distckpt

@@ -39,6 +39,7 @@ class GroupCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return backend_; }
+  at::Device tensor_device() const override { return backend_ == "nccl" ? at::Device(at::kCUDA) : at::kCPU; }
 
   std::vector<std::string> all_gather_bytes(std::string_view local) override {
     const std::vector<int64_t> sizes = all_gather_sizes(local.size(), "all_gather_bytes");
@@ -86,6 +87,38 @@ class GroupCommunicator final : public Communicator {
     options.rootRank = root;
     run("gather_bytes", [&] { return byte_group_->gather(outputs, inputs, options); });
     return is_root ? split_rows(output, sizes) : std::vector<std::string>{};
+  }
+
+  std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
+    check_rank(root, "scatter_bytes", "root");
+    const bool is_root = rank_ == root;
+    if (is_root && parts.size() != static_cast<size_t>(size_)) {
+      throw CommError(fmt::format("scatter_bytes on rank {}: {} parts given for {} ranks", rank_, parts.size(), size_));
+    }
+    // Every rank needs the common width; the root tells everyone every size.
+    at::Tensor sizes = at::zeros({size_}, at::kLong);
+    if (is_root) {
+      for (int r = 0; r < size_; ++r) sizes[r] = static_cast<int64_t>(parts[static_cast<size_t>(r)].size());
+    }
+    sizes = to_byte_device(sizes);
+    c10d::BroadcastOptions broadcast;
+    broadcast.rootRank = root;
+    std::vector<at::Tensor> size_list{sizes};
+    run("scatter_bytes (sizes)", [&] { return byte_group_->broadcast(size_list, broadcast); });
+    const at::Tensor host_sizes = to_host(sizes).contiguous();
+    const int64_t* all = host_sizes.data_ptr<int64_t>();
+    const int64_t width = *std::max_element(all, all + size_);
+    if (width == 0) return {};
+    std::vector<at::Tensor> outputs{at::empty({width}, byte_options())};
+    std::vector<std::vector<at::Tensor>> inputs;  // c10d wants none on non-roots
+    if (is_root) {
+      inputs.emplace_back();
+      for (const std::string& part : parts) inputs.back().push_back(padded_bytes(part, width));
+    }
+    c10d::ScatterOptions options;
+    options.rootRank = root;
+    run("scatter_bytes", [&] { return byte_group_->scatter(outputs, inputs, options); });
+    return split_rows(outputs[0].view({1, width}), {all[rank_]}).front();
   }
 
   void barrier() override {

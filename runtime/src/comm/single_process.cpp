@@ -30,6 +30,14 @@ class SingleProcessCommunicator final : public Communicator {
     return {std::string(local)};
   }
 
+  std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
+    check_root(root, "scatter_bytes");
+    if (parts.size() != 1) {
+      throw CommError(fmt::format("scatter_bytes: {} parts given for a single-process world (need 1)", parts.size()));
+    }
+    return parts[0];
+  }
+
   void barrier() override {}
 
   void broadcast_tensor(at::Tensor& tensor, int root) override { check_root(root, "broadcast_tensor"); }

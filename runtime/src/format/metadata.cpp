@@ -112,6 +112,12 @@ class MetadataDecoder {
     m.layout_fingerprint = std::string(view(root_.layout_fingerprint()));
     m.layout_schema = std::string(view(root_.layout_schema()));
     budget_.charge(m.common_file.size() + m.layout_name.size() + m.layout_fingerprint.size() + m.layout_schema.size());
+    m.plan_hashes = budget_.copy_vector(root_.plan_hashes());
+    if (!m.plan_hashes.empty() && m.plan_hashes.size() != static_cast<size_t>(m.world_size)) {
+      fail(fmt::format("{} plan hashes recorded for a world of {} ranks", m.plan_hashes.size(), m.world_size));
+    }
+    m.writer_policy = std::string(view(root_.writer_policy()));
+    budget_.charge(m.writer_policy.size());
     return m;
   }
 
@@ -357,9 +363,13 @@ std::string encode_metadata(const CheckpointMetadata& metadata) {
   const auto name = fbb.CreateString(metadata.layout_name);
   const auto fingerprint = fbb.CreateString(metadata.layout_fingerprint);
   const auto schema = fbb.CreateString(metadata.layout_schema);
+  ensure_room(fbb, 8 * metadata.plan_hashes.size() + metadata.writer_policy.size(), "the checkpoint metadata");
+  const auto hashes = metadata.plan_hashes.empty() ? 0 : fbb.CreateVector(metadata.plan_hashes);
+  const auto policy = metadata.writer_policy.empty() ? 0 : fbb.CreateString(metadata.writer_policy);
   const auto root =
       fb::CreateCheckpointMetadata(fbb, metadata.format_version, metadata.world_size, metadata.checksum_block_size,
-                                   tensors_vec, objects_vec, files_vec, common, name, fingerprint, schema);
+                                   tensors_vec, objects_vec, files_vec, common, name, fingerprint, schema, hashes,
+                                   policy);
   fb::FinishCheckpointMetadataBuffer(fbb, root);
   return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
 }

@@ -105,16 +105,32 @@ File::~File() {
   if (fd_ >= 0) ::close(fd_);  // errors cannot be reported from here; close() reports them
 }
 
-File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)), direct_(other.direct_.load()) {
+  other.fd_ = -1;
+}
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
     path_ = std::move(other.path_);
+    direct_ = other.direct_.load();
     other.fd_ = -1;
   }
   return *this;
+}
+
+bool File::try_enable_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+  direct_ = true;
+  return true;
+}
+
+void File::disable_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+  direct_ = false;
 }
 
 void File::pwrite_all(const void* data, size_t n, uint64_t offset) {
@@ -125,6 +141,10 @@ void File::pwrite_all(const void* data, size_t n, uint64_t offset) {
     const ssize_t w = ::pwrite(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
     if (w < 0) {
       if (errno == EINTR) continue;
+      if (errno == EINVAL && direct_) {
+        disable_direct();
+        continue;
+      }
       throw_errno(fmt::format("write of {} bytes at offset {} to", n, offset), path_, errno);
     }
     if (w == 0) throw_errno(fmt::format("write at offset {} to", offset + done), path_, ENOSPC);

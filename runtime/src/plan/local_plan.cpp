@@ -5,6 +5,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/plan_generated.h"
 #include "distckpt/format/dtype.h"
+#include "distckpt/io/checksum.h"
 
 namespace distckpt::plan {
 namespace {
@@ -20,6 +21,77 @@ std::string ObjectPlan::unique_key() const {
   return object.unique_key();
 }
 
+uint64_t LocalPlan::item_bytes(size_t item) const {
+  if (item < tensors.size()) {
+    const ShardPlan& t = tensors[item];
+    return static_cast<uint64_t>(t.stored_numel()) * dtype_size(t.dtype);
+  }
+  return objects.at(item - tensors.size()).byte_size;
+}
+
+namespace {
+
+class StructureHasher {
+ public:
+  void add(const std::string& s) {
+    add(static_cast<int64_t>(s.size()));
+    hash_.update(s.data(), s.size());
+  }
+  void add(int64_t v) { hash_.update(&v, sizeof v); }
+  void add(const std::vector<int64_t>& v) {
+    add(static_cast<int64_t>(v.size()));
+    if (!v.empty()) hash_.update(v.data(), v.size() * sizeof(int64_t));
+  }
+  uint64_t digest() const { return hash_.digest(); }
+
+ private:
+  io::StreamingHash hash_;
+};
+
+}  // namespace
+
+uint64_t structure_hash(const LocalPlan& plan) {
+  StructureHasher h;
+  h.add(static_cast<int64_t>(plan.tensors.size()));
+  for (const ShardPlan& t : plan.tensors) {
+    h.add(t.key);
+    h.add(static_cast<int64_t>(t.dtype));
+    h.add(t.global_shape);
+    h.add(t.box.offset);
+    h.add(t.box.length);
+    h.add(t.flat ? t.flat->start : -1);
+    h.add(t.flat ? t.flat->stop : -1);
+    h.add(t.replica_id);
+    h.add(int64_t{t.allow_shape_mismatch});
+  }
+  h.add(static_cast<int64_t>(plan.objects.size()));
+  for (const ObjectPlan& o : plan.objects) {
+    h.add(o.key);
+    h.add(o.global_shape);
+    h.add(o.global_offset);
+    h.add(o.replica_id);
+  }
+  return h.digest();
+}
+
+void sort_canonically(const LocalPlan& plan, std::vector<uint32_t>& items) {
+  const size_t n = plan.tensors.size();
+  std::vector<std::string> object_keys(plan.objects.size());
+  for (uint32_t i : items) {
+    if (i >= n) object_keys[i - n] = plan.objects[i - n].unique_key();
+  }
+  std::sort(items.begin(), items.end(), [&](uint32_t a, uint32_t b) {
+    const bool a_obj = a >= n, b_obj = b >= n;
+    if (a_obj != b_obj) return b_obj;  // tensors first
+    if (a_obj) return object_keys[a - n] < object_keys[b - n];
+    const ShardPlan& x = plan.tensors[a];
+    const ShardPlan& y = plan.tensors[b];
+    if (x.key != y.key) return x.key < y.key;
+    if (x.box != y.box) return x.box < y.box;
+    return (x.flat ? x.flat->start : 0) < (y.flat ? y.flat->start : 0);
+  });
+}
+
 ShardPlan plan_of(const ShardedTensor& tensor) {
   ShardPlan p;
   p.key = tensor.key;
@@ -33,7 +105,7 @@ ShardPlan plan_of(const ShardedTensor& tensor) {
 }
 
 ObjectPlan plan_of(const ShardedObject& object) {
-  return ObjectPlan{object.key, object.global_shape, object.global_offset, object.replica_id};
+  return ObjectPlan{object.key, object.global_shape, object.global_offset, object.replica_id, object.data.size()};
 }
 
 std::string encode_local_plan(const LocalPlan& plan) {
@@ -51,7 +123,7 @@ std::string encode_local_plan(const LocalPlan& plan) {
   for (const ObjectPlan& o : plan.objects) {
     objects.push_back(fb::CreateObjectPlan(b, b.CreateString(o.key), b.CreateVector(o.global_shape),
                                            b.CreateVector(o.global_offset),
-                                           b.CreateVector(o.replica_id)));
+                                           b.CreateVector(o.replica_id), o.byte_size));
   }
   b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects)),
            fb::LocalPlanIdentifier());
@@ -88,7 +160,7 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
     plan.objects.reserve(root->objects()->size());
     for (const fb::ObjectPlan* o : *root->objects()) {
       plan.objects.push_back(ObjectPlan{o->key()->str(), to_shape(o->global_shape()),
-                                        to_shape(o->global_offset()), to_shape(o->replica_id())});
+                                        to_shape(o->global_offset()), to_shape(o->replica_id()), o->byte_size()});
     }
   }
   return plan;

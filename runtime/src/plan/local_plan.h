@@ -33,6 +33,7 @@ struct ObjectPlan {
   Shape global_shape;
   Shape global_offset;
   ReplicaId replica_id{0};
+  uint64_t byte_size = 0;  // balances writers only: objects may change size between saves
   bool is_main() const { return is_main_replica(replica_id); }
   std::string unique_key() const;
 };
@@ -41,7 +42,23 @@ struct LocalPlan {
   int rank = 0;
   std::vector<ShardPlan> tensors;  // in the order of the rank's sharded tensors
   std::vector<ObjectPlan> objects;
+
+  // Items are numbered tensors first, then objects: item i < tensors.size()
+  // is tensors[i], else objects[i - tensors.size()].
+  size_t item_count() const { return tensors.size() + objects.size(); }
+  // Bytes item i stores (flat range or box for tensors, byte_size for objects).
+  uint64_t item_bytes(size_t item) const;
 };
+
+// Hash of what a plan says about the checkpoint's structure: keys, dtypes,
+// shapes, boxes, flat ranges, replica ids. Object sizes and the rank are left
+// out, so an unchanged model hashes the same on every save.
+uint64_t structure_hash(const LocalPlan& plan);
+
+// The order in which a rank writes the items it was assigned: tensors by
+// (key, box, flat start), then objects by unique key. The coordinator lays out
+// the metadata in the same order, so write results need no identities.
+void sort_canonically(const LocalPlan& plan, std::vector<uint32_t>& items);
 
 ShardPlan plan_of(const ShardedTensor& tensor);
 ObjectPlan plan_of(const ShardedObject& object);

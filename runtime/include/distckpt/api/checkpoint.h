@@ -13,14 +13,22 @@
 
 namespace distckpt {
 
+struct SaveReport {
+  bool plan_reused = false;     // planning skipped: every rank matched SaveOptions::plan_cache
+  uint64_t bytes_written = 0;   // payload bytes this rank wrote
+  size_t items_written = 0;     // tensor chunks and objects this rank wrote
+  bool direct_io = false;       // this rank's file was written with O_DIRECT
+};
+
 // Collective: every rank of `comm` calls it with its own sharded state dict.
-// Factories are applied, non-persistent entries dropped, only main replicas
-// written, common (non-sharded) state saved once by rank 0. The sharding is
+// Factories are applied, non-persistent entries dropped, common (non-sharded)
+// state saved once by rank 0. Every stored shard is written exactly once, by
+// one of the ranks that hold it (SaveOptions::writers). The sharding is
 // validated across ranks before any byte is written. The checkpoint is
 // committed (metadata.json written) only after every rank's data is durable;
 // an error on any rank is raised on every rank and leaves `dir` untouched.
-void save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-          const SaveOptions& options = {});
+SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const SaveOptions& options = {});
 
 struct LoadResult {
   StateDict state_dict;                 // common state merged with the loaded entries

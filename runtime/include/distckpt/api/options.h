@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace distckpt {
@@ -24,22 +25,65 @@ enum class StrictHandling {
 StrictHandling parse_strict_handling(const std::string& name);
 const char* strict_handling_name(StrictHandling mode);
 
+// Which rank writes a shard that several ranks hold (replicas over dp, ...).
+enum class WriterPolicy {
+  // Fully parallel: one of the holders, chosen so every rank writes about the
+  // same bytes (deterministic: largest shards first, to the least-loaded
+  // holder, ties to the lowest rank).
+  kBalanced,
+  kLowestRank,   // the lowest rank that holds it
+  kMainReplica,  // the holder whose replica id is all zeros (Megatron without fully parallel)
+};
+WriterPolicy parse_writer_policy(const std::string& name);  // "balanced", "lowest_rank", "main_replica"
+const char* writer_policy_name(WriterPolicy policy);
+
+class SavePlanCache;  // distckpt/api/plan_cache.h
+
 struct SaveOptions {
   // Replace a committed checkpoint in the target directory. The old one is
   // removed only after the new one is committed, so a failed save loses nothing.
   bool overwrite = false;
   // Checksum granularity: loads verify every block they read.
   uint64_t checksum_block_size = uint64_t{1} << 20;
+  WriterPolicy writers = WriterPolicy::kBalanced;
+  // Writer threads per rank (each copies, checksums and writes its slices).
+  int io_threads = 2;
+  // Write with O_DIRECT where the file system allows it (falls back to
+  // buffered writes, e.g. on tmpfs). Data is fsync'ed either way.
+  bool direct_io = true;
+  // Reuse planning (gathered plans, validation, writer choice, metadata
+  // skeleton) while every rank's state dict keeps its structure. The same
+  // cache object must be passed on every rank; null = plan every save.
+  std::shared_ptr<SavePlanCache> plan_cache;
   // Recorded in the metadata (the generated API fills these).
   std::string layout_name;
   std::string layout_fingerprint;
   std::string layout_schema;
 };
 
+// How a stored piece that several ranks need reaches them.
+enum class LoadExchange {
+  kNone,       // every rank reads everything it needs itself
+  // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
+  // every other rank that needs part of it exactly that part, point to point.
+  kBroadcast,
+  // Same reads; the parts travel in batched rounds of one all-gather each
+  // (fewer, larger collectives; every rank receives every batch).
+  kAllGather,
+};
+LoadExchange parse_load_exchange(const std::string& name);  // "none", "broadcast", "all_gather"
+const char* load_exchange_name(LoadExchange exchange);
+
 struct LoadOptions {
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
   bool verify_checksums = true;
+  LoadExchange exchange = LoadExchange::kBroadcast;
+  // Reader threads per rank for pieces read straight into their destination.
+  int io_threads = 2;
+  // Bytes of stored data in flight per reading rank (slab of a piece being
+  // read and exchanged; one all-gather round's contribution).
+  uint64_t exchange_batch_bytes = uint64_t{32} << 20;
 };
 
 }  // namespace distckpt

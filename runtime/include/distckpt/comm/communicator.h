@@ -27,6 +27,9 @@ class Communicator {
   virtual std::string broadcast_bytes(std::string_view data, int root) = 0;
   // All ranks' bytes on `root` (by rank); an empty vector elsewhere.
   virtual std::vector<std::string> gather_bytes(std::string_view local, int root) = 0;
+  // `parts[r]` of `root` on rank r (`parts` has one entry per rank on root
+  // and is ignored elsewhere).
+  virtual std::string scatter_bytes(const std::vector<std::string>& parts, int root) = 0;
   virtual void barrier() = 0;
 
   // In-place tensor broadcast from `root` (same shape/dtype on every rank).
@@ -34,6 +37,10 @@ class Communicator {
   // Point to point, for exchanges between subsets of ranks.
   virtual void send_tensor(const at::Tensor& tensor, int dst, int tag) = 0;
   virtual void recv_tensor(at::Tensor& tensor, int src, int tag) = 0;
+
+  // Where tensors passed to broadcast/send/recv must live: the CPU for Gloo,
+  // the current GPU for NCCL.
+  virtual at::Device tensor_device() const { return at::kCPU; }
 
   // Human-readable backend name ("gloo", "nccl", "single").
   virtual std::string backend() const = 0;

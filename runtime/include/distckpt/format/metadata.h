@@ -66,6 +66,10 @@ struct CheckpointMetadata {
   std::string layout_name;
   std::string layout_fingerprint;
   std::string layout_schema;
+  // The save plan (see plan/global_plan.h): each rank's structure hash and
+  // the writer policy name. Empty when not recorded.
+  std::vector<uint64_t> plan_hashes;
+  std::string writer_policy;
 
   const TensorRecord* find_tensor(const std::string& key) const;  // binary search
 };

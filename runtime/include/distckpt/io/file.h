@@ -2,6 +2,7 @@
 // Every failure throws distckpt::Error with the path and errno text.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,7 +21,17 @@ class File {
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
+  // Alignment that O_DIRECT transfers need (buffer address, offset, length);
+  // 4 KiB covers every common logical block size.
+  static constexpr uint64_t kDirectAlignment = 4096;
+  // Switches the open file to O_DIRECT (page cache bypassed); false when the
+  // file system does not support it (tmpfs, some FUSE), the file unchanged.
+  bool try_enable_direct();
+  bool is_direct() const { return direct_.load(); }
+
   // Writes/reads exactly n bytes at `offset` (loops over short transfers).
+  // A direct write the kernel refuses as misaligned (EINVAL) is retried
+  // buffered and the file stays buffered.
   void pwrite_all(const void* data, size_t n, uint64_t offset);
   void pread_all(void* data, size_t n, uint64_t offset) const;  // throws on EOF
   uint64_t size() const;
@@ -31,8 +42,11 @@ class File {
   int fd() const { return fd_; }
 
  private:
+  void disable_direct();
+
   int fd_ = -1;
   std::string path_;
+  std::atomic<bool> direct_{false};  // writer threads share one File
 };
 
 // Writes `bytes` to `path` via "<path>.tmp", fsync, rename, fsync of the

@@ -1,0 +1,30 @@
+#include "distckpt/api/plan_cache.h"
+
+#include "api/checkpoint_reader.h"
+#include "api/save_plan.h"
+
+namespace distckpt {
+
+SavePlanCache::SavePlanCache() : state_(std::make_unique<State>()) {}
+SavePlanCache::~SavePlanCache() = default;
+
+std::shared_ptr<SavePlanCache> SavePlanCache::create() { return std::shared_ptr<SavePlanCache>(new SavePlanCache()); }
+
+std::shared_ptr<SavePlanCache> SavePlanCache::from_checkpoint(const std::string& dir) {
+  std::shared_ptr<SavePlanCache> cache = create();
+  const api::CheckpointReader reader(dir, /*verify_checksums=*/false);
+  cache->state_->seed = std::make_shared<const CheckpointMetadata>(reader.metadata());
+  return cache;
+}
+
+uint64_t SavePlanCache::plans_made() const { return state_->made; }
+uint64_t SavePlanCache::plans_reused() const { return state_->reused; }
+
+void SavePlanCache::invalidate() {
+  const uint64_t made = state_->made, reused = state_->reused;
+  *state_ = State{};
+  state_->made = made;
+  state_->reused = reused;
+}
+
+}  // namespace distckpt

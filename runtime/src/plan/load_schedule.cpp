@@ -1,0 +1,138 @@
+#include "plan/load_schedule.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace distckpt::plan {
+namespace {
+
+struct NeedRef {
+  uint32_t tensor, piece;
+  int rank;
+  uint32_t index;
+};
+
+uint64_t row_bytes(const Box& piece, uint64_t element_size) {
+  uint64_t n = element_size;
+  for (size_t d = 1; d < piece.ndim(); ++d) n *= static_cast<uint64_t>(piece.length[d]);
+  return n;
+}
+
+uint64_t span_bytes(const PieceGeometry& g, std::pair<int64_t, int64_t> rows) {
+  return static_cast<uint64_t>(rows.second - rows.first) * row_bytes(g.box, g.element_size);
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> row_span(const Box& piece, const std::vector<const Box*>& parts) {
+  if (piece.ndim() == 0) return {0, 1};
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (const Box* p : parts) {
+    lo = std::min(lo, p->offset[0]);
+    hi = std::max(hi, p->offset[0] + p->length[0]);
+  }
+  return {lo - piece.offset[0], hi - piece.offset[0]};
+}
+
+std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row, uint64_t element_size,
+                           uint64_t slab_bytes) {
+  if (piece.ndim() == 0) return {piece};
+  const uint64_t row = std::max<uint64_t>(1, row_bytes(piece, element_size));
+  const auto rows = static_cast<int64_t>(std::max<uint64_t>(1, slab_bytes / row));
+  std::vector<Box> slabs;
+  for (int64_t r = first_row; r < last_row; r += rows) {
+    Box b = piece;
+    b.offset[0] += r;
+    b.length[0] = std::min(rows, last_row - r);
+    slabs.push_back(std::move(b));
+  }
+  return slabs;
+}
+
+uint64_t SharedPiece::message_bytes(const std::vector<std::vector<PieceNeed>>& needs, const Needer& needer,
+                                    size_t slab) const {
+  uint64_t bytes = 0;
+  for (uint32_t i : needer.needs) {
+    const Box& part = needs[static_cast<size_t>(needer.rank)][i].part;
+    if (const auto cut = intersect(part, slabs[slab])) bytes += static_cast<uint64_t>(cut->numel()) * geometry.element_size;
+  }
+  return bytes;
+}
+
+uint64_t SharedPiece::read_bytes() const {
+  uint64_t bytes = 0;
+  for (const Box& s : slabs) bytes += static_cast<uint64_t>(s.numel()) * geometry.element_size;
+  return bytes;
+}
+
+LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
+                                uint64_t slab_bytes, bool share) {
+  LoadSchedule schedule;
+  const size_t world = needs.size();
+  schedule.read_bytes.assign(world, 0);
+  schedule.shared_slot.resize(world);
+  std::vector<NeedRef> refs;
+  for (size_t r = 0; r < world; ++r) {
+    schedule.shared_slot[r].assign(needs[r].size(), -1);
+    for (uint32_t i = 0; i < needs[r].size(); ++i) {
+      refs.push_back(NeedRef{needs[r][i].tensor, needs[r][i].piece, static_cast<int>(r), i});
+    }
+  }
+  std::sort(refs.begin(), refs.end(), [](const NeedRef& a, const NeedRef& b) {
+    if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    if (a.piece != b.piece) return a.piece < b.piece;
+    return a.rank != b.rank ? a.rank < b.rank : a.index < b.index;
+  });
+
+  std::vector<uint64_t> shared_bytes;
+  for (size_t i = 0; i < refs.size();) {
+    size_t j = i;
+    while (j < refs.size() && refs[j].tensor == refs[i].tensor && refs[j].piece == refs[i].piece) ++j;
+    const PieceGeometry g = lookup(refs[i].tensor, refs[i].piece);
+    const bool one_rank = refs[i].rank == refs[j - 1].rank;
+    if (!share || one_rank) {  // each rank reads the rows its own parts span
+      for (size_t k = i; k < j;) {
+        size_t m = k;
+        std::vector<const Box*> parts;
+        for (; m < j && refs[m].rank == refs[k].rank; ++m) parts.push_back(&needs[static_cast<size_t>(refs[m].rank)][refs[m].index].part);
+        schedule.read_bytes[static_cast<size_t>(refs[k].rank)] += span_bytes(g, row_span(g.box, parts));
+        k = m;
+      }
+      i = j;
+      continue;
+    }
+    SharedPiece shared;
+    shared.tensor = refs[i].tensor;
+    shared.piece = refs[i].piece;
+    shared.geometry = g;
+    std::vector<const Box*> parts;
+    for (size_t k = i; k < j; ++k) {
+      if (shared.needers.empty() || shared.needers.back().rank != refs[k].rank) shared.needers.push_back({refs[k].rank, {}});
+      shared.needers.back().needs.push_back(refs[k].index);
+      parts.push_back(&needs[static_cast<size_t>(refs[k].rank)][refs[k].index].part);
+      schedule.shared_slot[static_cast<size_t>(refs[k].rank)][refs[k].index] = static_cast<int32_t>(schedule.shared.size());
+    }
+    const auto rows = row_span(g.box, parts);
+    shared.slabs = cut_slabs(g.box, rows.first, rows.second, g.element_size, slab_bytes);
+    shared_bytes.push_back(span_bytes(g, rows));
+    schedule.shared.push_back(std::move(shared));
+    i = j;
+  }
+
+  // Readers: largest pieces first, each to its least-loaded needer.
+  std::vector<size_t> order(schedule.shared.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shared_bytes[a] > shared_bytes[b]; });
+  for (size_t k : order) {
+    SharedPiece& s = schedule.shared[k];
+    int best = s.needers.front().rank;
+    for (const SharedPiece::Needer& n : s.needers) {
+      if (schedule.read_bytes[static_cast<size_t>(n.rank)] < schedule.read_bytes[static_cast<size_t>(best)]) best = n.rank;
+    }
+    s.reader = best;
+    schedule.read_bytes[static_cast<size_t>(best)] += shared_bytes[k];
+  }
+  return schedule;
+}
+
+}  // namespace distckpt::plan

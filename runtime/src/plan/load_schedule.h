@@ -1,0 +1,70 @@
+// Fully parallel load, as a plan: which rank reads each stored piece that
+// several ranks need, and what travels to whom.
+//
+// Every rank lists the parts of stored pieces it needs (a piece is a
+// row-major, contiguous box of one stored chunk: plan/chunk_index.h). A piece
+// needed by one rank is read by that rank. A piece needed by several is read
+// once, by one of them chosen to balance the bytes each rank reads (largest
+// pieces first, to the needer that reads the least so far, ties to the lowest
+// rank), in slabs of whole rows; from each slab every other needer receives
+// exactly the elements of its parts, packed in its own order. Every rank
+// computes the same schedule from the same all-gathered needs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "distckpt/core/box.h"
+
+namespace distckpt::plan {
+
+struct PieceNeed {
+  uint32_t tensor = 0;  // index into the checkpoint metadata's tensors
+  uint32_t piece = 0;   // index into that tensor's ChunkIndex::pieces()
+  Box part;             // global coordinates, inside the piece's box
+};
+
+struct PieceGeometry {
+  Box box;
+  uint64_t element_size = 1;
+};
+using PieceLookup = std::function<PieceGeometry(uint32_t tensor, uint32_t piece)>;
+
+struct SharedPiece {
+  uint32_t tensor = 0;
+  uint32_t piece = 0;
+  PieceGeometry geometry;
+  int reader = 0;
+  std::vector<Box> slabs;  // consecutive row ranges covering the rows anyone needs
+  struct Needer {
+    int rank = 0;
+    std::vector<uint32_t> needs;  // indices into that rank's needs, in its order
+  };
+  std::vector<Needer> needers;  // ascending rank; the reader among them
+
+  // Bytes `needer` receives from slab `slab` (its parts cut to the slab).
+  uint64_t message_bytes(const std::vector<std::vector<PieceNeed>>& needs, const Needer& needer, size_t slab) const;
+  uint64_t read_bytes() const;  // the slabs' bytes
+};
+
+struct LoadSchedule {
+  std::vector<SharedPiece> shared;  // in (tensor, piece) order: the order of the exchange
+  // shared_slot[rank][i]: the shared piece serving need i of rank, or -1
+  // when the rank reads that need's piece itself.
+  std::vector<std::vector<int32_t>> shared_slot;
+  std::vector<uint64_t> read_bytes;  // per rank, from storage (private pieces: rows spanned by their parts)
+};
+
+// Rows [first, last) of `piece` that cover `parts` (axis 0; a 0-d piece is one row).
+std::pair<int64_t, int64_t> row_span(const Box& piece, const std::vector<const Box*>& parts);
+// `rows` of `piece` cut into slabs of at most `slab_bytes` (at least one row each).
+std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row, uint64_t element_size,
+                           uint64_t slab_bytes);
+
+// `needs[r]` are rank r's needs. `share` false: every rank reads what it
+// needs (no shared pieces). Cost O(N log N) in the total number of needs.
+LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
+                                uint64_t slab_bytes, bool share);
+
+}  // namespace distckpt::plan
