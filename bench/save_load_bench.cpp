@@ -1,20 +1,26 @@
 // Save/load throughput of distckpt next to baselines measured in the same run
 // on the same file system with the same bytes per rank:
-//   raw write   each rank writes its bytes to one file (64 MiB pwrites) + fsync
-//   raw read    each rank reads that file back (page cache evicted first)
+//   raw write          each rank writes its bytes to one file (64 MiB pwrites) + fsync,
+//                      buffered and with O_DIRECT (the faster is the disk's bandwidth)
+//   raw read           each rank reads that file back (page cache evicted first)
 //   torch::save / torch::load of the same tensors (+ fsync after the save)
+// and, for distckpt: the synchronous save (committed), the time an
+// asynchronous save keeps the caller (steady state: plan cached, staging
+// buffers warm), loads into existing (already touched) tensors under the
+// same layout and resharded (rows -> columns).
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers.
 #include <fcntl.h>
 #include <torch/serialize.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
+#include <fmt/format.h>
 
 #include "distckpt/distckpt.h"
 #include "distckpt/io/file.h"
@@ -26,27 +32,23 @@ using Clock = std::chrono::steady_clock;
 
 struct Model {
   std::vector<std::pair<std::string, at::Tensor>> local;  // key -> this rank's rows
-  int64_t hidden;
   uint64_t local_bytes = 0;
 };
 
 // GPT-like layers (qkv, proj, fc1, fc2) of width `hidden`, every tensor split
 // on rows over the ranks, until the global state reaches `total_mb`.
-Model make_model(int64_t total_mb, int64_t hidden, int rank, int world) {
+Model make_model(int64_t total_mb, int64_t hidden, int world) {
   Model m;
-  m.hidden = hidden;
-  const std::vector<std::pair<std::string, int64_t>> per_layer{
-      {"self_attention.linear_qkv.weight", 3 * hidden},
-      {"self_attention.linear_proj.weight", hidden},
-      {"mlp.linear_fc1.weight", 4 * hidden},
-      {"mlp.linear_fc2.weight", hidden}};
+  const std::vector<std::pair<std::string, int64_t>> per_layer{{"self_attention.linear_qkv.weight", 3 * hidden},
+                                                               {"self_attention.linear_proj.weight", hidden},
+                                                               {"mlp.linear_fc1.weight", 4 * hidden},
+                                                               {"mlp.linear_fc2.weight", hidden}};
   const uint64_t target = static_cast<uint64_t>(total_mb) << 20;
   uint64_t global_bytes = 0;
   for (int layer = 0; global_bytes < target; ++layer) {
     for (const auto& [name, rows] : per_layer) {
       const int64_t cols = name == "mlp.linear_fc2.weight" ? 4 * hidden : hidden;
-      const int64_t local_rows = rows / world;
-      at::Tensor t = at::rand({local_rows, cols});
+      at::Tensor t = at::rand({rows / world, cols});
       m.local.emplace_back(fmt::format("decoder.layers.{}.{}", layer, name), t);
       m.local_bytes += t.nbytes();
       global_bytes += static_cast<uint64_t>(rows * cols) * 4;
@@ -55,20 +57,27 @@ Model make_model(int64_t total_mb, int64_t hidden, int rank, int world) {
   return m;
 }
 
-// Row split (the saving layout) or column split into `parts` (a resharded load).
-StateDict state_dict(const Model& m, int rank, int world, bool columns, bool with_data) {
+// The saving layout (rows), with the model's tensors.
+StateDict saved_layout(const Model& m, int rank, int world) {
+  StateDict sd = Value::dict();
+  for (const auto& [key, t] : m.local) sd[key] = ShardedTensor::from_rank_offsets(key, t, {{0, rank, world}});
+  return sd;
+}
+
+// Destinations a resumed trainer already has (allocated and touched once):
+// the same rows, or a column split into max(world, 2) parts.
+StateDict load_layout(const Model& m, int rank, int world, bool columns) {
   StateDict sd = Value::dict();
   for (const auto& [key, t] : m.local) {
     if (!columns) {
-      at::Tensor data = with_data ? t : at::empty_like(t);
-      sd[key] = ShardedTensor::from_rank_offsets(key, data, {{0, rank, world}});
+      sd[key] = ShardedTensor::from_rank_offsets(key, at::zeros_like(t), {{0, rank, world}});
       continue;
     }
     const int64_t rows = t.size(0) * world, cols = t.size(1);
     const int64_t parts = std::max(world, 2);
     List pieces;
     for (int64_t p = rank; p < parts; p += world) {
-      pieces.push_back(ShardedTensor::from_rank_offsets(key, at::empty({rows, cols / parts}), {{1, p, parts}}));
+      pieces.push_back(ShardedTensor::from_rank_offsets(key, at::zeros({rows, cols / parts}), {{1, p, parts}}));
     }
     sd[key] = Value(std::move(pieces));
   }
@@ -85,6 +94,7 @@ void evict(const std::string& path) {
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
   };
+  if (!std::filesystem::exists(path)) return;
   if (!std::filesystem::is_directory(path)) return drop(path);
   for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
     if (entry.is_regular_file()) drop(entry.path());
@@ -97,6 +107,31 @@ void fsync_path(const std::string& path) {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+// The baseline: one file per rank, 64 MiB sequential writes, then fsync.
+// Buffered writes go straight from the tensors; O_DIRECT ones need an
+// aligned buffer, so they copy each 64 MiB into one first.
+void raw_write(const Model& m, const std::string& path, bool direct, uint8_t* aligned, uint64_t buffer_bytes) {
+  io::File f(path, io::File::Mode::kCreateTruncate);
+  if (direct) f.try_enable_direct();
+  uint64_t at = 0;
+  for (const auto& [k, t] : m.local) {
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    for (uint64_t off = 0; off < t.nbytes(); off += buffer_bytes) {
+      const uint64_t n = std::min<uint64_t>(buffer_bytes, t.nbytes() - off);
+      if (!direct) {
+        f.pwrite_all(p + off, n, at);
+        at += n;
+        continue;
+      }
+      std::memcpy(aligned, p + off, n);
+      const uint64_t padded = (n + 4095) / 4096 * 4096;
+      f.pwrite_all(aligned, padded, at);
+      at += padded;
+    }
+  }
+  f.sync();
 }
 
 struct Timer {
@@ -123,50 +158,58 @@ int main(int argc, char** argv) {
   CLI::App app{"distckpt save/load throughput vs raw disk bandwidth and torch::save"};
   int64_t total_mb = 512, hidden = 1024;
   int reps = 3;
-  std::string dir = "bench-tmp";
+  std::string dir = "bench-tmp", exchange = "broadcast";
   app.add_option("--mb", total_mb, "global state size in MiB");
   app.add_option("--hidden", hidden, "hidden size of the GPT-like layers");
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
   app.add_option("--dir", dir, "scratch directory on the file system to measure");
+  app.add_option("--exchange", exchange, "load exchange: none, broadcast, all_gather");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
   std::shared_ptr<Communicator> comm =
       std::getenv("WORLD_SIZE") ? communicator_from_env() : make_single_process_communicator();
   const int rank = comm->rank(), world = comm->size();
-  const Model model = make_model(total_mb, hidden, rank, world);
+  const Model model = make_model(total_mb, hidden, world);
   const std::string raw = fmt::format("{}/raw_{}.bin", dir, rank);
   const std::string torch_file = fmt::format("{}/torch_{}.pt", dir, rank);
-  const std::string ckpt = dir + "/ckpt";
+  const std::string ckpt = dir + "/ckpt", async_ckpt = dir + "/async";
   if (rank == 0) {
     io::remove_tree(dir);
     io::make_dirs(dir);
   }
   comm->barrier();
 
-  Timer raw_write(*comm), raw_read(*comm), dc_save(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm),
-      t_load(*comm);
-  std::vector<uint8_t> buffer(64 << 20);
+  Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), dc_save(*comm), dc_async(*comm), dc_load(*comm),
+      dc_reshard(*comm), t_save(*comm), t_load(*comm);
+  constexpr uint64_t kBuffer = uint64_t{64} << 20;
+  std::vector<uint8_t> buffer(kBuffer);
+  void* aligned_memory = nullptr;
+  if (posix_memalign(&aligned_memory, 4096, kBuffer) != 0) return 1;
+  std::unique_ptr<uint8_t, decltype(&std::free)> aligned(static_cast<uint8_t*>(aligned_memory), &std::free);
+  std::memset(aligned.get(), 0, kBuffer);
   std::vector<at::Tensor> tensors;
   for (const auto& [k, t] : model.local) tensors.push_back(t);
+  const StateDict same = load_layout(model, rank, world, false), columns = load_layout(model, rank, world, true);
+  LoadOptions load_options;
+  load_options.exchange = parse_load_exchange(exchange);
+  AsyncCallsQueue queue(*comm);
+  auto clear = [&](const std::string& path) {
+    if (rank == 0) io::remove_tree(path);
+    comm->barrier();
+  };
+  // Warm-up of the asynchronous path: plans once, sizes the staging pool.
+  queue.save(saved_layout(model, rank, world), async_ckpt);
+  queue.maybe_finalize(true);
 
   for (int rep = 0; rep < reps; ++rep) {
-    raw_write.run([&] {
-      io::File f(raw, io::File::Mode::kCreateTruncate);
-      uint64_t at = 0;
-      for (const auto& [k, t] : model.local) {
-        const auto* p = static_cast<const uint8_t*>(t.data_ptr());
-        for (uint64_t off = 0; off < t.nbytes(); off += buffer.size()) {
-          const uint64_t n = std::min<uint64_t>(buffer.size(), t.nbytes() - off);
-          f.pwrite_all(p + off, n, at);
-          at += n;
-        }
-      }
-      f.sync();
-    });
-    if (rank == 0) io::remove_tree(ckpt);
-    comm->barrier();
-    dc_save.run([&] { save(state_dict(model, rank, world, false, true), ckpt, *comm); });
+    raw_buffered.run([&] { raw_write(model, raw, false, aligned.get(), kBuffer); });
+    raw_direct.run([&] { raw_write(model, raw, true, aligned.get(), kBuffer); });
+    clear(ckpt);
+    dc_save.run([&] { save(saved_layout(model, rank, world), ckpt, *comm); });
+    clear(async_ckpt);
+    dc_async.run([&] { queue.save(saved_layout(model, rank, world), async_ckpt); });
+    queue.maybe_finalize(true);
     t_save.run([&] {
       torch::save(tensors, torch_file);
       fsync_path(torch_file);
@@ -182,34 +225,39 @@ int main(int argc, char** argv) {
         f.pread_all(buffer.data(), std::min<uint64_t>(buffer.size(), n - off), off);
       }
     });
-    dc_load.run([&] { load(state_dict(model, rank, world, false, false), ckpt, *comm); });
+    dc_load.run([&] { load(same, ckpt, *comm, load_options); });
     if (rank == 0) evict(ckpt);
     comm->barrier();
-    dc_reshard.run([&] { load(state_dict(model, rank, world, true, false), ckpt, *comm); });
+    dc_reshard.run([&] { load(columns, ckpt, *comm, load_options); });
     t_load.run([&] {
       std::vector<at::Tensor> loaded;
       torch::load(loaded, torch_file);
     });
   }
+  queue.close();
 
   const double gb = static_cast<double>(model.local_bytes) * world / 1e9;
   if (rank == 0) {
-    const double w = raw_write.median(), r = raw_read.median();
-    const double s = dc_save.median(), l = dc_load.median(), x = dc_reshard.median();
+    const double wb = raw_buffered.median(), wd = raw_direct.median(), w = std::min(wb, wd), r = raw_read.median();
+    const double s = dc_save.median(), a = dc_async.median(), l = dc_load.median(), x = dc_reshard.median();
     const double ts = t_save.median(), tl = t_load.median();
-    fmt::print("ranks {}  state {:.3f} GB  ({} tensors, hidden {}, median of {})\n", world, gb,
-               model.local.size(), hidden, reps);
+    fmt::print("ranks {}  state {:.3f} GB  ({} tensors per rank, hidden {}, median of {}, load exchange {})\n", world,
+               gb, model.local.size(), hidden, reps, exchange);
     fmt::print("| operation | seconds | GB/s | vs baseline |\n|---|---|---|---|\n");
-    fmt::print("| raw write + fsync (baseline) | {:.3f} | {:.2f} | 1.00 |\n", w, gb / w);
-    fmt::print("| distckpt save (committed) | {:.3f} | {:.2f} | {:.2f}x raw write |\n", s, gb / s, w / s);
-    fmt::print("| torch::save + fsync | {:.3f} | {:.2f} | {:.2f}x raw write |\n", ts, gb / ts, w / ts);
+    fmt::print("| raw write + fsync, buffered | {:.3f} | {:.2f} | |\n", wb, gb / wb);
+    fmt::print("| raw write + fsync, O_DIRECT | {:.3f} | {:.2f} | |\n", wd, gb / wd);
+    fmt::print("| distckpt save (committed) | {:.3f} | {:.2f} | {:.2f}x best raw write |\n", s, gb / s, w / s);
+    fmt::print("| distckpt async save, caller blocked | {:.3f} | | {:.1f}% of the sync save |\n", a, 100 * a / s);
+    fmt::print("| torch::save + fsync | {:.3f} | {:.2f} | {:.2f}x best raw write |\n", ts, gb / ts, w / ts);
     fmt::print("| raw read (baseline) | {:.3f} | {:.2f} | 1.00 |\n", r, gb / r);
     fmt::print("| distckpt load, same layout | {:.3f} | {:.2f} | {:.2f}x raw read |\n", l, gb / l, r / l);
-    fmt::print("| distckpt load, resharded (rows -> columns) | {:.3f} | {:.2f} | {:.2f}x raw read |\n", x, gb / x,
-               r / x);
+    fmt::print("| distckpt load, resharded (rows -> columns) | {:.3f} | {:.2f} | {:.2f}x raw read |\n", x, gb / x, r / x);
     fmt::print("| torch::load | {:.3f} | {:.2f} | {:.2f}x raw read |\n", tl, gb / tl, r / tl);
-    fmt::print("distckpt save / torch::save speed: {:.2f}x; distckpt load / torch::load speed: {:.2f}x\n", ts / s,
-               tl / l);
+    fmt::print(
+        "RESULT ranks={} gb={:.3f} raw_write_buffered_s={:.3f} raw_write_direct_s={:.3f} save_s={:.3f} "
+        "async_blocked_s={:.3f} torch_save_s={:.3f} raw_read_s={:.3f} load_s={:.3f} reshard_load_s={:.3f} "
+        "torch_load_s={:.3f}\n",
+        world, gb, wb, wd, s, a, ts, r, l, x, tl);
   }
   comm->barrier();
   if (rank == 0) io::remove_tree(dir);

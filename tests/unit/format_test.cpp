@@ -48,6 +48,8 @@ CheckpointMetadata sample_metadata() {
   m.layout_name = "gpt";
   m.layout_fingerprint = "f00d";
   m.layout_schema = "layout gpt;\n";
+  m.plan_hashes = {0x1111, 0x2222};
+  m.writer_policy = "balanced";
   return m;
 }
 
@@ -93,6 +95,8 @@ void expect_same(const CheckpointMetadata& a, const CheckpointMetadata& b) {
   EXPECT_EQ(a.layout_name, b.layout_name);
   EXPECT_EQ(a.layout_fingerprint, b.layout_fingerprint);
   EXPECT_EQ(a.layout_schema, b.layout_schema);
+  EXPECT_EQ(a.plan_hashes, b.plan_hashes);
+  EXPECT_EQ(a.writer_policy, b.writer_policy);
 }
 
 // Encodes the sample after `mutate` and expects decoding to fail with E, a
@@ -155,6 +159,8 @@ TEST(FormatMetadataTest, RejectsChunkGeometryOutsideTheTensor) {
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[1].box.offset[1] = 1; },
                                        "lies outside the global shape [4, 6] on axis 1"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.tensors[0].chunks[0].box.offset[0] = -1; }, "on axis 0"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.plan_hashes.push_back(3); },
+                                       "3 plan hashes recorded for a world of 2 ranks"));
   EXPECT_TRUE(rejects<CorruptionError>(
       [](auto& m) { m.tensors[0].chunks[1].box.offset[0] = std::numeric_limits<int64_t>::max(); },
       "tensor 'decoder.weight' chunk 1: box"));

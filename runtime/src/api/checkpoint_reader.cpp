@@ -68,28 +68,39 @@ const ObjectRecord* CheckpointReader::find_object(const std::string& unique_key)
 }
 
 const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) {
+  std::lock_guard<std::mutex> lock(indexes_mutex_);
   auto& slot = indexes_[&record];
   if (!slot) slot = std::make_unique<plan::ChunkIndex>(record);
   return *slot;
 }
 
-io::File& CheckpointReader::file(uint32_t index) {
+std::shared_ptr<io::File> CheckpointReader::file(uint32_t index) {
+  std::lock_guard<std::mutex> lock(files_mutex_);
   for (auto it = open_files_.begin(); it != open_files_.end(); ++it) {
     if (it->first == index) {
       open_files_.splice(open_files_.begin(), open_files_, it);
       return open_files_.front().second;
     }
   }
+  // A file evicted here stays open until the threads reading it are done.
   if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
   const std::string path = io::safe_join(dir_, metadata_.files.at(index).path);
-  open_files_.emplace_front(index, io::File(path, io::File::Mode::kRead));
+  open_files_.emplace_front(index, std::make_shared<io::File>(path, io::File::Mode::kRead));
   return open_files_.front().second;
+}
+
+void CheckpointReader::read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end,
+                                        uint8_t* out) {
+  const ChunkRecord& c = record.chunks.at(chunk);
+  read_verified(c.file, c.byte_offset, c.byte_length, c.block_checksums, begin, end, out,
+                fmt::format("'{}' chunk {}", record.key, chunk));
 }
 
 void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_t length,
                                      const std::vector<uint64_t>& checksums, uint64_t begin, uint64_t end,
                                      uint8_t* out, const std::string& what) {
-  io::File& f = file(file_index);
+  const std::shared_ptr<io::File> handle = file(file_index);
+  const io::File& f = *handle;
   if (!verify_) {
     f.pread_all(out, end - begin, base + begin);
     bytes_read_ += end - begin;
@@ -121,12 +132,13 @@ void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_
       continue;
     }
     // A block only partly needed: read it whole into scratch, verify, copy the needed part.
-    block_scratch_.resize(block_end - block_begin);
-    f.pread_all(block_scratch_.data(), block_end - block_begin, base + block_begin);
+    thread_local std::vector<uint8_t> block_scratch;
+    block_scratch.resize(block_end - block_begin);
+    f.pread_all(block_scratch.data(), block_end - block_begin, base + block_begin);
     bytes_read_ += block_end - block_begin;
-    verify_block(block_scratch_.data(), index);
+    verify_block(block_scratch.data(), index);
     const uint64_t to = std::min(end, block_end);
-    std::memcpy(out + (pos - begin), block_scratch_.data() + (pos - block_begin), to - pos);
+    std::memcpy(out + (pos - begin), block_scratch.data() + (pos - block_begin), to - pos);
     pos = to;
   }
 }
@@ -146,11 +158,12 @@ void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const pl
                   static_cast<uint8_t*>(dest.data_ptr()), what);
     return;
   }
-  scratch_.resize(end - begin);
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(end - begin);
   read_verified(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums, begin, end,
-                scratch_.data(), what);
+                scratch.data(), what);
   const Shape strides = contiguous_strides(piece.box.length);
-  at::Tensor source = at::from_blob(scratch_.data(), part.length, strides, at::TensorOptions().dtype(record.dtype));
+  at::Tensor source = at::from_blob(scratch.data(), part.length, strides, at::TensorOptions().dtype(record.dtype));
   dest.copy_(source);
 }
 

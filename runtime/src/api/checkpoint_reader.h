@@ -1,13 +1,16 @@
 // Reads a committed checkpoint: verified metadata, then any region of any
 // tensor straight from the byte ranges that hold it, checking the checksum
-// of every block it touches. Open files are bounded.
+// of every block it touches. Open files are bounded. Reads are thread-safe
+// (the load engine runs several reader threads).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,11 @@ class CheckpointReader {
   const CheckpointMetadata& metadata() const { return metadata_; }
   // KeyMismatchError naming the key when absent.
   const TensorRecord& tensor(const std::string& key) const;
+  uint32_t tensor_index(const TensorRecord& record) const {
+    return static_cast<uint32_t>(&record - metadata_.tensors.data());
+  }
+  // The stored pieces of a tensor (built once, then shared).
+  const plan::ChunkIndex& index_for(const TensorRecord& record);
   const ObjectRecord* find_object(const std::string& unique_key) const;
 
   // Fills `dest` (sizes = region.length, any strides, CPU or device) with the
@@ -38,14 +46,16 @@ class CheckpointReader {
   // not hold all of it.
   void read_region(const TensorRecord& record, const Box& region, at::Tensor dest);
   std::string read_object(const ObjectRecord& record);
+  // Bytes [begin, end) of chunk `chunk` of `record` (relative to the chunk's
+  // first byte) into `out`, verifying every checksum block they touch.
+  void read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out);
   // Bytes read from data files so far (to check that loads read what they need).
-  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t bytes_read() const { return bytes_read_.load(); }
   // The common state saved by the coordinator (an empty dict if none).
   Value read_common_state() const;
 
  private:
-  const plan::ChunkIndex& index_for(const TensorRecord& record);
-  io::File& file(uint32_t index);
+  std::shared_ptr<io::File> file(uint32_t index);
   void copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                   at::Tensor dest);
   void copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
@@ -59,11 +69,11 @@ class CheckpointReader {
   bool verify_;
   CheckpointMetadata metadata_;
   std::map<std::string, size_t> object_by_unique_key_;
+  std::mutex indexes_mutex_;
   std::map<const TensorRecord*, std::unique_ptr<plan::ChunkIndex>> indexes_;
-  std::list<std::pair<uint32_t, io::File>> open_files_;  // most recently used first
-  std::vector<uint8_t> scratch_;
-  std::vector<uint8_t> block_scratch_;
-  uint64_t bytes_read_ = 0;
+  std::mutex files_mutex_;
+  std::list<std::pair<uint32_t, std::shared_ptr<io::File>>> open_files_;  // most recently used first
+  std::atomic<uint64_t> bytes_read_{0};
 };
 
 // The slice of `view` (whose box is `outer`) covering `inner`.

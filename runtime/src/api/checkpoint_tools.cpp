@@ -3,7 +3,7 @@
 #include <set>
 
 #include "api/checkpoint_reader.h"
-#include "api/shard_loader.h"
+#include "api/load_requests.h"
 #include "api/state_dict_split.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
@@ -38,7 +38,7 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
   Value objects = extract_matching(api::apply_factories(sharded_state_dict), [](const Value& leaf) {
                     return leaf.kind() == Kind::kShardedObject;
                   }).first;
-  for (Value* leaf : nested_values(objects)) *leaf = api::load_leaf(reader, *leaf);
+  for (Value* leaf : nested_values(objects)) *leaf = api::load_object(reader, leaf->as_sharded_object());
   return objects;
 }
 

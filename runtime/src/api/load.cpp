@@ -1,7 +1,10 @@
-// load(): open + verify metadata -> key checks -> read each requested shard
-// from exactly the stored bytes that overlap it -> merge into one state dict.
+// load(): open + verify metadata -> key checks -> plan every requested
+// shard's reads (agreed: a missing or incompatible shard fails every rank
+// before any transfer) -> read, fully parallel when asked: pieces several
+// ranks need are read once and exchanged -> merge into one state dict.
 #include "api/checkpoint_reader.h"
-#include "api/shard_loader.h"
+#include "api/load_requests.h"
+#include "api/read_engine.h"
 #include "api/state_dict_split.h"
 #include "api/strict_keys.h"
 #include "distckpt/api/checkpoint.h"
@@ -16,6 +19,8 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
   std::unique_ptr<api::CheckpointReader> reader;
   api::SplitStateDict split;
   run_agreed(comm, "open the checkpoint", [&] {
+    if (options.io_threads < 1) throw Error("LoadOptions::io_threads must be at least 1");
+    if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
     reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
     for (const Value* leaf : api::sharded_leaves(split.sharded)) {
@@ -38,12 +43,20 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
   }
   agree_on_errors(comm, "check keys against the checkpoint", key_error);
 
-  LoadResult result;
-  run_agreed(comm, "read tensors and objects", [&] {
-    for (Value* leaf : api::sharded_leaves(split.sharded)) *leaf = api::load_leaf(*reader, *leaf);
-    result.state_dict = reader->read_common_state();
+  std::vector<api::TensorRead> reads;
+  run_agreed(comm, "plan the reads", [&] {
+    for (Value* leaf : api::sharded_leaves(split.sharded)) {
+      *leaf = leaf->kind() == Kind::kShardedTensor
+                  ? Value(api::plan_tensor_reads(*reader, leaf->as_sharded_tensor(), reads))
+                  : api::load_object(*reader, leaf->as_sharded_object());
+    }
   });
+  api::execute_reads(*reader, reads, comm, {options.exchange, options.io_threads, options.exchange_batch_bytes});
+
+  LoadResult result;
+  run_agreed(comm, "read the common state", [&] { result.state_dict = reader->read_common_state(); });
   if (!result.state_dict.is_dict()) result.state_dict = Value::dict();
+  result.bytes_read = reader->bytes_read();
   merge(result.state_dict, split.sharded);
   merge(result.state_dict, api::unwrap_non_persistent(split.non_persistent));
   api::apply_factory_merges(result.state_dict, sharded_state_dict);

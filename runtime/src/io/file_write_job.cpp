@@ -13,9 +13,11 @@ namespace {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// Slices hold whole checksum blocks so that each thread checksums its own.
-uint64_t slice_size(const FileWriteOptions& o) {
-  const uint64_t target = std::max<uint64_t>(o.slice_bytes, File::kDirectAlignment);
+// Slices hold whole checksum blocks so that each thread checksums its own,
+// and fit the pool when it is bounded.
+uint64_t slice_size(const FileWriteOptions& o, uint64_t pool_capacity) {
+  uint64_t target = std::max<uint64_t>(o.slice_bytes, File::kDirectAlignment);
+  if (pool_capacity != 0) target = std::min(target, std::max<uint64_t>(pool_capacity, File::kDirectAlignment));
   if (o.checksum_block == 0) return align_up(target, File::kDirectAlignment);
   return std::max<uint64_t>(1, target / o.checksum_block) * o.checksum_block;
 }
@@ -26,7 +28,7 @@ FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::
                            FileWriteOptions options)
     : path_(std::move(path)), items_(std::move(items)), pool_(std::move(pool)), options_(options) {
   if (options_.threads < 1) throw Error(fmt::format("io_threads must be at least 1 (got {})", options_.threads));
-  const uint64_t slice = slice_size(options_);
+  const uint64_t slice = slice_size(options_, pool_->capacity_bytes());
   uint64_t at = 0;
   result_.items.resize(items_.size());
   for (uint32_t i = 0; i < items_.size(); ++i) {

@@ -1,7 +1,13 @@
 #include "plan/load_schedule.h"
 
+#include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
+
+#include "distckpt/core/errors.h"
+#include "distckpt/fb/plan_generated.h"
 
 namespace distckpt::plan {
 namespace {
@@ -133,6 +139,38 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     schedule.read_bytes[static_cast<size_t>(best)] += shared_bytes[k];
   }
   return schedule;
+}
+
+std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
+  flatbuffers::FlatBufferBuilder b(256 + 64 * needs.size());
+  std::vector<flatbuffers::Offset<fb::PieceNeed>> out;
+  out.reserve(needs.size());
+  for (const PieceNeed& n : needs) {
+    out.push_back(fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
+  }
+  b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out)));
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
+  if (!verifier.VerifyBuffer<fb::LoadNeeds>(nullptr)) {
+    throw CorruptionError(fmt::format("load needs from {} failed FlatBuffers verification", origin));
+  }
+  std::vector<PieceNeed> needs;
+  const auto* root = flatbuffers::GetRoot<fb::LoadNeeds>(data);
+  if (!root->needs()) return needs;
+  needs.reserve(root->needs()->size());
+  for (const fb::PieceNeed* n : *root->needs()) {
+    PieceNeed need{n->tensor(), n->piece(),
+                   Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
+    if (need.part.offset.size() != need.part.length.size()) {
+      throw CorruptionError(fmt::format("load needs from {}: a part has offsets and lengths of different ranks", origin));
+    }
+    needs.push_back(std::move(need));
+  }
+  return needs;
 }
 
 }  // namespace distckpt::plan

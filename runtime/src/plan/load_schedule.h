@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "distckpt/core/box.h"
@@ -66,5 +68,11 @@ std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row
 // needs (no shared pieces). Cost O(N log N) in the total number of needs.
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
                                 uint64_t slab_bytes, bool share);
+
+// Wire format of a rank's needs (schema/plan.fbs, LoadNeeds). Decoding
+// verifies the buffer; the caller checks indices and boxes against the
+// checkpoint it opened.
+std::string encode_needs(int rank, const std::vector<PieceNeed>& needs);
+std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin);
 
 }  // namespace distckpt::plan

@@ -1,4 +1,4 @@
-#include "api/shard_loader.h"
+#include "api/load_requests.h"
 
 #include "distckpt/core/errors.h"
 #include "distckpt/format/dtype.h"
@@ -21,9 +21,30 @@ void check_compatible(const CheckpointReader& reader, const TensorRecord& stored
   }
 }
 
+// The reads that fill `region` of the stored tensor into `view`.
+void plan_region(CheckpointReader& reader, const TensorRecord& stored, const Box& region, const at::Tensor& view,
+                 std::vector<TensorRead>& reads) {
+  const plan::ChunkIndex& index = reader.index_for(stored);
+  std::vector<const plan::StoredPiece*> pieces;
+  index.query(region, pieces);
+  int64_t covered = 0;
+  for (const plan::StoredPiece* piece : pieces) {
+    const Box part = region.ndim() == 0 ? region : *intersect(region, piece->box);
+    const auto piece_index = static_cast<uint32_t>(piece - index.pieces().data());
+    reads.push_back(TensorRead{plan::PieceNeed{reader.tensor_index(stored), piece_index, part},
+                               sub_view(view, region, part)});
+    covered += part.numel();
+  }
+  if (covered != region.numel()) {
+    throw CheckpointError(fmt::format(
+        "the checkpoint '{}' does not hold all of '{}' {}: {} of {} elements are stored (global shape {})",
+        reader.dir(), stored.key, to_string(region), covered, region.numel(), to_string(stored.global_shape)));
+  }
+}
+
 }  // namespace
 
-at::Tensor load_sharded_tensor(CheckpointReader& reader, const ShardedTensor& request) {
+at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& request, std::vector<TensorRead>& reads) {
   // Loading writes into the caller's tensors (often parameters that require
   // grad); those writes are not part of any graph.
   at::NoGradGuard no_grad;
@@ -36,13 +57,12 @@ at::Tensor load_sharded_tensor(CheckpointReader& reader, const ShardedTensor& re
   }
   const bool padded = stored.global_shape != request.global_shape;
   const Box stored_whole{Shape(stored.global_shape.size(), 0), stored.global_shape};
-  // Reads `box` of the global tensor into `view`; where the request reaches
-  // past the stored shape the destination is zero-filled.
+  // Where the request reaches past the stored shape the destination is zero-filled.
   auto fill = [&](const Box& box, const at::Tensor& view) {
     if (box.empty()) return;
     const std::optional<Box> inside = padded ? intersect(box, stored_whole) : std::optional<Box>(box);
     if (!inside || *inside != box) view.zero_();
-    if (inside) reader.read_region(stored, *inside, sub_view(view, box, *inside));
+    if (inside) plan_region(reader, stored, *inside, sub_view(view, box, *inside), reads);
   };
   if (request.flattened_range) {
     const FlatRange range = *request.flattened_range;
@@ -57,9 +77,7 @@ at::Tensor load_sharded_tensor(CheckpointReader& reader, const ShardedTensor& re
   return data;
 }
 
-Value load_leaf(CheckpointReader& reader, const Value& leaf) {
-  if (leaf.kind() == Kind::kShardedTensor) return Value(load_sharded_tensor(reader, leaf.as_sharded_tensor()));
-  const ShardedObject& object = leaf.as_sharded_object();
+Value load_object(CheckpointReader& reader, const ShardedObject& object) {
   const ObjectRecord* stored = reader.find_object(object.unique_key());
   if (!stored) {
     throw KeyMismatchError(fmt::format(

@@ -1,0 +1,27 @@
+// Executing a load's reads: pieces only this rank needs are read by a few
+// threads (straight into the destination when its bytes are the stored
+// bytes, else in slabs), while the main thread runs the exchange of pieces
+// several ranks need (api/exchange.h) when fully parallel load is on.
+#pragma once
+
+#include <vector>
+
+#include "api/checkpoint_reader.h"
+#include "api/load_requests.h"
+#include "distckpt/api/options.h"
+#include "distckpt/comm/communicator.h"
+
+namespace distckpt::api {
+
+struct ReadEngineOptions {
+  LoadExchange exchange = LoadExchange::kBroadcast;
+  int threads = 2;
+  uint64_t slab_bytes = uint64_t{32} << 20;
+};
+
+// Collective: fills every read's destination. An error on any rank (a
+// missing or corrupt piece, a failed transfer) is raised on every rank.
+void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
+                   const ReadEngineOptions& options);
+
+}  // namespace distckpt::api
