@@ -158,12 +158,16 @@ int main(int argc, char** argv) {
   CLI::App app{"distckpt save/load throughput vs raw disk bandwidth and torch::save"};
   int64_t total_mb = 512, hidden = 1024;
   int reps = 3;
-  std::string dir = "bench-tmp", exchange = "broadcast";
+  std::string dir = "bench-tmp", exchange = "auto";
   app.add_option("--mb", total_mb, "global state size in MiB");
   app.add_option("--hidden", hidden, "hidden size of the GPT-like layers");
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
   app.add_option("--dir", dir, "scratch directory on the file system to measure");
-  app.add_option("--exchange", exchange, "load exchange: none, broadcast, all_gather");
+  app.add_option("--exchange", exchange, "load exchange: auto, none, broadcast, all_gather");
+  int io_threads = 2;
+  bool no_verify = false;
+  app.add_option("--io-threads", io_threads, "reader/writer threads per rank");
+  app.add_flag("--no-verify", no_verify, "loads skip checksum verification");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
@@ -193,22 +197,26 @@ int main(int argc, char** argv) {
   const StateDict same = load_layout(model, rank, world, false), columns = load_layout(model, rank, world, true);
   LoadOptions load_options;
   load_options.exchange = parse_load_exchange(exchange);
+  load_options.io_threads = io_threads;
+  load_options.verify_checksums = !no_verify;
+  SaveOptions save_options;
+  save_options.io_threads = io_threads;
   AsyncCallsQueue queue(*comm);
   auto clear = [&](const std::string& path) {
     if (rank == 0) io::remove_tree(path);
     comm->barrier();
   };
   // Warm-up of the asynchronous path: plans once, sizes the staging pool.
-  queue.save(saved_layout(model, rank, world), async_ckpt);
+  queue.save(saved_layout(model, rank, world), async_ckpt, save_options);
   queue.maybe_finalize(true);
 
   for (int rep = 0; rep < reps; ++rep) {
     raw_buffered.run([&] { raw_write(model, raw, false, aligned.get(), kBuffer); });
     raw_direct.run([&] { raw_write(model, raw, true, aligned.get(), kBuffer); });
     clear(ckpt);
-    dc_save.run([&] { save(saved_layout(model, rank, world), ckpt, *comm); });
+    dc_save.run([&] { save(saved_layout(model, rank, world), ckpt, *comm, save_options); });
     clear(async_ckpt);
-    dc_async.run([&] { queue.save(saved_layout(model, rank, world), async_ckpt); });
+    dc_async.run([&] { queue.save(saved_layout(model, rank, world), async_ckpt, save_options); });
     queue.maybe_finalize(true);
     t_save.run([&] {
       torch::save(tensors, torch_file);

@@ -45,8 +45,10 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
   impl->prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
   api::PreparedSave& p = *impl->prepared;
   run_agreed(comm, "stage the data for an asynchronous save", [&] {
+    io::FileWriteOptions write_options = api::file_write_options(options);
+    write_options.background_writes = true;
     impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
-                                                   api::make_write_items(p), pool, api::file_write_options(options));
+                                                   api::make_write_items(p), pool, write_options);
     impl->job->wait_staged();
   });
   // Staged: the caller's state dict is no longer referenced.

@@ -23,7 +23,8 @@ constexpr std::array<std::pair<WriterPolicy, const char*>, 3> kWriterNames{{
     {WriterPolicy::kLowestRank, "lowest_rank"},
     {WriterPolicy::kMainReplica, "main_replica"},
 }};
-constexpr std::array<std::pair<LoadExchange, const char*>, 3> kExchangeNames{{
+constexpr std::array<std::pair<LoadExchange, const char*>, 4> kExchangeNames{{
+    {LoadExchange::kAuto, "auto"},
     {LoadExchange::kNone, "none"},
     {LoadExchange::kBroadcast, "broadcast"},
     {LoadExchange::kAllGather, "all_gather"},

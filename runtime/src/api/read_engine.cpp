@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "api/exchange.h"
 #include "api/slab_copy.h"
 #include "distckpt/comm/agreement.h"
@@ -145,12 +147,25 @@ void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& n
   }
 }
 
+// kAuto: exchange only between hosts (collective: one all-gather of host names).
+LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
+  if (exchange != LoadExchange::kAuto || comm.size() == 1) return exchange;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  const std::vector<std::string> hosts = comm.all_gather_bytes(name);
+  for (const std::string& h : hosts) {
+    if (h != hosts.front()) return LoadExchange::kBroadcast;
+  }
+  return LoadExchange::kNone;
+}
+
 }  // namespace
 
 void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
                    const ReadEngineOptions& options) {
   at::NoGradGuard no_grad;
-  const bool share = options.exchange != LoadExchange::kNone && comm.size() > 1;
+  const LoadExchange exchange = resolve(options.exchange, comm);
+  const bool share = exchange != LoadExchange::kNone && comm.size() > 1;
   const int me = share ? comm.rank() : 0;
   std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
@@ -179,7 +194,7 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
                       options.threads);
     if (share && !schedule.shared.empty()) {
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error = options.exchange == LoadExchange::kAllGather ? exchange_all_gather(context) : exchange_broadcast(context);
+      error = exchange == LoadExchange::kAllGather ? exchange_all_gather(context) : exchange_broadcast(context);
     }
     const std::exception_ptr private_error = runner.join();
     if (private_error) error = private_error;  // this rank's own read failure names the cause

@@ -14,7 +14,7 @@
 namespace distckpt::api {
 
 struct ReadEngineOptions {
-  LoadExchange exchange = LoadExchange::kBroadcast;
+  LoadExchange exchange = LoadExchange::kAuto;
   int threads = 2;
   uint64_t slab_bytes = uint64_t{32} << 20;
 };

@@ -4,6 +4,7 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/format/dtype.h"
+#include "distckpt/io/stream_copy.h"
 
 namespace distckpt::api {
 namespace {
@@ -22,7 +23,7 @@ io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
   const uint64_t bytes = static_cast<uint64_t>(data.numel()) * data.element_size();
   if (data.device().is_cpu()) {
     return io::WriteItem{bytes, [data](uint64_t offset, uint64_t n, uint8_t* dst) {
-                           std::memcpy(dst, static_cast<const uint8_t*>(data.data_ptr()) + offset, n);
+                           io::stream_copy(dst, static_cast<const uint8_t*>(data.data_ptr()) + offset, n);
                          }};
   }
   return io::WriteItem{bytes, [data](uint64_t offset, uint64_t n, uint8_t* dst) {

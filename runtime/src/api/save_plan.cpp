@@ -86,7 +86,6 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
       decoded.push_back(plan::decode_local_plan(plans[r], fmt::format("rank {}", r)));
     }
     auto global = std::make_shared<plan::GlobalSavePlan>(plan::make_global_save_plan(decoded, p.options.writers));
-    p.claim = prepare_directory(p.paths, p.options.overwrite);
     assignments.reserve(global->assignments.size());
     for (const auto& a : global->assignments) assignments.push_back(encode_assignment(a));
     p.global = std::move(global);
@@ -94,20 +93,20 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
   p.assignment = decode_assignment(comm.scatter_bytes(assignments, 0), local.item_count(), p.rank);
 }
 
+// The cached plan; seeded from a checkpoint, it is first recovered from that
+// checkpoint's metadata (which can fail, so that step is agreed).
 void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCache::State& cache,
                      Communicator& comm) {
-  run_agreed(comm, "reuse the cached save plan", [&] {
-    if (!cache.valid) {  // seeded from a checkpoint: recover the plan it recorded
-      p.assignment = plan::local_assignment_from_metadata(*cache.seed, local, p.rank);
-      if (comm.is_coordinator()) {
-        auto global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(*cache.seed));
-        p.global = std::move(global);
-      }
-    } else {
-      p.assignment = cache.assignment;
-      p.global = cache.global;
+  if (cache.valid) {
+    p.assignment = cache.assignment;
+    p.global = cache.global;
+    return;
+  }
+  run_agreed(comm, "recover the save plan recorded in the checkpoint", [&] {
+    p.assignment = plan::local_assignment_from_metadata(*cache.seed, local, p.rank);
+    if (comm.is_coordinator()) {
+      p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(*cache.seed));
     }
-    if (comm.is_coordinator()) p.claim = prepare_directory(p.paths, p.options.overwrite);
   });
 }
 
@@ -124,19 +123,26 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   p->rank = comm.rank();
   p->world_size = comm.size();
   plan::LocalPlan local;
-  Announcement mine{};
   SavePlanCache::State* cache = options.plan_cache ? &options.plan_cache->state() : nullptr;
-  run_agreed(comm, "prepare the state dict for saving", [&] {
-    if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
-    if (options.io_threads < 1) throw Error("SaveOptions::io_threads must be at least 1");
-    p->paths = save_paths(dir);
-    local = describe_local(*p, state_dict, comm.is_coordinator());
-    mine = Announcement{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
-  });
-
-  // Every rank sees every announcement, so every rank takes the same decision.
-  const std::vector<std::string> announced =
-      comm.all_gather_bytes(std::string_view(reinterpret_cast<const char*>(&mine), sizeof mine));
+  // One collective carries every rank's checks, its structure hash and what
+  // its cache holds; the coordinator prepares the staging directory in the
+  // same step. Every rank sees every announcement, so every rank takes the
+  // same decision about reuse.
+  std::vector<std::string> announced;
+  try {
+    announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
+      if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
+      if (options.io_threads < 1) throw Error("SaveOptions::io_threads must be at least 1");
+      p->paths = save_paths(dir);
+      local = describe_local(*p, state_dict, comm.is_coordinator());
+      const Announcement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
+      if (comm.is_coordinator()) p->claim = prepare_directory(p->paths, options.overwrite);
+      return std::string(reinterpret_cast<const char*>(&mine), sizeof mine);
+    });
+  } catch (...) {
+    if (p->claim) discard_staging(p->paths);
+    throw;
+  }
   bool same_cached_plan = true;
   uint64_t first_cached = 0;
   for (size_t r = 0; r < announced.size(); ++r) {

@@ -103,4 +103,37 @@ void run_agreed(Communicator& comm, const std::string& phase, const std::functio
   agree_on_errors(comm, phase, local_error);
 }
 
+std::vector<std::string> gather_agreed(Communicator& comm, const std::string& phase,
+                                       const std::function<std::string()>& step) {
+  // One byte says which it is: 'k' + the step's bytes, or 'e' + the error.
+  std::exception_ptr local_error;
+  std::string sent;
+  try {
+    sent = "k" + step();
+  } catch (...) {
+    local_error = std::current_exception();
+    sent = "e" + encode_status(local_error);
+  }
+  std::vector<std::string> gathered;
+  try {
+    gathered = comm.all_gather_bytes(sent);
+  } catch (...) {
+    if (local_error) std::rethrow_exception(local_error);
+    throw;
+  }
+  if (local_error) std::rethrow_exception(local_error);
+  std::vector<std::string> statuses(gathered.size());
+  bool failed = false;
+  for (std::size_t r = 0; r < gathered.size(); ++r) {
+    if (gathered[r].empty() || gathered[r][0] != 'k') {
+      statuses[r] = gathered[r].empty() ? "malformed status" : gathered[r].substr(1);
+      failed = true;
+    } else {
+      gathered[r].erase(0, 1);
+    }
+  }
+  if (failed) throw CommError(describe_failures(phase, statuses));
+  return gathered;
+}
+
 }  // namespace distckpt

@@ -105,7 +105,16 @@ std::optional<BufferPool::Buffer> BufferPool::try_acquire(uint64_t bytes) {
     in_use_ += size;
     return Buffer(self_.lock(), data, size);
   }
-  if (options_.capacity_bytes != 0) {
+  if (options_.capacity_bytes != 0 && allocated_ + size > options_.capacity_bytes) {
+    // At capacity: a free larger buffer serves the request (freeing buffers to
+    // allocate others would fault in fresh pages on every save).
+    for (auto larger = free_.upper_bound(size); larger != free_.end(); ++larger) {
+      if (larger->second.empty()) continue;
+      uint8_t* data = larger->second.back();
+      larger->second.pop_back();
+      in_use_ += larger->first;
+      return Buffer(self_.lock(), data, larger->first);
+    }
     free_unused_locked(size);
     if (allocated_ + size > options_.capacity_bytes) return std::nullopt;
   }

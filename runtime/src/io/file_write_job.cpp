@@ -1,6 +1,9 @@
 #include "distckpt/io/file_write_job.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -90,6 +93,7 @@ void FileWriteJob::write(const Staged& staged) {
 }
 
 void FileWriteJob::run() {
+  bool lowered = false;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cancelled_ && !error_ && !synced_) {
     try {
@@ -110,6 +114,11 @@ void FileWriteJob::run() {
         }
       }
       if (!ready_.empty()) {
+        if (options_.background_writes && !lowered && next_stage_ == slices_.size()) {
+          // Per thread on Linux; best effort (a failure only costs speed).
+          setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+          lowered = true;
+        }
         Staged staged = std::move(ready_.front());
         ready_.pop_front();
         lock.unlock();

@@ -63,6 +63,9 @@ struct SaveOptions {
 
 // How a stored piece that several ranks need reaches them.
 enum class LoadExchange {
+  // kBroadcast when the ranks run on more than one host; kNone when they
+  // share one (their shared page cache already reads each piece once).
+  kAuto,
   kNone,       // every rank reads everything it needs itself
   // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
   // every other rank that needs part of it exactly that part, point to point.
@@ -71,14 +74,14 @@ enum class LoadExchange {
   // (fewer, larger collectives; every rank receives every batch).
   kAllGather,
 };
-LoadExchange parse_load_exchange(const std::string& name);  // "none", "broadcast", "all_gather"
+LoadExchange parse_load_exchange(const std::string& name);  // "auto", "none", "broadcast", "all_gather"
 const char* load_exchange_name(LoadExchange exchange);
 
 struct LoadOptions {
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
   bool verify_checksums = true;
-  LoadExchange exchange = LoadExchange::kBroadcast;
+  LoadExchange exchange = LoadExchange::kAuto;
   // Reader threads per rank for pieces read straight into their destination.
   int io_threads = 2;
   // Bytes of stored data in flight per reading rank (slab of a piece being

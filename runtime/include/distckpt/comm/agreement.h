@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "distckpt/comm/communicator.h"
 
@@ -15,6 +16,11 @@ namespace distckpt {
 // exception, the others throw CommError naming the failed ranks and their
 // messages. `phase` names the step in messages ("write data files").
 void run_agreed(Communicator& comm, const std::string& phase, const std::function<void()>& step);
+
+// run_agreed and an all-gather in one collective: every rank's bytes from
+// `step`, by rank, when it succeeded everywhere.
+std::vector<std::string> gather_agreed(Communicator& comm, const std::string& phase,
+                                       const std::function<std::string()>& step);
 
 // Same agreement for an exception already caught (nullptr = success).
 void agree_on_errors(Communicator& comm, const std::string& phase, std::exception_ptr local_error);

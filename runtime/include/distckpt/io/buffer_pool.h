@@ -57,9 +57,10 @@ class BufferPool {
   // The size class a request of `bytes` gets.
   static uint64_t size_class(uint64_t bytes);
 
-  // A buffer of at least `bytes`, or nothing if that would exceed the
-  // capacity while other buffers are in use (free buffers of other classes
-  // are given back to make room). Throws Error if `bytes` can never fit.
+  // A buffer of at least `bytes`: a free one of its class, a new one, or at
+  // capacity a free larger one; else free smaller unused buffers to make
+  // room; else nothing (other buffers are in use). Throws Error if `bytes`
+  // can never fit.
   std::optional<Buffer> try_acquire(uint64_t bytes);
   // Blocks until try_acquire succeeds.
   Buffer acquire(uint64_t bytes);

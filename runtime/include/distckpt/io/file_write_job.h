@@ -37,6 +37,10 @@ struct FileWriteOptions {
   bool direct_io = true;
   uint64_t checksum_block = uint64_t{1} << 20;  // 0: no checksums
   uint64_t slice_bytes = uint64_t{16} << 20;    // rounded to whole checksum blocks
+  // Once everything is staged, the threads lower their scheduling priority
+  // (nice +10): an asynchronous save's writing must not slow the training
+  // that goes on meanwhile, nor the staging of other ranks on the node.
+  bool background_writes = false;
 };
 
 struct ItemWritten {
