@@ -16,6 +16,10 @@ struct AsyncRequest::Impl {
   std::unique_ptr<api::PreparedSave> prepared;
   std::unique_ptr<io::FileWriteJob> job;
   bool finalized = false;
+  // Requests made by from_functions (no prepared save).
+  std::string directory;
+  std::function<bool()> locally_done;
+  std::function<SaveReport(Communicator&)> finalize;
 
   ~Impl() {
     job.reset();  // cancels and joins the writer threads
@@ -28,13 +32,26 @@ AsyncRequest::AsyncRequest(AsyncRequest&&) noexcept = default;
 AsyncRequest& AsyncRequest::operator=(AsyncRequest&&) noexcept = default;
 AsyncRequest::~AsyncRequest() = default;
 
-const std::string& AsyncRequest::directory() const { return impl_->prepared->paths.target; }
-bool AsyncRequest::plan_reused() const { return impl_->prepared->plan_reused; }
-bool AsyncRequest::locally_done() const { return impl_->job->finished(); }
+AsyncRequest AsyncRequest::from_functions(std::string directory, std::function<bool()> locally_done,
+                                          std::function<SaveReport(Communicator&)> finalize) {
+  if (!locally_done || !finalize) throw Error("AsyncRequest::from_functions needs both functions");
+  auto impl = std::make_unique<Impl>();
+  impl->directory = std::move(directory);
+  impl->locally_done = std::move(locally_done);
+  impl->finalize = std::move(finalize);
+  return AsyncRequest(std::move(impl));
+}
+
+const std::string& AsyncRequest::directory() const {
+  return impl_->prepared ? impl_->prepared->paths.target : impl_->directory;
+}
+bool AsyncRequest::plan_reused() const { return impl_->prepared && impl_->prepared->plan_reused; }
+bool AsyncRequest::locally_done() const { return impl_->prepared ? impl_->job->finished() : impl_->locally_done(); }
 
 SaveReport AsyncRequest::finalize(Communicator& comm) {
   if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
   impl_->finalized = true;  // whatever happens next, it is not retried
+  if (!impl_->prepared) return impl_->finalize(comm);
   return api::finalize_save(*impl_->prepared, [&] { return impl_->job->wait(); }, comm);
 }
 

@@ -12,10 +12,6 @@ std::string match_key(const Value& leaf) {
   return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().unique_key();
 }
 
-bool is_stored(const CheckpointReader& reader, const Value& leaf) {
-  if (leaf.kind() == Kind::kShardedTensor) return reader.metadata().find_tensor(leaf.as_sharded_tensor().key);
-  return reader.find_object(leaf.as_sharded_object().unique_key()) != nullptr;
-}
 
 std::string list_keys(const std::set<std::string>& keys) {
   constexpr size_t kShown = 20;
@@ -54,42 +50,50 @@ std::set<std::string> global_requested_keys(const std::set<std::string>& local, 
   return all;
 }
 
-std::set<std::string> stored_keys(const CheckpointReader& reader) {
-  std::set<std::string> keys;
-  for (const TensorRecord& t : reader.metadata().tensors) keys.insert(t.key);
-  for (const ObjectRecord& o : reader.metadata().objects) keys.insert(o.unique_key());
-  return keys;
-}
-
 }  // namespace
 
 KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
                                 StrictHandling mode) {
+  if (mode == StrictHandling::kAssumeOkUnexpected) return {};
+  StoredKeys stored;
+  stored.where = fmt::format("the checkpoint '{}'", reader.dir());
+  for (const TensorRecord& t : reader.metadata().tensors) stored.tensors.insert(t.key);
+  for (const ObjectRecord& o : reader.metadata().objects) stored.objects.insert(o.unique_key());
+  return handle_key_mismatch(sharded, stored, comm, mode);
+}
+
+KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Communicator& comm, StrictHandling mode) {
   KeyMismatch found;
   if (mode == StrictHandling::kAssumeOkUnexpected) return found;
+  auto is_stored = [&](const Value& leaf) {
+    return leaf.kind() == Kind::kShardedTensor ? stored.tensors.count(leaf.as_sharded_tensor().key) > 0
+                                               : stored.objects.count(leaf.as_sharded_object().unique_key()) > 0;
+  };
   std::set<std::string> requested;
   for (const Value* leaf : nested_values(sharded)) {
     requested.insert(match_key(*leaf));
-    if (!is_stored(reader, *leaf)) found.unexpected.insert(match_key(*leaf));
+    if (!is_stored(*leaf)) found.unexpected.insert(match_key(*leaf));
   }
   const bool check_missing =
       mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
   if (check_missing) {
     const std::set<std::string> everywhere = global_requested_keys(requested, comm);
-    for (const std::string& k : stored_keys(reader)) {
-      if (!everywhere.count(k)) found.missing.insert(k);
+    for (const auto* keys : {&stored.tensors, &stored.objects}) {
+      for (const std::string& k : *keys) {
+        if (!everywhere.count(k)) found.missing.insert(k);
+      }
     }
   }
 
   const std::string unexpected_msg =
       found.unexpected.empty()
           ? ""
-          : fmt::format("unexpected keys (requested on rank {} but not in the checkpoint '{}'): {}", comm.rank(),
-                        reader.dir(), list_keys(found.unexpected));
+          : fmt::format("unexpected keys (requested on rank {} but not in {}): {}", comm.rank(), stored.where,
+                        list_keys(found.unexpected));
   const std::string missing_msg =
       found.missing.empty() ? ""
-                            : fmt::format("missing keys (in the checkpoint '{}' but requested by no rank): {}",
-                                          reader.dir(), list_keys(found.missing));
+                            : fmt::format("missing keys (in {} but requested by no rank): {}", stored.where,
+                                          list_keys(found.missing));
   switch (mode) {
     case StrictHandling::kRaiseAll:
       if (!found.missing.empty() || !found.unexpected.empty()) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@ class AsyncRequest {
  public:
   struct Impl;
   explicit AsyncRequest(std::unique_ptr<Impl> impl);
+  // Other asynchronous work that an AsyncCallsQueue can order with saves
+  // (local checkpoints): `locally_done` says whether this rank's background
+  // part is over (not collective); `finalize` is the collective end, called
+  // once. Whatever the functions capture lives as long as the request.
+  static AsyncRequest from_functions(std::string directory, std::function<bool()> locally_done,
+                                     std::function<SaveReport(Communicator&)> finalize);
   AsyncRequest(AsyncRequest&&) noexcept;
   AsyncRequest& operator=(AsyncRequest&&) noexcept;
   // A request never finalized is abandoned: its writes are cancelled and
