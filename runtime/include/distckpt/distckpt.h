@@ -15,3 +15,5 @@
 #include "distckpt/core/sharded_tensor.h"
 #include "distckpt/core/state_dict.h"
 #include "distckpt/format/commit.h"
+#include "distckpt/local/local_checkpoint_manager.h"
+#include "distckpt/local/tensor_aware_state_dict.h"

@@ -1,0 +1,211 @@
+// LocalCheckpointManager over a real Gloo group (ranks as threads, each with
+// its own rank directory standing for its node's storage): sync and async
+// round trips, completeness, clique replication and recovery after a node
+// loss, corrupt replicas, and cleanup only after a newer save is complete.
+#include <filesystem>
+#include <fstream>
+
+#include "distckpt/api/async.h"
+#include "distckpt/core/errors.h"
+#include "distckpt/io/file.h"
+#include "distckpt/local/local_checkpoint_manager.h"
+#include "multirank/checkpoint_fixtures.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+using testing::global_tensor;
+
+// Rows of "w" over the ranks, "bias" replicated everywhere, a per-rank
+// object; values depend on the iteration.
+StateDict model(int rank, int world, int64_t iteration, bool with_data = true) {
+  StateDict sd = Value::dict();
+  const double bump = with_data ? static_cast<double>(iteration) : 0.0;
+  at::Tensor w = global_tensor("w", {2 * world, 8}).narrow(0, 2 * rank, 2) + bump;
+  at::Tensor bias = global_tensor("bias", {8}) + bump;
+  sd["w"] = ShardedTensor::from_rank_offsets("w", with_data ? w : at::zeros_like(w), {{0, rank, world}});
+  sd["bias"] = ShardedTensor::from_rank_offsets("bias", with_data ? bias : at::zeros_like(bias), {}, {rank});
+  sd["rng"] = ShardedObject{"rng", fmt::format("rng-{}-{}", rank, iteration), {world}, {rank}};
+  sd["iteration"] = iteration;
+  return sd;
+}
+
+// Loads `iteration` (default: the latest) and checks every value bitwise.
+LocalRecovery load_and_check(const std::string& root, Communicator& comm, const LocalCheckpointOptions& options,
+                             int64_t expected_iteration) {
+  LocalCheckpointManager manager(root, comm, options);
+  const std::optional<int64_t> latest = manager.find_latest();
+  EXPECT_EQ(latest, std::optional<int64_t>(expected_iteration));
+  const TensorAwareStateDict tasd = manager.load();
+  const int rank = comm.rank(), world = comm.size();
+  const LoadResult r = tasd.to_state_dict(model(rank, world, expected_iteration, false), comm);
+  const StateDict expected = model(rank, world, expected_iteration);
+  EXPECT_TRUE(at::equal(r.state_dict.at("w").as_tensor(), expected.at("w").as_sharded_tensor().data)) << rank;
+  EXPECT_TRUE(at::equal(r.state_dict.at("bias").as_tensor(), expected.at("bias").as_sharded_tensor().data)) << rank;
+  EXPECT_EQ(r.state_dict.at("rng").as_string(), fmt::format("rng-{}-{}", rank, expected_iteration));
+  EXPECT_EQ(r.state_dict.at("iteration").as_int(), expected_iteration);
+  return manager.last_recovery();
+}
+
+void save_iteration(const std::string& root, Communicator& comm, const LocalCheckpointOptions& options,
+                    int64_t iteration, TensorAwareAlgo algo = TensorAwareAlgo::kFullyParallel) {
+  LocalCheckpointManager manager(root, comm, options);
+  manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), comm.size(), iteration), comm, algo),
+               iteration);
+}
+
+LocalCheckpointOptions clique(int ranks_per_node, int factor) {
+  LocalCheckpointOptions options;
+  options.replication = CliqueReplication{ranks_per_node, factor};
+  options.transfer_slab_bytes = 200;  // files travel in many slabs
+  return options;
+}
+
+void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+std::string file_of(const std::string& root, int holder, int64_t iteration, int owner) {
+  return fmt::format("{}/rank_{}/iter_{}_owner_{}.dcl", root, holder, iteration, owner);
+}
+
+TEST(CliqueReplication, GroupsRanksWithTheSameLocalIndexOnOtherNodes) {
+  const CliqueReplication c{2, 2};
+  EXPECT_EQ(c.clique_of(0, 8), (std::vector<int>{0, 2}));
+  EXPECT_EQ(c.clique_of(3, 8), (std::vector<int>{1, 3}));
+  EXPECT_EQ(c.clique_of(5, 8), (std::vector<int>{5, 7}));
+  EXPECT_EQ((CliqueReplication{2, 3}.clique_of(4, 6)), (std::vector<int>{0, 2, 4}));
+  EXPECT_TRUE(throws_with<Error>([&] { c.clique_of(0, 6); }, "does not split into groups"));
+}
+
+TEST(LocalCheckpoint, SyncAndAsyncRoundTripsAndRestart) {
+  TempDir tmp("local-roundtrip");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    EXPECT_EQ(manager.find_latest(), std::nullopt);
+    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 10), comm), 10);
+    AsyncCallsQueue queue(comm);
+    StateDict sd = model(comm.rank(), 4, 20);
+    manager.save_async(TensorAwareStateDict::from_state_dict(sd, comm, TensorAwareAlgo::kFullyParallel), 20, queue);
+    sd.at("w").as_sharded_tensor().data.fill_(-1);  // staged: the checkpoint keeps iteration 20's values
+    queue.close();
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{20}));  // 10 removed once 20 was complete
+  });
+  // A restart: new managers find and load what is on disk.
+  run_ranks(4, [&](Communicator& comm) {
+    EXPECT_TRUE(load_and_check(tmp.path(), comm, options, 20).recovered_ranks.empty());
+  });
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 0, 20, 2)));  // rank 0 holds rank 2's replica
+  EXPECT_FALSE(io::exists(file_of(tmp.path(), 0, 20, 1)));  // but not rank 1's (another clique)
+}
+
+TEST(LocalCheckpoint, WithoutReplicationALostFileMeansNoCompleteIteration) {
+  TempDir tmp("local-noreplica");
+  run_ranks(4, [&](Communicator& comm) { save_iteration(tmp.path(), comm, {}, 5); });
+  std::filesystem::remove(file_of(tmp.path(), 2, 5, 2));
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm);
+    EXPECT_EQ(manager.find_latest(), std::nullopt);
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.load(); }, "load the global checkpoint instead"));
+  });
+}
+
+TEST(LocalCheckpoint, ReplicaRecoversADeletedFile) {
+  TempDir tmp("local-onefile");
+  const LocalCheckpointOptions options = clique(1, 2);  // one rank per node
+  run_ranks(4, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 5); });
+  std::filesystem::remove(file_of(tmp.path(), 2, 5, 2));
+  run_ranks(4, [&](Communicator& comm) {
+    EXPECT_EQ(load_and_check(tmp.path(), comm, options, 5).recovered_ranks, (std::vector<int>{2}));
+  });
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 2, 5, 2)));  // its own copy is back
+}
+
+TEST(LocalCheckpoint, NodeLossIsRecoveredBitwise) {
+  for (const int world : {4, 8}) {
+    TempDir tmp("local-nodeloss");
+    const LocalCheckpointOptions options = clique(2, 2);
+    run_ranks(world, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 7); });
+    // The node of ranks 2 and 3 is replaced by an empty one.
+    io::remove_tree(tmp.path() + "/rank_2");
+    io::remove_tree(tmp.path() + "/rank_3");
+    run_ranks(world, [&](Communicator& comm) {
+      EXPECT_EQ(load_and_check(tmp.path(), comm, options, 7).recovered_ranks, (std::vector<int>{2, 3})) << world;
+    });
+  }
+}
+
+TEST(LocalCheckpoint, CorruptOwnCopyIsDetectedAndAReplicaUsed) {
+  TempDir tmp("local-corrupt-own");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 3); });
+  flip_byte(file_of(tmp.path(), 1, 3, 1), 64 + 3);  // tensor bytes of rank 1's own copy
+  run_ranks(4, [&](Communicator& comm) {
+    const LocalRecovery recovery = load_and_check(tmp.path(), comm, options, 3);
+    EXPECT_EQ(recovery.recovered_ranks, (std::vector<int>{1}));
+    ASSERT_FALSE(recovery.notes.empty());
+    EXPECT_NE(recovery.notes[0].find("do not match their checksums"), std::string::npos) << recovery.notes[0];
+  });
+}
+
+TEST(LocalCheckpoint, CorruptReplicaIsSkippedForAnother) {
+  TempDir tmp("local-corrupt-replica");
+  const LocalCheckpointOptions options = clique(2, 3);  // 3 nodes of 2 ranks: cliques {0,2,4} and {1,3,5}
+  run_ranks(6, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 9); });
+  io::remove_tree(tmp.path() + "/rank_2");
+  io::remove_tree(tmp.path() + "/rank_3");
+  flip_byte(file_of(tmp.path(), 0, 9, 2), 64 + 1);  // the first replica of rank 2
+  run_ranks(6, [&](Communicator& comm) {
+    const LocalRecovery recovery = load_and_check(tmp.path(), comm, options, 9);
+    EXPECT_EQ(recovery.recovered_ranks, (std::vector<int>{2, 3}));
+    bool noted = false;
+    for (const std::string& n : recovery.notes) noted = noted || n.find("the replica on rank 0") != std::string::npos;
+    EXPECT_TRUE(noted);
+  });
+}
+
+TEST(LocalCheckpoint, NoIntactReplicaIsAClearErrorNamingTheRanks) {
+  TempDir tmp("local-no-intact");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 4); });
+  io::remove_tree(tmp.path() + "/rank_2");
+  io::remove_tree(tmp.path() + "/rank_3");
+  flip_byte(file_of(tmp.path(), 0, 4, 2), 64 + 1);  // the only replica of rank 2
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(4));  // every file is there...
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.load(); },
+                                             "no intact copy of the local checkpoint of rank(s) 2 at iteration 4"));
+  });
+}
+
+TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
+  TempDir tmp("local-cleanup");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 1), comm), 1);
+    // Iteration 2 fails on rank 1 (its dict is hollow): nobody removes iteration 1.
+    TensorAwareStateDict next = TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 2), comm);
+    if (comm.rank() == 1) next.pop_tensors();
+    EXPECT_THROW(manager.save(next, 2), Error);
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{1}));
+    EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(1));
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 1), comm), 1); },
+        "not newer"));
+  });
+  run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 1); });
+}
+
+}  // namespace
+}  // namespace distckpt
