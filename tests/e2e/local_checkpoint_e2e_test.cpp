@@ -4,7 +4,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 
 #include "distckpt/io/file.h"
 #include "support/process.h"
@@ -22,15 +21,6 @@ CommandResult probe(int ranks, const std::string& args) {
                      args + " 2>&1");
 }
 
-void flip_byte(const std::string& path, std::streamoff offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(offset);
-  f.write(&c, 1);
-}
 
 TEST(LocalCheckpointE2E, SyncAndAsyncSavesLoadAfterARestart) {
   TempDir tmp("local-e2e");
@@ -63,7 +53,7 @@ TEST(LocalCheckpointE2E, LostNodeAndCorruptCopyAreRecoveredFromPeers) {
   ASSERT_EQ(probe(8, tmp.path() + " save 7" + replicated).exit_code, 0);
   distckpt::io::remove_tree(tmp.path() + "/rank_2");  // node 1 (ranks 2, 3) replaced by an empty one
   distckpt::io::remove_tree(tmp.path() + "/rank_3");
-  flip_byte(tmp.path() + "/rank_5/iter_7_owner_5.dcl", 64 + 100);  // and rank 5's own copy rots
+  flip_byte(tmp.path() + "/rank_5/iter_7_owner_5.dcl", 4096 + 100);  // and rank 5's own copy rots
   const CommandResult load = probe(8, tmp.path() + " load 7" + replicated);
   ASSERT_EQ(load.exit_code, 0) << load.output;
   for (int r = 0; r < 8; ++r) {
@@ -79,7 +69,7 @@ TEST(LocalCheckpointE2E, CorruptReplicaIsSkippedForAnother) {
   ASSERT_EQ(probe(6, tmp.path() + " save 9" + replicated).exit_code, 0);
   distckpt::io::remove_tree(tmp.path() + "/rank_2");
   distckpt::io::remove_tree(tmp.path() + "/rank_3");
-  flip_byte(tmp.path() + "/rank_0/iter_9_owner_2.dcl", 64 + 100);  // rank 2's first replica
+  flip_byte(tmp.path() + "/rank_0/iter_9_owner_2.dcl", 4096 + 100);  // rank 2's first replica
   const CommandResult load = probe(6, tmp.path() + " load 9" + replicated);
   ASSERT_EQ(load.exit_code, 0) << load.output;
   EXPECT_THAT(load.output, HasSubstr("rank 2 recovered iteration 9 from the replica on rank 4"));
@@ -94,7 +84,7 @@ TEST(LocalCheckpointE2E, NoIntactReplicaNamesTheRanks) {
   ASSERT_EQ(probe(4, tmp.path() + " save 8" + replicated).exit_code, 0);
   distckpt::io::remove_tree(tmp.path() + "/rank_2");
   distckpt::io::remove_tree(tmp.path() + "/rank_3");
-  flip_byte(tmp.path() + "/rank_1/iter_8_owner_3.dcl", 64 + 100);  // rank 3's only replica
+  flip_byte(tmp.path() + "/rank_1/iter_8_owner_3.dcl", 4096 + 100);  // rank 3's only replica
   const CommandResult load = probe(4, tmp.path() + " load 8" + replicated);
   EXPECT_NE(load.exit_code, 0);
   EXPECT_THAT(load.output, HasSubstr("no intact copy of the local checkpoint of rank(s) 3 at iteration 8"));

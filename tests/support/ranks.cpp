@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <system_error>
@@ -73,3 +74,15 @@ TempDir::~TempDir() {
 }
 
 std::string TempDir::file(const std::string& name) const { return path_ + "/" + name; }
+
+void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) throw std::runtime_error("flip_byte: cannot open " + path);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x11);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+  if (!f) throw std::runtime_error("flip_byte: cannot rewrite byte " + std::to_string(offset) + " of " + path);
+}

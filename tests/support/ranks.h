@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -21,6 +22,9 @@ void run_ranks(int world_size, const std::function<void(distckpt::Communicator&)
 
 // A fresh, empty directory "<$TMPDIR or /tmp>/distckpt-<tag>-XXXXXX".
 std::string make_temp_dir(const std::string& tag);
+
+// Flips bits of the byte at `offset` of an existing file (corruption tests).
+void flip_byte(const std::string& path, uint64_t offset);
 
 // A temporary directory removed (recursively) when it goes out of scope.
 class TempDir {

@@ -4,21 +4,8 @@
 #include "api/save_items.h"
 #include "api/save_plan.h"
 #include "distckpt/api/checkpoint.h"
-#include "distckpt/io/buffer_pool.h"
 
 namespace distckpt {
-namespace {
-
-// Buffers of synchronous saves: a small, bounded pool kept for the life of
-// the process, so each save copies into warm memory (see io/buffer_pool.h).
-constexpr uint64_t kSyncPoolBytes = uint64_t{64} << 20;
-
-const std::shared_ptr<io::BufferPool>& sync_write_pool() {
-  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, false});
-  return pool;
-}
-
-}  // namespace
 
 SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                 const SaveOptions& options) {
@@ -28,7 +15,7 @@ SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Com
       *prepared,
       [&] {
         job = std::make_unique<io::FileWriteJob>(io::safe_join(prepared->paths.staging, plan::rank_file_path(comm.rank())),
-                                                 api::make_write_items(*prepared), sync_write_pool(),
+                                                 api::make_write_items(*prepared), api::sync_write_pool(),
                                                  api::file_write_options(options));
         return job->wait();
       },

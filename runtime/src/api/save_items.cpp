@@ -9,6 +9,10 @@
 namespace distckpt::api {
 namespace {
 
+// Buffers of synchronous writes: a small, bounded pool kept for the life of
+// the process, so each save copies into warm memory (see io/buffer_pool.h).
+constexpr uint64_t kSyncPoolBytes = uint64_t{64} << 20;
+
 io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
   if (!tensor.data.defined()) {
     throw ShardingError(fmt::format("rank {} cannot save {}: it has no data", rank, tensor.describe()));
@@ -19,6 +23,24 @@ io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
                                     rank, tensor.describe(), data.numel(), dtype_name(data.scalar_type()),
                                     tensor.held_numel(), dtype_name(tensor.dtype)));
   }
+  return tensor_write_item(data);
+}
+
+io::WriteItem object_item(const ShardedObject& object) {
+  auto bytes = std::make_shared<const std::string>(object.data);  // the caller may change it after staging
+  return io::WriteItem{bytes->size(), [bytes](uint64_t offset, uint64_t n, uint8_t* dst) {
+                         std::memcpy(dst, bytes->data() + offset, n);
+                       }};
+}
+
+}  // namespace
+
+const std::shared_ptr<io::BufferPool>& sync_write_pool() {
+  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, false});
+  return pool;
+}
+
+io::WriteItem tensor_write_item(at::Tensor data) {
   if (!data.is_contiguous()) data = data.contiguous();  // the one case that needs a copy of the whole shard
   const uint64_t bytes = static_cast<uint64_t>(data.numel()) * data.element_size();
   if (data.device().is_cpu()) {
@@ -33,15 +55,6 @@ io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
                          at::from_blob(dst, {static_cast<int64_t>(n)}, byte).copy_(source);
                        }};
 }
-
-io::WriteItem object_item(const ShardedObject& object) {
-  auto bytes = std::make_shared<const std::string>(object.data);  // the caller may change it after staging
-  return io::WriteItem{bytes->size(), [bytes](uint64_t offset, uint64_t n, uint8_t* dst) {
-                         std::memcpy(dst, bytes->data() + offset, n);
-                       }};
-}
-
-}  // namespace
 
 std::vector<io::WriteItem> make_write_items(const PreparedSave& p) {
   std::vector<io::WriteItem> items;

@@ -4,12 +4,19 @@
 // is made contiguous first, once).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "api/save_plan.h"
 #include "distckpt/io/file_write_job.h"
 
 namespace distckpt::api {
+
+// A contiguous view of `data` (a copy only when it is not contiguous).
+io::WriteItem tensor_write_item(at::Tensor data);
+
+// The pool of synchronous writes (bounded, warm, shared by every save).
+const std::shared_ptr<io::BufferPool>& sync_write_pool();
 
 // Throws ShardingError for an assigned tensor without data or whose data
 // does not match its declared shape.

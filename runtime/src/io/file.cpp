@@ -96,9 +96,14 @@ void remove_children(int dir_fd, const std::string& dir_path) {
 
 File::File(const std::string& path, Mode mode) : path_(path) {
   // Writers open read-write so that a writer can read back what it wrote.
-  const int flags = mode == Mode::kRead ? O_RDONLY | O_CLOEXEC : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  const int flags = mode == Mode::kRead     ? O_RDONLY | O_CLOEXEC
+                    : mode == Mode::kUpdate ? O_RDWR | O_CLOEXEC
+                                            : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = open_retrying(path.c_str(), flags, 0644);
-  if (fd_ < 0) throw_errno(mode == Mode::kRead ? "open for reading" : "create", path, errno);
+  if (fd_ < 0) {
+    throw_errno(mode == Mode::kRead ? "open for reading" : mode == Mode::kUpdate ? "open for writing" : "create", path,
+                errno);
+  }
 }
 
 File::~File() {

@@ -10,6 +10,8 @@
 #include "distckpt/format/local_state.h"
 #include "distckpt/io/checksum.h"
 #include "distckpt/io/file.h"
+#include "distckpt/io/file_write_job.h"
+#include "api/save_items.h"
 
 namespace distckpt::local {
 namespace {
@@ -28,7 +30,7 @@ struct RawHeader {
   int32_t world_size;
   uint32_t reserved;
   int64_t iteration;
-  uint64_t data_size;
+  uint64_t meta_offset;  // tensor bytes lie in [kHeaderSize, meta_offset)
   uint64_t meta_size;
   uint64_t meta_checksum;
   uint64_t header_checksum;  // XXH3 of the bytes before it
@@ -52,18 +54,17 @@ RawHeader read_header(const io::File& f) {
   if (h.version != kVersion) {
     throw CheckpointError(fmt::format("{}: local file version {}, this build reads {}", f.path(), h.version, kVersion));
   }
-  if (h.meta_size > kMaxMetaSize || h.data_size > size || kHeaderSize + h.data_size + h.meta_size != size) {
-    throw CorruptionError(fmt::format("{}: the header announces {} + {} + {} bytes, the file has {}", f.path(),
-                                      kHeaderSize, h.data_size, h.meta_size, size));
+  if (h.meta_size > kMaxMetaSize || h.meta_offset < kHeaderSize || h.meta_offset > size ||
+      h.meta_offset + h.meta_size != size) {
+    throw CorruptionError(fmt::format("{}: the header announces metadata at {} + {} bytes, the file has {}", f.path(),
+                                      h.meta_offset, h.meta_size, size));
   }
   return h;
 }
 
-at::Tensor contiguous_cpu(const at::Tensor& t) { return t.device().is_cpu() ? t.contiguous() : t.cpu().contiguous(); }
-
 }  // namespace
 
-uint64_t LocalFileHeader::file_size() const { return kHeaderSize + data_size + meta_size; }
+uint64_t LocalFileHeader::file_size() const { return meta_offset + meta_size; }
 
 uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, const std::string& path) {
   if (state.is_hollow()) throw Error("write_local_file: the tensor-aware state dict is hollow");
@@ -76,42 +77,50 @@ uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, 
   LocalState meta = state.state();
   meta.iteration = iteration;
   meta.checksum_block_size = kBlock;
-  uint64_t data_size = 0;
   try {
-    io::File f(tmp, io::File::Mode::kCreateTruncate);
+    // The tensor bytes as the global save writes them (writer threads,
+    // O_DIRECT, checksums); item 0 reserves the header's place.
+    std::vector<io::WriteItem> items{io::WriteItem{kHeaderSize, [](uint64_t, uint64_t n, uint8_t* dst) {
+                                                     std::memset(dst, 0, n);
+                                                   }}};
+    std::vector<size_t> record_of_item{0};
     for (size_t i = 0; i < meta.tensors.size(); ++i) {
       LocalTensorEntry& e = meta.tensors[i];
       e.byte_offset = e.byte_length = 0;
       e.block_checksums.clear();
       const at::Tensor& t = state.tensors()[i];
-      if (!e.held || !t.defined()) continue;
-      const at::Tensor bytes = contiguous_cpu(t);
-      e.byte_offset = data_size;
-      e.byte_length = bytes.nbytes();
-      if (e.byte_length > 0) {
-        e.block_checksums = io::block_checksums(bytes.data_ptr(), e.byte_length, kBlock);
-        f.pwrite_all(bytes.data_ptr(), e.byte_length, kHeaderSize + data_size);
-      }
-      data_size += e.byte_length;
+      if (!e.held || !t.defined() || t.numel() == 0) continue;
+      items.push_back(api::tensor_write_item(t.detach()));
+      record_of_item.push_back(i);
+    }
+    io::FileWriteOptions options;
+    options.checksum_block = kBlock;
+    const io::FileWritten written = io::FileWriteJob(tmp, std::move(items), api::sync_write_pool(), options).wait();
+    for (size_t k = 1; k < written.items.size(); ++k) {
+      LocalTensorEntry& e = meta.tensors[record_of_item[k]];
+      e.byte_offset = written.items[k].byte_offset;
+      e.byte_length = written.items[k].byte_length;
+      e.block_checksums = written.items[k].block_checksums;
     }
     const std::string encoded = encode_local_state(meta);
-    f.pwrite_all(encoded.data(), encoded.size(), kHeaderSize + data_size);
     RawHeader h{};
     std::memcpy(h.magic, kMagic, sizeof kMagic);
     h.version = kVersion;
     h.owner_rank = meta.owner_rank;
     h.world_size = meta.world_size;
     h.iteration = iteration;
-    h.data_size = data_size;
+    h.meta_offset = written.file_size;
     h.meta_size = encoded.size();
     h.meta_checksum = io::xxh3(encoded.data(), encoded.size());
     h.header_checksum = header_checksum(h);
+    io::File f(tmp, io::File::Mode::kUpdate);
+    f.pwrite_all(encoded.data(), encoded.size(), h.meta_offset);
     f.pwrite_all(&h, sizeof h, 0);
     f.sync();
     f.close();
     std::filesystem::rename(tmp, path);
     io::fsync_dir(std::filesystem::path(path).parent_path().string());
-    return kHeaderSize + data_size + encoded.size();
+    return h.meta_offset + h.meta_size;
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
@@ -123,7 +132,7 @@ std::optional<LocalFileHeader> probe_local_file(const std::string& path) {
   try {
     const io::File f(path, io::File::Mode::kRead);
     const RawHeader h = read_header(f);
-    return LocalFileHeader{h.iteration, h.owner_rank, h.world_size, h.data_size, h.meta_size};
+    return LocalFileHeader{h.iteration, h.owner_rank, h.world_size, h.meta_offset, h.meta_size};
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -133,7 +142,7 @@ TensorAwareStateDict read_local_file(const std::string& path) {
   const io::File f(path, io::File::Mode::kRead);
   const RawHeader h = read_header(f);
   std::string encoded(h.meta_size, '\0');
-  f.pread_all(encoded.data(), encoded.size(), kHeaderSize + h.data_size);
+  f.pread_all(encoded.data(), encoded.size(), h.meta_offset);
   if (io::xxh3(encoded.data(), encoded.size()) != h.meta_checksum) {
     throw CorruptionError(fmt::format("{}: the metadata's checksum does not match", path));
   }
@@ -148,12 +157,15 @@ TensorAwareStateDict read_local_file(const std::string& path) {
     const ShardedTensor& m = e.meta;
     const Shape shape = m.flattened_range ? Shape{m.flattened_range->size()} : m.local_shape;
     at::Tensor t = at::empty(shape, at::TensorOptions().dtype(m.dtype));
-    if (t.nbytes() != e.byte_length || e.byte_offset > h.data_size || e.byte_length > h.data_size - e.byte_offset) {
-      throw CorruptionError(fmt::format("{}: tensor '{}' has bytes [{}, +{}) for {} bytes of data outside [0, {})",
-                                        path, m.key, e.byte_offset, e.byte_length, t.nbytes(), h.data_size));
+    if (t.nbytes() != e.byte_length ||
+        (e.byte_length > 0 && (e.byte_offset < kHeaderSize || e.byte_offset > h.meta_offset ||
+                               e.byte_length > h.meta_offset - e.byte_offset))) {
+      throw CorruptionError(fmt::format("{}: tensor '{}' has bytes [{}, +{}) for {} bytes, outside the data [{}, {})",
+                                        path, m.key, e.byte_offset, e.byte_length, t.nbytes(), kHeaderSize,
+                                        h.meta_offset));
     }
     if (e.byte_length > 0) {
-      f.pread_all(t.data_ptr(), e.byte_length, kHeaderSize + e.byte_offset);
+      f.pread_all(t.data_ptr(), e.byte_length, e.byte_offset);
       if (io::block_checksums(t.data_ptr(), e.byte_length, meta.checksum_block_size) != e.block_checksums) {
         throw CorruptionError(fmt::format("{}: the bytes of tensor '{}' ({}) do not match their checksums", path,
                                           m.key, m.describe()));

@@ -1,8 +1,9 @@
 // One rank's local checkpoint as a single file:
-//   [64-byte header][tensor bytes][metadata: schema/local.fbs]
-// The header (with its own checksum) gives the sizes and the metadata's
-// checksum; the metadata gives every tensor's byte range and per-block XXH3
-// checksums. Files are written under a temporary name, fsync'ed and renamed,
+//   [64-byte header, padded to 4 KiB][tensor bytes][metadata: schema/local.fbs]
+// The tensor bytes are written like a global save's data file (writer
+// threads, O_DIRECT, 4 KiB-aligned items). The header (with its own checksum)
+// says where the metadata is and gives its checksum; the metadata gives every
+// tensor's byte range and per-block XXH3 checksums. Files are written under a temporary name, fsync'ed and renamed,
 // so a file under its final name is always complete.
 #pragma once
 
@@ -18,7 +19,7 @@ struct LocalFileHeader {
   int64_t iteration = 0;
   int32_t owner_rank = 0;
   int32_t world_size = 0;
-  uint64_t data_size = 0;
+  uint64_t meta_offset = 0;
   uint64_t meta_size = 0;
   uint64_t file_size() const;
 };

@@ -12,7 +12,7 @@ namespace distckpt::io {
 
 class File {
  public:
-  enum class Mode { kRead, kCreateTruncate };
+  enum class Mode { kRead, kCreateTruncate, kUpdate };  // kUpdate: an existing file, read-write
   File() = default;
   File(const std::string& path, Mode mode);
   ~File();
