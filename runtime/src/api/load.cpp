@@ -4,12 +4,12 @@
 // ranks need are read once and exchanged -> merge into one state dict.
 #include "api/checkpoint_reader.h"
 #include "api/load_requests.h"
+#include "api/load_result.h"
 #include "api/read_engine.h"
 #include "api/state_dict_split.h"
 #include "api/strict_keys.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/agreement.h"
-#include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 
 namespace distckpt {
@@ -53,17 +53,11 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
   });
   api::execute_reads(*reader, reads, comm, {options.exchange, options.io_threads, options.exchange_batch_bytes});
 
-  LoadResult result;
-  run_agreed(comm, "read the common state", [&] { result.state_dict = reader->read_common_state(); });
-  if (!result.state_dict.is_dict()) result.state_dict = Value::dict();
+  Value common;
+  run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });
+  LoadResult result =
+      api::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
   result.bytes_read = reader->bytes_read();
-  merge(result.state_dict, split.sharded);
-  merge(result.state_dict, api::unwrap_non_persistent(split.non_persistent));
-  api::apply_factory_merges(result.state_dict, sharded_state_dict);
-  if (options.strict == StrictHandling::kReturnUnexpected || options.strict == StrictHandling::kReturnAll) {
-    result.unexpected_keys = std::move(mismatch.unexpected);
-    result.missing_keys = std::move(mismatch.missing);
-  }
   return result;
 }
 

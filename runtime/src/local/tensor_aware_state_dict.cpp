@@ -6,10 +6,10 @@
 #include <map>
 #include <optional>
 
+#include "api/load_result.h"
 #include "api/state_dict_split.h"
 #include "api/strict_keys.h"
 #include "distckpt/comm/agreement.h"
-#include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/io/checksum.h"
 #include "local/shard_exchange.h"
@@ -326,16 +326,7 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
   });
   for (size_t i = 0; i < needed.size(); ++i) *needed_leaves[i] = Value(needed[i].dest);
 
-  LoadResult result;
-  result.state_dict = state_.common.is_dict() ? state_.common : Value::dict();
-  merge(result.state_dict, split.sharded);
-  merge(result.state_dict, api::unwrap_non_persistent(split.non_persistent));
-  api::apply_factory_merges(result.state_dict, sharded_state_dict);
-  if (options.strict == StrictHandling::kReturnUnexpected || options.strict == StrictHandling::kReturnAll) {
-    result.unexpected_keys = std::move(mismatch.unexpected);
-    result.missing_keys = std::move(mismatch.missing);
-  }
-  return result;
+  return api::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
 }
 
 }  // namespace distckpt
