@@ -8,8 +8,9 @@ Figures are medians over --reps, timed on rank 0 between barriers:
   dcp_save          save_state_dict, one file per rank, fsync'd
   dcp_load          load into the saving layout (row shards)
   dcp_reshard_load  load into column shards (max(world, 2) parts)
-Loads start with the checkpoint evicted from the page cache and write into
-destinations allocated and zero-filled once, so page faults are not timed.
+Loads start from files read once, then evicted from the page cache (see
+evict), and write into destinations allocated and zero-filled once, so page
+faults are not timed.
 """
 import argparse
 import cProfile
@@ -118,14 +119,28 @@ def column_state(model, rank, world):
 
 
 def evict(path):
-    # fdatasync first: dirty pages cannot be dropped.
-    for name in os.listdir(path):
-        fd = os.open(os.path.join(path, name), os.O_RDONLY)
+    """As bench/save_load_bench.cpp does before every timed read: every file
+    is read once (the virtual disk's host caches what was read before, so a
+    first read of fresh data is much slower than any later one), then this
+    machine's page cache is emptied (drop_caches when root, else fadvise)."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        for name in os.listdir(path):
+            with open(os.path.join(path, name), "rb") as f:
+                while f.read(16 << 20):
+                    pass
+        os.sync()
         try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1")
+        except OSError:
+            for name in os.listdir(path):
+                fd = os.open(os.path.join(path, name), os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+    dist.barrier()
 
 
 def verify(model, same, resharded, rank, world):

@@ -2,7 +2,8 @@
 // on the same file system with the same bytes per rank:
 //   raw write          each rank writes its bytes to one file (64 MiB pwrites) + fsync,
 //                      buffered and with O_DIRECT (the faster is the disk's bandwidth)
-//   raw read           each rank reads that file back (page cache evicted first)
+//   raw read           each rank reads that file back (read once untimed, then
+//                      evicted from the page cache, like every file read here)
 //   torch::save / torch::load of the same tensors (+ fsync after the save)
 // and, for distckpt: the synchronous save (committed), the time an
 // asynchronous save keeps the caller (steady state: plan cached, staging
@@ -20,15 +21,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <fmt/format.h>
 
+#include "bench_timer.h"
 #include "distckpt/distckpt.h"
 #include "distckpt/io/file.h"
 
 namespace {
 
 using namespace distckpt;
-using Clock = std::chrono::steady_clock;
 
 struct Model {
   std::vector<std::pair<std::string, at::Tensor>> local;  // key -> this rank's rows
@@ -101,6 +103,38 @@ void evict(const std::string& path) {
   }
 }
 
+// Reads a file, or every file under a directory, once (untimed). The virtual
+// disk's host caches what was read before, so the first read of freshly
+// written data is several times slower than any later one: every timed read
+// starts from data read once, then evicted from this machine's page cache.
+void prime(const std::string& path) {
+  if (!std::filesystem::exists(path)) return;
+  std::vector<uint8_t> buffer(uint64_t{16} << 20);
+  auto read_all = [&](const std::filesystem::path& p) {
+    io::File f(p.string(), io::File::Mode::kRead);
+    const uint64_t n = f.size();
+    for (uint64_t off = 0; off < n; off += buffer.size()) {
+      f.pread_all(buffer.data(), std::min<uint64_t>(buffer.size(), n - off), off);
+    }
+  };
+  if (!std::filesystem::is_directory(path)) return read_all(path);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
+    if (entry.is_regular_file()) read_all(entry.path());
+  }
+}
+
+// Empties this machine's page cache: all of it through /proc/sys/vm/drop_caches
+// when allowed (root), else the files under `path` one by one (fadvise, which
+// can leave pages other CPUs hold in their LRU batches).
+void drop_page_cache(const std::string& path) {
+  ::sync();
+  {
+    std::ofstream drop("/proc/sys/vm/drop_caches");
+    if (drop && (drop << "1").flush()) return;
+  }
+  evict(path);
+}
+
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -134,23 +168,6 @@ void raw_write(const Model& m, const std::string& path, bool direct, uint8_t* al
   f.sync();
 }
 
-struct Timer {
-  explicit Timer(Communicator& c) : comm(c) {}
-  Communicator& comm;
-  std::vector<double> samples;
-  template <typename F>
-  void run(F&& f) {
-    comm.barrier();
-    const auto t0 = Clock::now();
-    f();
-    comm.barrier();
-    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  double median() {
-    std::sort(samples.begin(), samples.end());
-    return samples[samples.size() / 2];
-  }
-};
 
 }  // namespace
 
@@ -184,7 +201,7 @@ int main(int argc, char** argv) {
   }
   comm->barrier();
 
-  Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), dc_save(*comm), dc_async(*comm), dc_load(*comm),
+  bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), dc_save(*comm), dc_async(*comm), dc_load(*comm),
       dc_reshard(*comm), t_save(*comm), t_load(*comm);
   constexpr uint64_t kBuffer = uint64_t{64} << 20;
   std::vector<uint8_t> buffer(kBuffer);
@@ -206,9 +223,13 @@ int main(int argc, char** argv) {
     if (rank == 0) io::remove_tree(path);
     comm->barrier();
   };
-  // Warm-up of the asynchronous path: plans once, sizes the staging pool.
-  queue.save(saved_layout(model, rank, world), async_ckpt, save_options);
-  queue.maybe_finalize(true);
+  // Warm-up of the asynchronous path (a training loop's steady state): plans
+  // once, and the staging pool settles on the buffers it keeps.
+  for (int warm = 0; warm < 2; ++warm) {
+    clear(async_ckpt);
+    queue.save(saved_layout(model, rank, world), async_ckpt, save_options);
+    queue.maybe_finalize(true);
+  }
 
   for (int rep = 0; rep < reps; ++rep) {
     raw_buffered.run([&] { raw_write(model, raw, false, aligned.get(), kBuffer); });
@@ -222,10 +243,16 @@ int main(int argc, char** argv) {
       torch::save(tensors, torch_file);
       fsync_path(torch_file);
     });
-    evict(raw);
-    evict(torch_file);
-    if (rank == 0) evict(ckpt);
+    prime(raw);
+    prime(torch_file);
+    if (rank == 0) prime(ckpt);
     comm->barrier();
+    auto cold = [&] {  // every rank's files leave the page cache
+      comm->barrier();
+      if (rank == 0) drop_page_cache(dir);
+      comm->barrier();
+    };
+    cold();
     raw_read.run([&] {
       io::File f(raw, io::File::Mode::kRead);
       const uint64_t n = f.size();
@@ -233,10 +260,11 @@ int main(int argc, char** argv) {
         f.pread_all(buffer.data(), std::min<uint64_t>(buffer.size(), n - off), off);
       }
     });
+    cold();
     dc_load.run([&] { load(same, ckpt, *comm, load_options); });
-    if (rank == 0) evict(ckpt);
-    comm->barrier();
+    cold();
     dc_reshard.run([&] { load(columns, ckpt, *comm, load_options); });
+    cold();
     t_load.run([&] {
       std::vector<at::Tensor> loaded;
       torch::load(loaded, torch_file);
