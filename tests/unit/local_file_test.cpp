@@ -68,6 +68,18 @@ TEST(LocalState, InsertChecksShapesAndCounts) {
   EXPECT_EQ(tasd.tensors()[0].scalar_type(), at::kDouble);
 }
 
+TEST(LocalState, CpuCopiesRecordTheDeviceAndRefuseAHollowDict) {
+  TensorAwareStateDict tasd = sample();
+  const at::Tensor before = tasd.tensors()[1];
+  tasd.copy_tensors_to_cpu();
+  EXPECT_EQ(tasd.state().tensors[1].device, "cpu");
+  EXPECT_TRUE(at::equal(tasd.tensors()[1], before));
+  tasd.restore_tensor_device();
+  EXPECT_TRUE(tasd.tensors()[1].device().is_cpu());
+  tasd.pop_tensors();
+  EXPECT_TRUE(throws_with<Error>([&] { tasd.copy_tensors_to_cpu(); }, "the dict is hollow"));
+}
+
 TEST(LocalState, CorruptBufferIsRejected) {
   std::string bytes = sample().serialize_hollow();
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
