@@ -193,6 +193,10 @@ TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
     EXPECT_TRUE(throws_with<CheckpointError>(
         [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 1), comm), 1); },
         "not newer"));
+    // Another rank's dict is refused before anything is written.
+    TensorAwareStateDict foreign = TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 3), comm);
+    foreign.state().owner_rank = (comm.rank() + 1) % 4;
+    EXPECT_TRUE(throws_with<Error>([&] { manager.save(foreign, 3); }, "was given the tensor-aware state dict of rank"));
   });
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 1); });
 }

@@ -94,7 +94,12 @@ std::vector<int64_t> LocalCheckpointManager::local_iterations() const {
   return {its.begin(), its.end()};
 }
 
-void LocalCheckpointManager::check_newer(int64_t iteration) const {
+void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64_t iteration) const {
+  if (state.state().owner_rank != comm_.rank() || state.state().world_size != comm_.size()) {
+    throw Error(fmt::format("rank {} of {} was given the tensor-aware state dict of rank {} of {}; build it with "
+                            "TensorAwareStateDict::from_state_dict on this rank's communicator",
+                            comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
+  }
   if (iteration <= last_complete_) {
     throw CheckpointError(fmt::format("local checkpoint iteration {} is not newer than the last complete one ({})",
                                       iteration, last_complete_));
@@ -105,7 +110,7 @@ void LocalCheckpointManager::save(const TensorAwareStateDict& state, int64_t ite
   std::exception_ptr error;
   std::vector<std::string> created;
   try {
-    check_newer(iteration);
+    check_save(state, iteration);
     io::make_dirs(rank_dir(comm_.rank()));
     const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
     local::write_local_file(state, iteration, path);
@@ -121,7 +126,7 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
   auto work = std::make_shared<BackgroundWrite>();
   std::shared_ptr<TensorAwareStateDict> staged;
   run_agreed(comm_, "stage the local checkpoint", [&] {
-    check_newer(iteration);
+    check_save(state, iteration);
     io::make_dirs(rank_dir(comm_.rank()));
     // Host copies of the kept tensors: the caller's may change right away.
     std::vector<at::Tensor> copies;

@@ -91,7 +91,7 @@ class LocalCheckpointManager {
  private:
   struct Held;
   std::vector<Held> inventory() const;
-  void check_newer(int64_t iteration) const;
+  void check_save(const TensorAwareStateDict& state, int64_t iteration) const;
   void replicate(int64_t iteration, std::vector<std::string>& created);
   void finish_save(int64_t iteration, std::exception_ptr write_error, std::vector<std::string> created);
   void remove_older_than(int64_t iteration);
