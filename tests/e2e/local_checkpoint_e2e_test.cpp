@@ -22,6 +22,12 @@ CommandResult probe(int ranks, const std::string& args) {
 }
 
 
+// Node 1 (ranks 2 and 3, two ranks per node) is replaced by an empty one.
+void lose_node_1(const std::string& root) {
+  distckpt::io::remove_tree(root + "/rank_2");
+  distckpt::io::remove_tree(root + "/rank_3");
+}
+
 TEST(LocalCheckpointE2E, SyncAndAsyncSavesLoadAfterARestart) {
   TempDir tmp("local-e2e");
   const std::string replicated = " --ranks-per-node 2 --factor 2";
@@ -51,8 +57,7 @@ TEST(LocalCheckpointE2E, LostNodeAndCorruptCopyAreRecoveredFromPeers) {
   const std::string replicated = " --ranks-per-node 2 --factor 2";
   // 4 nodes of 2 ranks; cliques {0,2} {1,3} {4,6} {5,7}.
   ASSERT_EQ(probe(8, tmp.path() + " save 7" + replicated).exit_code, 0);
-  distckpt::io::remove_tree(tmp.path() + "/rank_2");  // node 1 (ranks 2, 3) replaced by an empty one
-  distckpt::io::remove_tree(tmp.path() + "/rank_3");
+  lose_node_1(tmp.path());
   flip_byte(tmp.path() + "/rank_5/iter_7_owner_5.dcl", 4096 + 100);  // and rank 5's own copy rots
   const CommandResult load = probe(8, tmp.path() + " load 7" + replicated);
   ASSERT_EQ(load.exit_code, 0) << load.output;
@@ -67,8 +72,7 @@ TEST(LocalCheckpointE2E, CorruptReplicaIsSkippedForAnother) {
   // 3 nodes of 2 ranks, F=3: cliques {0,2,4} and {1,3,5}.
   const std::string replicated = " --ranks-per-node 2 --factor 3";
   ASSERT_EQ(probe(6, tmp.path() + " save 9" + replicated).exit_code, 0);
-  distckpt::io::remove_tree(tmp.path() + "/rank_2");
-  distckpt::io::remove_tree(tmp.path() + "/rank_3");
+  lose_node_1(tmp.path());
   flip_byte(tmp.path() + "/rank_0/iter_9_owner_2.dcl", 4096 + 100);  // rank 2's first replica
   const CommandResult load = probe(6, tmp.path() + " load 9" + replicated);
   ASSERT_EQ(load.exit_code, 0) << load.output;
@@ -82,8 +86,7 @@ TEST(LocalCheckpointE2E, NoIntactReplicaNamesTheRanks) {
   TempDir tmp("local-e2e-none");
   const std::string replicated = " --ranks-per-node 2 --factor 2";
   ASSERT_EQ(probe(4, tmp.path() + " save 8" + replicated).exit_code, 0);
-  distckpt::io::remove_tree(tmp.path() + "/rank_2");
-  distckpt::io::remove_tree(tmp.path() + "/rank_3");
+  lose_node_1(tmp.path());
   flip_byte(tmp.path() + "/rank_1/iter_8_owner_3.dcl", 4096 + 100);  // rank 3's only replica
   const CommandResult load = probe(4, tmp.path() + " load 8" + replicated);
   EXPECT_NE(load.exit_code, 0);

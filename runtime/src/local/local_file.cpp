@@ -64,8 +64,6 @@ RawHeader read_header(const io::File& f) {
 
 }  // namespace
 
-uint64_t LocalFileHeader::file_size() const { return meta_offset + meta_size; }
-
 uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, const std::string& path) {
   if (state.is_hollow()) throw Error("write_local_file: the tensor-aware state dict is hollow");
   if (io::exists(path)) {

@@ -21,7 +21,6 @@ struct LocalFileHeader {
   int32_t world_size = 0;
   uint64_t meta_offset = 0;
   uint64_t meta_size = 0;
-  uint64_t file_size() const;
 };
 
 // Writes `state` (not hollow) as `path`; refuses to replace an existing file.

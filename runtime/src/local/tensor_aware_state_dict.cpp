@@ -69,8 +69,6 @@ std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Commu
   return distribute(local, comm);
 }
 
-std::string match_description(const ShardedTensor& t) { return t.describe(); }
-
 }  // namespace
 
 TensorAwareAlgo parse_tensor_aware_algo(const std::string& name) {
@@ -299,13 +297,13 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
       if (it == by_identity.end()) {
         throw ShardingError(fmt::format("{} is not in {}: local checkpoints load only under the layout they were "
                                         "saved with (same keys, shard positions and flat ranges)",
-                                        match_description(want), stored.where));
+                                        want.describe(), stored.where));
       }
       const ShardedTensor& have = state_.tensors[it->second].meta;
       if (have.dtype != want.dtype || have.local_shape != want.local_shape || have.global_shape != want.global_shape) {
         throw ShardingError(fmt::format("{} does not match the stored shard {}: local checkpoints load only under "
                                         "the layout they were saved with",
-                                        match_description(want), match_description(have)));
+                                        want.describe(), have.describe()));
       }
       const at::Tensor& stored_data = tensors_[it->second];
       const Shape shape = want.flattened_range ? Shape{want.flattened_range->size()} : want.local_shape;
@@ -317,7 +315,7 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
       at::Tensor dest = want.data.defined()
                             ? want.data
                             : at::empty(shape, at::TensorOptions().dtype(want.dtype).device(comm.tensor_device()));
-      needed.push_back(local::NeededShard{it->first, match_description(want), dest});
+      needed.push_back(local::NeededShard{it->first, want.describe(), dest});
       needed_leaves.push_back(leaf);
     }
   });
