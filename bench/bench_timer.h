@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <vector>
 
 #include "distckpt/comm/communicator.h"
@@ -21,10 +22,18 @@ class Timer {
     comm_.barrier();
     samples_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  double median() {
-    std::sort(samples_.begin(), samples_.end());
-    return samples_[samples_.size() / 2];
+  // NaN when nothing was timed (a figure the run skipped).
+  double median() const {
+    if (samples_.empty()) return std::numeric_limits<double>::quiet_NaN();
+    std::vector<double> sorted = samples_;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[sorted.size() / 2];
   }
+  double min() const {
+    if (samples_.empty()) return std::numeric_limits<double>::quiet_NaN();
+    return *std::min_element(samples_.begin(), samples_.end());
+  }
+  const std::vector<double>& samples() const { return samples_; }
 
  private:
   distckpt::Communicator& comm_;
