@@ -201,10 +201,10 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
   app.add_option("--dir", dir, "scratch directory on the file system to measure");
   app.add_option("--exchange", exchange, "load exchange: auto, none, broadcast, all_gather");
-  int io_threads = 2;
+  int io_threads = 0;
   bool no_verify = false, loads_only = false;
   app.add_flag("--loads-only", loads_only, "save once, then time only the reads (raw, distckpt loads)");
-  app.add_option("--io-threads", io_threads, "reader/writer threads per rank");
+  app.add_option("--io-threads", io_threads, "reader/writer threads per rank (0: this host's cores shared by its ranks)");
   app.add_flag("--no-verify", no_verify, "loads skip checksum verification");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);

@@ -1,10 +1,14 @@
 // io::BufferPool and io::FileWriteJob: aligned layout, checksums per block,
-// identical bytes with and without O_DIRECT, bounded pools, errors, cancel.
+// identical bytes with and without O_DIRECT, bounded pools, errors, cancel;
+// how many I/O threads a rank uses.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
+#include "distckpt/api/options.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/io/buffer_pool.h"
 #include "distckpt/io/checksum.h"
@@ -99,6 +103,47 @@ TEST(FileWriteJob, DestroyingARunningJobCancelsIt) {
     FileWriteJob job(tmp.file("f.bin"), {item_of(big)}, pool, {});
   }  // joins without hanging
   EXPECT_EQ(pool->in_use_bytes(), 0u);
+}
+
+// Sets LOCAL_WORLD_SIZE for one scope (the launcher's variable).
+class LocalWorldSize {
+ public:
+  explicit LocalWorldSize(const char* value) {
+    if (const char* old = std::getenv("LOCAL_WORLD_SIZE")) old_ = old;
+    value ? setenv("LOCAL_WORLD_SIZE", value, 1) : unsetenv("LOCAL_WORLD_SIZE");
+  }
+  ~LocalWorldSize() { old_ ? setenv("LOCAL_WORLD_SIZE", old_->c_str(), 1) : unsetenv("LOCAL_WORLD_SIZE"); }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+TEST(IoThreads, AnExplicitCountWinsAndZeroSharesTheHostsCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  {
+    LocalWorldSize unset(nullptr);
+    EXPECT_EQ(resolve_io_threads(3), 3);
+    EXPECT_EQ(resolve_io_threads(0), std::clamp(cores, 1, kMaxAutoIoThreads));
+  }
+  {
+    LocalWorldSize many("100000");  // more ranks than cores: one thread each
+    EXPECT_EQ(resolve_io_threads(0), 1);
+    EXPECT_EQ(resolve_io_threads(2), 2);
+  }
+  {
+    LocalWorldSize two("2");
+    EXPECT_EQ(resolve_io_threads(0), std::clamp(cores / 2, 1, kMaxAutoIoThreads));
+  }
+  {
+    LocalWorldSize garbage("two");  // ignored, as if unset
+    EXPECT_EQ(resolve_io_threads(0), std::clamp(cores, 1, kMaxAutoIoThreads));
+  }
+  try {
+    resolve_io_threads(-1);
+    FAIL() << "a negative count must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("io_threads is -1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
   std::unique_ptr<api::CheckpointReader> reader;
   api::SplitStateDict split;
   run_agreed(comm, "open the checkpoint", [&] {
-    if (options.io_threads < 1) throw Error("LoadOptions::io_threads must be at least 1");
+    resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
     reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
@@ -51,7 +51,7 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
                   : api::load_object(*reader, leaf->as_sharded_object());
     }
   });
-  api::execute_reads(*reader, reads, comm, {options.exchange, options.io_threads, options.exchange_batch_bytes});
+  api::execute_reads(*reader, reads, comm, {options.exchange, resolve_io_threads(options.io_threads), options.exchange_batch_bytes});
 
   Value common;
   run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });

@@ -1,6 +1,10 @@
 #include "distckpt/api/options.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "distckpt/core/errors.h"
@@ -58,5 +62,20 @@ WriterPolicy parse_writer_policy(const std::string& name) { return parse_name(kW
 const char* writer_policy_name(WriterPolicy policy) { return name_of(kWriterNames, policy); }
 LoadExchange parse_load_exchange(const std::string& name) { return parse_name(kExchangeNames, name, "load exchange"); }
 const char* load_exchange_name(LoadExchange exchange) { return name_of(kExchangeNames, exchange); }
+
+int resolve_io_threads(int requested) {
+  if (requested < 0) {
+    throw Error(fmt::format("io_threads is {}: use 0 (one share of this host's cores) or a positive count", requested));
+  }
+  if (requested > 0) return requested;
+  int local_ranks = 1;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0 && v < (1L << 20)) local_ranks = static_cast<int>(v);
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(cores / local_ranks, 1, kMaxAutoIoThreads);
+}
 
 }  // namespace distckpt

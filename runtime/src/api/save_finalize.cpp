@@ -37,7 +37,7 @@ CheckpointMetadata final_metadata(const PreparedSave& p, const std::vector<std::
 
 io::FileWriteOptions file_write_options(const SaveOptions& options) {
   io::FileWriteOptions o;
-  o.threads = options.io_threads;
+  o.threads = resolve_io_threads(options.io_threads);
   o.direct_io = options.direct_io;
   o.checksum_block = options.checksum_block_size;
   return o;

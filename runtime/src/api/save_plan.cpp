@@ -132,7 +132,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   try {
     announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
       if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
-      if (options.io_threads < 1) throw Error("SaveOptions::io_threads must be at least 1");
+      resolve_io_threads(options.io_threads);  // rejects a negative count
       p->paths = save_paths(dir);
       local = describe_local(*p, state_dict, comm.is_coordinator());
       const Announcement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};

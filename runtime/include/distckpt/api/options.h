@@ -46,8 +46,9 @@ struct SaveOptions {
   // Checksum granularity: loads verify every block they read.
   uint64_t checksum_block_size = uint64_t{1} << 20;
   WriterPolicy writers = WriterPolicy::kBalanced;
-  // Writer threads per rank (each copies, checksums and writes its slices).
-  int io_threads = 2;
+  // Writer threads per rank (each copies, checksums and writes its slices);
+  // 0 = resolve_io_threads' share of this host's cores.
+  int io_threads = 0;
   // Write with O_DIRECT where the file system allows it (falls back to
   // buffered writes, e.g. on tmpfs). Data is fsync'ed either way.
   bool direct_io = true;
@@ -82,11 +83,20 @@ struct LoadOptions {
   // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
   bool verify_checksums = true;
   LoadExchange exchange = LoadExchange::kAuto;
-  // Reader threads per rank for pieces read straight into their destination.
-  int io_threads = 2;
+  // Reader threads per rank for pieces read straight into their destination;
+  // 0 = resolve_io_threads' share of this host's cores.
+  int io_threads = 0;
   // Bytes of stored data in flight per reading rank (slab of a piece being
   // read and exchanged; one all-gather round's contribution).
   uint64_t exchange_batch_bytes = uint64_t{32} << 20;
 };
+
+// The I/O threads a rank uses for `requested` (SaveOptions/LoadOptions::io_threads):
+// itself when positive; for 0, this host's cores divided among the ranks on it
+// (LOCAL_WORLD_SIZE, as set by torchrun and distckpt-launch; 1 when unset),
+// between 1 and kMaxAutoIoThreads. More threads than cores only make the
+// copies and checksums of co-located ranks take turns. Negative: an error.
+constexpr int kMaxAutoIoThreads = 4;
+int resolve_io_threads(int requested);
 
 }  // namespace distckpt
