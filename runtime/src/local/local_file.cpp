@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "distckpt/api/options.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/format/local_state.h"
 #include "distckpt/io/checksum.h"
@@ -93,6 +94,7 @@ uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, 
     }
     io::FileWriteOptions options;
     options.checksum_block = kBlock;
+    options.threads = resolve_io_threads(0);
     const io::FileWritten written = io::FileWriteJob(tmp, std::move(items), api::sync_write_pool(), options).wait();
     for (size_t k = 1; k < written.items.size(); ++k) {
       LocalTensorEntry& e = meta.tensors[record_of_item[k]];
