@@ -29,10 +29,6 @@ class Timer {
     std::sort(sorted.begin(), sorted.end());
     return sorted[sorted.size() / 2];
   }
-  double min() const {
-    if (samples_.empty()) return std::numeric_limits<double>::quiet_NaN();
-    return *std::min_element(samples_.begin(), samples_.end());
-  }
   const std::vector<double>& samples() const { return samples_; }
 
  private:

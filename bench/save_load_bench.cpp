@@ -10,8 +10,9 @@
 //   torch::save / torch::load of the same tensors (+ fsync after the save)
 // and, for distckpt: the synchronous save (committed), the time an
 // asynchronous save keeps the caller (steady state: plan cached, staging
-// buffers warm, parameters just written by an optimizer step), loads into existing (already touched) tensors under the
-// same layout and resharded (rows -> columns).
+// buffers warm, parameters just written by an optimizer step), loads into
+// existing (already touched) tensors under the same layout and resharded
+// (rows -> columns).
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers;
 // --loads-only saves once and times only the reads.
@@ -173,7 +174,6 @@ void raw_write(const Model& m, const std::string& path, bool direct, uint8_t* al
   f.sync();
 }
 
-
 // Reads the raw file back into `dest` (one tensor per model tensor, in the
 // order raw_write wrote them) in 64 MiB preads.
 void raw_read_into(const std::string& path, const std::vector<at::Tensor>& dest, uint64_t piece_bytes) {
@@ -204,7 +204,8 @@ int main(int argc, char** argv) {
   int io_threads = 0;
   bool no_verify = false, loads_only = false;
   app.add_flag("--loads-only", loads_only, "save once, then time only the reads (raw, distckpt loads)");
-  app.add_option("--io-threads", io_threads, "reader/writer threads per rank (0: this host's cores shared by its ranks)");
+  app.add_option("--io-threads", io_threads,
+                 "reader/writer threads per rank (0: this host's cores shared by its ranks)");
   app.add_flag("--no-verify", no_verify, "loads skip checksum verification");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
@@ -222,8 +223,8 @@ int main(int argc, char** argv) {
   }
   comm->barrier();
 
-  bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), raw_into(*comm), dc_save(*comm), dc_async(*comm), dc_load(*comm),
-      dc_reshard(*comm), t_save(*comm), t_load(*comm);
+  bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), raw_into(*comm), dc_save(*comm),
+      dc_async(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm), t_load(*comm);
   constexpr uint64_t kBuffer = uint64_t{64} << 20;
   std::vector<uint8_t> buffer(kBuffer);
   void* aligned_memory = nullptr;
@@ -331,10 +332,11 @@ int main(int argc, char** argv) {
     fmt::print("| distckpt load, resharded (rows -> columns) | {:.3f} | {:.2f} | {:.2f}x raw read ({:.2f}x buffer) |\n",
                x, gb / x, r / x, rb / x);
     if (!loads_only) fmt::print("| torch::load | {:.3f} | {:.2f} | {:.2f}x raw read |\n", tl, gb / tl, r / tl);
-    fmt::print("seconds per repetition, in order: async blocked [{:.3f}]  raw read into tensors [{:.3f}]  load [{:.3f}]  "
-               "resharded load [{:.3f}]\n",
-               fmt::join(dc_async.samples(), " "), fmt::join(raw_into.samples(), " "), fmt::join(dc_load.samples(), " "),
-               fmt::join(dc_reshard.samples(), " "));
+    fmt::print(
+        "seconds per repetition, in order: async blocked [{:.3f}]  raw read into tensors [{:.3f}]  load [{:.3f}]  "
+        "resharded load [{:.3f}]\n",
+        fmt::join(dc_async.samples(), " "), fmt::join(raw_into.samples(), " "), fmt::join(dc_load.samples(), " "),
+        fmt::join(dc_reshard.samples(), " "));
     fmt::print(
         "RESULT ranks={} gb={:.3f} raw_write_buffered_s={:.3f} raw_write_direct_s={:.3f} save_s={:.3f} "
         "async_blocked_s={:.3f} torch_save_s={:.3f} raw_read_buffer_s={:.3f} raw_read_s={:.3f} load_s={:.3f} "

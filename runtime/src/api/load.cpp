@@ -18,8 +18,9 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
                 const LoadOptions& options) {
   std::unique_ptr<api::CheckpointReader> reader;
   api::SplitStateDict split;
+  int io_threads = 0;
   run_agreed(comm, "open the checkpoint", [&] {
-    resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
+    io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
     reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
@@ -51,7 +52,7 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
                   : api::load_object(*reader, leaf->as_sharded_object());
     }
   });
-  api::execute_reads(*reader, reads, comm, {options.exchange, resolve_io_threads(options.io_threads), options.exchange_batch_bytes});
+  api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
 
   Value common;
   run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });
