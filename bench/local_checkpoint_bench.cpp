@@ -17,7 +17,7 @@
 
 #include "bench_timer.h"
 #include "distckpt/distckpt.h"
-#include "distckpt/io/file.h"
+#include "io/file.h"
 
 namespace {
 

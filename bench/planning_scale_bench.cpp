@@ -17,7 +17,7 @@
 #include <malloc.h>
 #include <string>
 
-#include "distckpt/format/metadata.h"
+#include "format/metadata.h"
 #include "plan/global_plan.h"
 #include "plan/local_plan.h"
 

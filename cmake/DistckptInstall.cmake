@@ -17,7 +17,15 @@ install(TARGETS distckpt distckpt_gen distckpt_cli distckpt_launch
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/distckpt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The user API: each layer's public headers, the umbrella and the version.
+get_property(_distckpt_layers GLOBAL PROPERTY DISTCKPT_LAYERS)
+foreach(layer IN LISTS _distckpt_layers)
+  if(EXISTS ${PROJECT_SOURCE_DIR}/runtime/${layer}/include/distckpt)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/${layer}/include/distckpt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  endif()
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/distckpt/distckpt.h ${PROJECT_BINARY_DIR}/runtime/include/distckpt/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/distckpt)
 
 set(DISTCKPT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/distckpt)
 install(EXPORT distckptTargets NAMESPACE distckpt:: DESTINATION ${DISTCKPT_CMAKE_DIR})

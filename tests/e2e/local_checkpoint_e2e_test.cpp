@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 
-#include "distckpt/io/file.h"
+#include "io/file.h"
 #include "support/process.h"
 #include "support/ranks.h"
 

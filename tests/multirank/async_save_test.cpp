@@ -3,6 +3,7 @@
 // one directory per save in flight, bounded staging memory, clean shutdown.
 #include <thread>
 
+#include "io/buffer_pool.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "distckpt/distckpt.h"
-#include "distckpt/io/file.h"
+#include "io/file.h"
 
 namespace distckpt::testing {
 

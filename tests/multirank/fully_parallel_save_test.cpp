@@ -4,7 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include "distckpt/format/metadata.h"
+#include "format/metadata.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 

@@ -6,7 +6,7 @@
 
 #include "distckpt/api/async.h"
 #include "distckpt/core/errors.h"
-#include "distckpt/io/file.h"
+#include "io/file.h"
 #include "distckpt/local/local_checkpoint_manager.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/comm/agreement.h"
+#include "comm/agreement.h"
 #include "distckpt/comm/process_group.h"
 #include "distckpt/core/errors.h"
 

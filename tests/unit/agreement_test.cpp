@@ -1,7 +1,7 @@
 // run_agreed / agree_on_errors: a failure on one rank becomes an error on
 // every rank, with the original exception kept where it happened and bounded
 // reports elsewhere.
-#include "distckpt/comm/agreement.h"
+#include "comm/agreement.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

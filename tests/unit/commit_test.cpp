@@ -1,5 +1,5 @@
 // format layer: metadata.json, the commit marker.
-#include "distckpt/format/commit.h"
+#include "format/commit.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/io/file.h"
+#include "io/file.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 

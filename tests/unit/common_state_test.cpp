@@ -1,6 +1,6 @@
 // format layer: the common state codec (round trip of every kind, rejection
 // of sharded leaves, corrupt buffers).
-#include "distckpt/format/common_state.h"
+#include "format/common_state.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
-#include "distckpt/format/metadata.h"
+#include "format/metadata.h"
 #include "support/throws_with.h"
 
 namespace distckpt {

@@ -9,10 +9,10 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
-#include "distckpt/format/common_state.h"
-#include "distckpt/format/dtype.h"
-#include "distckpt/format/metadata.h"
-#include "distckpt/io/file.h"
+#include "format/common_state.h"
+#include "format/dtype.h"
+#include "format/metadata.h"
+#include "io/file.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 

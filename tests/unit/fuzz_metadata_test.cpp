@@ -10,8 +10,8 @@
 #include <string>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/format/common_state.h"
-#include "distckpt/format/metadata.h"
+#include "format/common_state.h"
+#include "format/metadata.h"
 
 namespace distckpt {
 namespace {

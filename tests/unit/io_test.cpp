@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/io/checksum.h"
-#include "distckpt/io/file.h"
+#include "io/checksum.h"
+#include "io/file.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 

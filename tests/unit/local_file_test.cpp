@@ -1,8 +1,8 @@
 // One rank's local checkpoint on disk: the hollow state codec and the file
 // (header, tensor bytes, metadata), with corruption of each part detected.
 #include "distckpt/core/errors.h"
-#include "distckpt/format/local_state.h"
-#include "distckpt/io/file.h"
+#include "format/local_state_codec.h"
+#include "io/file.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
 #include "local/local_file.h"
 #include "support/ranks.h"

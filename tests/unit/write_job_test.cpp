@@ -10,9 +10,9 @@
 
 #include "distckpt/api/options.h"
 #include "distckpt/core/errors.h"
-#include "distckpt/io/buffer_pool.h"
-#include "distckpt/io/checksum.h"
-#include "distckpt/io/file_write_job.h"
+#include "io/buffer_pool.h"
+#include "io/checksum.h"
+#include "io/file_write_job.h"
 #include "support/ranks.h"
 
 namespace distckpt::io {

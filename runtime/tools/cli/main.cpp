@@ -9,8 +9,8 @@
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
-#include "distckpt/format/commit.h"
-#include "distckpt/format/dtype.h"
+#include "distckpt/format/checkpoint_config.h"
+#include "format/dtype.h"
 
 namespace {
 

@@ -1,0 +1,95 @@
+// Options of save and load: plain structs with defaults.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "distckpt/plan/writer_policy.h"
+
+namespace distckpt {
+
+// What to do with keys that do not match between the request and the
+// checkpoint (Megatron-Core StrictHandling). "Unexpected" keys are requested
+// but absent from the checkpoint; "missing" keys are stored but requested by
+// no rank (finding them costs one all-gather of the requested keys).
+enum class StrictHandling {
+  kAssumeOkUnexpected,  // no check; loading an absent key fails in the reader
+  kLogUnexpected,       // warn about unexpected keys, skip them; ignore missing
+  kLogAll,              // warn about both, skip unexpected
+  kRaiseUnexpected,     // KeyMismatchError on unexpected keys before reading
+  kRaiseAll,            // KeyMismatchError on any mismatch
+  kReturnUnexpected,    // skip unexpected keys and return them
+  kReturnAll,           // skip unexpected keys, return both sets
+  kIgnoreAll,           // skip unexpected keys silently
+};
+// "assume_ok_unexpected", "log_unexpected", ... (Megatron's spellings).
+StrictHandling parse_strict_handling(const std::string& name);
+const char* strict_handling_name(StrictHandling mode);
+
+WriterPolicy parse_writer_policy(const std::string& name);  // "balanced", "lowest_rank", "main_replica"
+const char* writer_policy_name(WriterPolicy policy);
+
+class SavePlanCache;  // distckpt/api/plan_cache.h
+
+struct SaveOptions {
+  // Replace a committed checkpoint in the target directory. The old one is
+  // removed only after the new one is committed, so a failed save loses nothing.
+  bool overwrite = false;
+  // Checksum granularity: loads verify every block they read.
+  uint64_t checksum_block_size = uint64_t{1} << 20;
+  WriterPolicy writers = WriterPolicy::kBalanced;
+  // Writer threads per rank (each copies, checksums and writes its slices);
+  // 0 = resolve_io_threads' share of this host's cores.
+  int io_threads = 0;
+  // Write with O_DIRECT where the file system allows it (falls back to
+  // buffered writes, e.g. on tmpfs). Data is fsync'ed either way.
+  bool direct_io = true;
+  // Reuse planning (gathered plans, validation, writer choice, metadata
+  // skeleton) while every rank's state dict keeps its structure. The same
+  // cache object must be passed on every rank; null = plan every save.
+  std::shared_ptr<SavePlanCache> plan_cache;
+  // Recorded in the metadata (the generated API fills these).
+  std::string layout_name;
+  std::string layout_fingerprint;
+  std::string layout_schema;
+};
+
+// How a stored piece that several ranks need reaches them.
+enum class LoadExchange {
+  // kBroadcast when the ranks run on more than one host; kNone when they
+  // share one (their shared page cache already reads each piece once).
+  kAuto,
+  kNone,       // every rank reads everything it needs itself
+  // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
+  // every other rank that needs part of it exactly that part, point to point.
+  kBroadcast,
+  // Same reads; the parts travel in batched rounds of one all-gather each
+  // (fewer, larger collectives; every rank receives every batch).
+  kAllGather,
+};
+LoadExchange parse_load_exchange(const std::string& name);  // "auto", "none", "broadcast", "all_gather"
+const char* load_exchange_name(LoadExchange exchange);
+
+struct LoadOptions {
+  StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
+  bool verify_checksums = true;
+  LoadExchange exchange = LoadExchange::kAuto;
+  // Reader threads per rank for pieces read straight into their destination;
+  // 0 = resolve_io_threads' share of this host's cores.
+  int io_threads = 0;
+  // Bytes of stored data in flight per reading rank (slab of a piece being
+  // read and exchanged; one all-gather round's contribution).
+  uint64_t exchange_batch_bytes = uint64_t{32} << 20;
+};
+
+// The I/O threads a rank uses for `requested` (SaveOptions/LoadOptions::io_threads):
+// itself when positive; for 0, this host's cores divided among the ranks on it
+// (LOCAL_WORLD_SIZE, as set by torchrun and distckpt-launch; 1 when unset),
+// between 1 and kMaxAutoIoThreads. More threads than cores only make the
+// copies and checksums of co-located ranks take turns. Negative: an error.
+constexpr int kMaxAutoIoThreads = 4;
+int resolve_io_threads(int requested);
+
+}  // namespace distckpt

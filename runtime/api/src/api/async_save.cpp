@@ -1,0 +1,145 @@
+// async_save and AsyncCallsQueue: the save pipeline cut after staging.
+#include <ATen/Context.h>
+
+#include <cstring>
+
+#include "api/save_finalize.h"
+#include "api/save_items.h"
+#include "api/save_plan.h"
+#include "distckpt/api/async.h"
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+
+namespace distckpt {
+
+struct AsyncRequest::Impl {
+  std::unique_ptr<api::PreparedSave> prepared;
+  std::unique_ptr<io::FileWriteJob> job;
+  bool finalized = false;
+  // Requests made by from_functions (no prepared save).
+  std::string directory;
+  std::function<bool()> locally_done;
+  std::function<SaveReport(Communicator&)> finalize;
+
+  ~Impl() {
+    job.reset();  // cancels and joins the writer threads
+    if (!finalized && prepared && prepared->claim) api::discard_staging(prepared->paths);
+  }
+};
+
+AsyncRequest::AsyncRequest(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+AsyncRequest::AsyncRequest(AsyncRequest&&) noexcept = default;
+AsyncRequest& AsyncRequest::operator=(AsyncRequest&&) noexcept = default;
+AsyncRequest::~AsyncRequest() = default;
+
+AsyncRequest AsyncRequest::from_functions(std::string directory, std::function<bool()> locally_done,
+                                          std::function<SaveReport(Communicator&)> finalize) {
+  if (!locally_done || !finalize) throw Error("AsyncRequest::from_functions needs both functions");
+  auto impl = std::make_unique<Impl>();
+  impl->directory = std::move(directory);
+  impl->locally_done = std::move(locally_done);
+  impl->finalize = std::move(finalize);
+  return AsyncRequest(std::move(impl));
+}
+
+const std::string& AsyncRequest::directory() const {
+  return impl_->prepared ? impl_->prepared->paths.target : impl_->directory;
+}
+bool AsyncRequest::plan_reused() const { return impl_->prepared && impl_->prepared->plan_reused; }
+bool AsyncRequest::locally_done() const { return impl_->prepared ? impl_->job->finished() : impl_->locally_done(); }
+
+SaveReport AsyncRequest::finalize(Communicator& comm) {
+  if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
+  impl_->finalized = true;  // whatever happens next, it is not retried
+  if (!impl_->prepared) return impl_->finalize(comm);
+  return api::finalize_save(*impl_->prepared, [&] { return impl_->job->wait(); }, comm);
+}
+
+AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                        const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool) {
+  if (!pool) throw Error("async_save needs a buffer pool (io::BufferPool::create)");
+  auto impl = std::make_unique<AsyncRequest::Impl>();
+  impl->prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
+  api::PreparedSave& p = *impl->prepared;
+  run_agreed(comm, "stage the data for an asynchronous save", [&] {
+    io::FileWriteOptions write_options = api::file_write_options(options);
+    write_options.background_writes = true;
+    impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
+                                                   api::make_write_items(p), pool, write_options);
+    impl->job->wait_staged();
+  });
+  // Staged: the caller's state dict is no longer referenced.
+  p.split = {};
+  p.tensors.clear();
+  p.objects.clear();
+  return AsyncRequest(std::move(impl));
+}
+
+AsyncCallsQueue::AsyncCallsQueue(Communicator& comm, AsyncQueueOptions options)
+    : comm_(comm),
+      options_(options),
+      pool_(io::BufferPool::create({options.staging_capacity_bytes, /*pinned=*/at::hasCUDA()})),
+      plan_cache_(SavePlanCache::create()) {
+  if (options_.max_in_flight < 1) throw Error("AsyncQueueOptions::max_in_flight must be at least 1");
+}
+
+AsyncCallsQueue::~AsyncCallsQueue() = default;  // pending requests are abandoned
+
+void AsyncCallsQueue::check_open(const char* what) const {
+  if (closed_) throw Error(fmt::format("AsyncCallsQueue::{}: the queue is closed", what));
+}
+
+int64_t AsyncCallsQueue::save(const StateDict& sharded_state_dict, const std::string& dir,
+                              const SaveOptions& options) {
+  check_open("save");
+  // Finalize first, so the new save's staging can reuse the old one's buffers.
+  if (pending_.size() >= options_.max_in_flight) finalize_front(pending_.size() - options_.max_in_flight + 1);
+  SaveOptions with_cache = options;
+  if (!with_cache.plan_cache) with_cache.plan_cache = plan_cache_;
+  return schedule(async_save(sharded_state_dict, dir, comm_, with_cache, pool_));
+}
+
+int64_t AsyncCallsQueue::schedule(AsyncRequest request) {
+  check_open("schedule");
+  if (pending_.size() >= options_.max_in_flight) finalize_front(pending_.size() - options_.max_in_flight + 1);
+  pending_.push_back(Pending{next_index_, std::move(request)});
+  return next_index_++;
+}
+
+std::vector<int64_t> AsyncCallsQueue::finalize_front(size_t count) {
+  std::vector<int64_t> done;
+  while (count-- > 0 && !pending_.empty()) {
+    Pending front = std::move(pending_.front());
+    pending_.pop_front();  // finalized or failed: either way it leaves the queue
+    front.request.finalize(comm_);
+    done.push_back(front.index);
+  }
+  return done;
+}
+
+std::vector<int64_t> AsyncCallsQueue::maybe_finalize(bool blocking) {
+  if (pending_.empty()) return {};
+  if (blocking) return finalize_front(pending_.size());
+  // How many saves, from the oldest, are over here; the minimum over all
+  // ranks is what every rank can finalize without waiting.
+  uint64_t ready = 0;
+  while (ready < pending_.size() && pending_[ready].request.locally_done()) ++ready;
+  const std::vector<std::string> all =
+      comm_.all_gather_bytes(std::string_view(reinterpret_cast<const char*>(&ready), sizeof ready));
+  uint64_t everywhere = ready;
+  for (const std::string& bytes : all) {
+    uint64_t theirs = 0;
+    if (bytes.size() != sizeof theirs) throw CommError("maybe_finalize: a rank sent a malformed progress report");
+    std::memcpy(&theirs, bytes.data(), sizeof theirs);
+    everywhere = std::min(everywhere, theirs);
+  }
+  return finalize_front(static_cast<size_t>(everywhere));
+}
+
+void AsyncCallsQueue::close() {
+  if (closed_) return;
+  closed_ = true;
+  maybe_finalize(/*blocking=*/true);
+}
+
+}  // namespace distckpt

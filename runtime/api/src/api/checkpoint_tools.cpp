@@ -1,0 +1,95 @@
+// Reading checkpoints without a model or a job: common state, tensor
+// metadata, objects, whole tensors; and removing tensors from a checkpoint.
+#include <set>
+
+#include "api/checkpoint_reader.h"
+#include "api/load_requests.h"
+#include "api/state_dict_split.h"
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/core/dict_utils.h"
+#include "distckpt/core/errors.h"
+#include "format/commit.h"
+#include "io/file.h"
+
+namespace distckpt {
+
+StateDict load_common_state_dict(const std::string& dir) {
+  return api::CheckpointReader(dir).read_common_state();
+}
+
+StateDict load_tensors_metadata(const std::string& dir) {
+  const api::CheckpointReader reader(dir);
+  StateDict out = Value::dict();
+  for (const TensorRecord& record : reader.metadata().tensors) {
+    ShardedTensor t;
+    t.key = record.key;
+    t.dtype = record.dtype;
+    t.local_shape = record.global_shape;
+    t.global_shape = record.global_shape;
+    t.global_offset = Shape(record.global_shape.size(), 0);
+    t.axis_fragmentations = Shape(record.global_shape.size(), 1);
+    out[record.key] = Value(std::move(t));
+  }
+  return out;
+}
+
+StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::string& dir) {
+  api::CheckpointReader reader(dir);
+  Value objects = extract_matching(api::apply_factories(sharded_state_dict), [](const Value& leaf) {
+                    return leaf.kind() == Kind::kShardedObject;
+                  }).first;
+  for (Value* leaf : nested_values(objects)) *leaf = api::load_object(reader, leaf->as_sharded_object());
+  return objects;
+}
+
+StateDict load_plain_tensors(const std::string& dir) {
+  api::CheckpointReader reader(dir);
+  StateDict out = Value::dict();
+  for (const TensorRecord& record : reader.metadata().tensors) {
+    at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
+    reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
+    out[record.key] = Value(std::move(whole));
+  }
+  return out;
+}
+
+size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix) {
+  CheckpointMetadata metadata = api::CheckpointReader(dir).metadata();
+  const size_t before = metadata.tensors.size();
+  metadata.tensors.erase(std::remove_if(metadata.tensors.begin(), metadata.tensors.end(),
+                                        [&](const TensorRecord& t) { return t.key.rfind(key_prefix, 0) == 0; }),
+                         metadata.tensors.end());
+  const size_t removed = before - metadata.tensors.size();
+  if (removed == 0) return 0;
+
+  // Drop files nothing refers to any more and renumber the rest.
+  std::vector<bool> used(metadata.files.size(), false);
+  for (const TensorRecord& t : metadata.tensors) {
+    for (const ChunkRecord& c : t.chunks) used[c.file] = true;
+  }
+  for (const ObjectRecord& o : metadata.objects) used[o.file] = true;
+  std::vector<uint32_t> new_index(metadata.files.size(), 0);
+  std::vector<FileRecord> kept;
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < metadata.files.size(); ++i) {
+    if (used[i]) {
+      new_index[i] = static_cast<uint32_t>(kept.size());
+      kept.push_back(metadata.files[i]);
+    } else {
+      unused.push_back(metadata.files[i].path);
+    }
+  }
+  for (TensorRecord& t : metadata.tensors) {
+    for (ChunkRecord& c : t.chunks) c.file = new_index[c.file];
+  }
+  for (ObjectRecord& o : metadata.objects) o.file = new_index[o.file];
+  metadata.files = std::move(kept);
+
+  // The metadata swap is atomic, so the checkpoint stays committed and
+  // consistent; files are deleted only once nothing points at them.
+  io::write_file_atomic(io::safe_join(dir, kMetadataFile), encode_metadata(metadata));
+  for (const std::string& path : unused) io::remove_tree(io::safe_join(dir, path));
+  return removed;
+}
+
+}  // namespace distckpt

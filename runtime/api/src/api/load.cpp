@@ -1,0 +1,65 @@
+// load(): open + verify metadata -> key checks -> plan every requested
+// shard's reads (agreed: a missing or incompatible shard fails every rank
+// before any transfer) -> read, fully parallel when asked: pieces several
+// ranks need are read once and exchanged -> merge into one state dict.
+#include "api/checkpoint_reader.h"
+#include "api/load_requests.h"
+#include "api/load_result.h"
+#include "api/read_engine.h"
+#include "api/state_dict_split.h"
+#include "api/strict_keys.h"
+#include "distckpt/api/checkpoint.h"
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+
+namespace distckpt {
+
+LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const LoadOptions& options) {
+  std::unique_ptr<api::CheckpointReader> reader;
+  api::SplitStateDict split;
+  int io_threads = 0;
+  run_agreed(comm, "open the checkpoint", [&] {
+    io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
+    if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
+    reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
+    split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    for (const Value* leaf : api::sharded_leaves(split.sharded)) {
+      if (leaf->kind() == Kind::kShardedTensor) {
+        leaf->as_sharded_tensor().validate_metadata_integrity();
+      } else {
+        leaf->as_sharded_object().validate_metadata_integrity();
+      }
+    }
+  });
+
+  api::KeyMismatch mismatch;
+  // The *_ALL modes all-gather the requested keys, so every rank reaches this
+  // collective; a raise on one rank is then agreed on by all.
+  std::exception_ptr key_error;
+  try {
+    mismatch = api::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
+  } catch (...) {
+    key_error = std::current_exception();
+  }
+  agree_on_errors(comm, "check keys against the checkpoint", key_error);
+
+  std::vector<api::TensorRead> reads;
+  run_agreed(comm, "plan the reads", [&] {
+    for (Value* leaf : api::sharded_leaves(split.sharded)) {
+      *leaf = leaf->kind() == Kind::kShardedTensor
+                  ? Value(api::plan_tensor_reads(*reader, leaf->as_sharded_tensor(), reads))
+                  : api::load_object(*reader, leaf->as_sharded_object());
+    }
+  });
+  api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
+
+  Value common;
+  run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });
+  LoadResult result =
+      api::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
+  result.bytes_read = reader->bytes_read();
+  return result;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,205 @@
+#include "api/read_engine.h"
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
+
+#include "api/exchange.h"
+#include "api/slab_copy.h"
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+
+namespace distckpt::api {
+namespace {
+
+using Task = std::function<void()>;
+
+// Runs tasks on a few threads; keeps the first error.
+class TaskRunner {
+ public:
+  TaskRunner(std::vector<Task> tasks, int threads) : tasks_(std::move(tasks)) {
+    const size_t n = std::min(tasks_.size(), static_cast<size_t>(std::max(threads, 1)));
+    for (size_t t = 0; t < n; ++t) threads_.emplace_back([this] { run(); });
+  }
+  ~TaskRunner() { join(); }
+  std::exception_ptr join() {
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    return error_;
+  }
+
+ private:
+  void run() {
+    at::NoGradGuard no_grad;  // thread-local: destinations are often parameters
+    for (size_t i = next_++; i < tasks_.size(); i = next_++) {
+      try {
+        tasks_[i]();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        next_ = tasks_.size();  // stop early: the load fails anyway
+      }
+    }
+  }
+  std::vector<Task> tasks_;
+  std::atomic<size_t> next_{0};
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
+// Whether `part`'s elements are one contiguous run of `piece`'s row-major bytes.
+bool dense_in(const Box& piece, const Box& part) {
+  size_t d = 0;
+  while (d < part.ndim() && part.length[d] == 1) ++d;  // leading single rows
+  if (d == part.ndim()) return true;
+  for (size_t e = d + 1; e < part.ndim(); ++e) {
+    if (part.length[e] != piece.length[e]) return false;  // every later axis whole
+  }
+  return true;
+}
+
+uint64_t first_element(const Box& piece, const Box& part) {
+  const Shape strides = contiguous_strides(piece.length);
+  uint64_t first = 0;
+  for (size_t d = 0; d < piece.ndim(); ++d) first += static_cast<uint64_t>((part.offset[d] - piece.offset[d]) * strides[d]);
+  return first;
+}
+
+// Tasks reading the pieces this rank reads itself (shared_slot == -1).
+std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<TensorRead>& reads,
+                                const std::vector<int32_t>& shared_slot, uint64_t slab_bytes) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (shared_slot[i] < 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& x = reads[a].need;
+    const auto& y = reads[b].need;
+    return x.tensor != y.tensor ? x.tensor < y.tensor : x.piece < y.piece;
+  });
+  const CheckpointMetadata& m = reader.metadata();
+  const uint64_t block = std::max<uint64_t>(m.checksum_block_size, 1);
+  const uint64_t step = std::max<uint64_t>(1, slab_bytes / block) * block;  // whole checksum blocks per task
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    const plan::PieceNeed& first = reads[order[i]].need;
+    while (j < order.size() && reads[order[j]].need.tensor == first.tensor && reads[order[j]].need.piece == first.piece) ++j;
+    const TensorRecord& record = m.tensors[first.tensor];
+    const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
+    const uint64_t element = dtype_size(record.dtype);
+    bool direct = true;
+    for (size_t k = i; k < j && direct; ++k) {
+      const TensorRead& r = reads[order[k]];
+      direct = r.dest.device().is_cpu() && r.dest.is_contiguous() && dense_in(piece.box, r.need.part);
+    }
+    if (direct) {  // the stored bytes are the destination's bytes
+      for (size_t k = i; k < j; ++k) {
+        const TensorRead& r = reads[order[k]];
+        const uint64_t begin = piece.byte_in_chunk + first_element(piece.box, r.need.part) * element;
+        const uint64_t end = begin + static_cast<uint64_t>(r.need.part.numel()) * element;
+        auto* out = static_cast<uint8_t*>(r.dest.data_ptr());
+        for (uint64_t b = begin; b < end;) {
+          const uint64_t e = std::min(end, (b / step + 1) * step);
+          tasks.push_back([&reader, &record, chunk = piece.chunk, b, e, dst = out + (b - begin), keep = r.dest] {
+            reader.read_chunk_bytes(record, chunk, b, e, dst);
+          });
+          b = e;
+        }
+      }
+    } else {  // read the rows the parts span once, in slabs, and copy every part out
+      std::vector<const TensorRead*> group;
+      for (size_t k = i; k < j; ++k) group.push_back(&reads[order[k]]);
+      tasks.push_back([&reader, &record, &piece, group, slab_bytes] {
+        std::vector<const Box*> parts;
+        for (const TensorRead* r : group) parts.push_back(&r->need.part);
+        const auto rows = plan::row_span(piece.box, parts);
+        thread_local std::vector<uint8_t> buffer;
+        for (const Box& slab : plan::cut_slabs(piece.box, rows.first, rows.second, dtype_size(record.dtype), slab_bytes)) {
+          buffer.resize(static_cast<size_t>(slab.numel()) * dtype_size(record.dtype));
+          read_slab(reader, record, piece, slab, buffer.data());
+          for (const TensorRead* r : group) copy_slab_to_dest(buffer.data(), slab, record.dtype, r->need.part, r->dest);
+        }
+      });
+    }
+    i = j;
+  }
+  return tasks;
+}
+
+// Checks another rank's needs against the checkpoint this rank opened.
+void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& needs, int rank) {
+  const CheckpointMetadata& m = reader.metadata();
+  for (const plan::PieceNeed& n : needs) {
+    const bool tensor_ok = n.tensor < m.tensors.size();
+    const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
+    if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
+        !contains((*pieces)[n.piece].box, n.part)) {
+      throw CommError(fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
+                                  "rank; every rank must load the same checkpoint",
+                                  rank, to_string(n.part)));
+    }
+  }
+}
+
+// kAuto: exchange only between hosts (collective: one all-gather of host names).
+LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
+  if (exchange != LoadExchange::kAuto || comm.size() == 1) return exchange;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  const std::vector<std::string> hosts = comm.all_gather_bytes(name);
+  for (const std::string& h : hosts) {
+    if (h != hosts.front()) return LoadExchange::kBroadcast;
+  }
+  return LoadExchange::kNone;
+}
+
+}  // namespace
+
+void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
+                   const ReadEngineOptions& options) {
+  at::NoGradGuard no_grad;
+  const LoadExchange exchange = resolve(options.exchange, comm);
+  const bool share = exchange != LoadExchange::kNone && comm.size() > 1;
+  const int me = share ? comm.rank() : 0;
+  std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
+  for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
+  const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
+    const TensorRecord& record = reader.metadata().tensors.at(tensor);
+    return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, dtype_size(record.dtype)};
+  };
+  plan::LoadSchedule schedule;
+  if (share) {
+    const std::vector<std::string> gathered = comm.all_gather_bytes(plan::encode_needs(me, needs[static_cast<size_t>(me)]));
+    run_agreed(comm, "plan the fully parallel load", [&] {
+      for (size_t r = 0; r < gathered.size(); ++r) {
+        if (static_cast<int>(r) == me) continue;
+        needs[r] = plan::decode_needs(gathered[r], fmt::format("rank {}", r));
+        check_needs(reader, needs[r], static_cast<int>(r));
+      }
+      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true);
+    });
+  } else {
+    schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
+  }
+
+  std::exception_ptr error;
+  {
+    TaskRunner runner(private_tasks(reader, reads, schedule.shared_slot[static_cast<size_t>(me)], options.slab_bytes),
+                      options.threads);
+    if (share && !schedule.shared.empty()) {
+      const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
+      error = exchange == LoadExchange::kAllGather ? exchange_all_gather(context) : exchange_broadcast(context);
+    }
+    const std::exception_ptr private_error = runner.join();
+    if (private_error) error = private_error;  // this rank's own read failure names the cause
+  }
+  agree_on_errors(comm, "read tensors", error);
+}
+
+}  // namespace distckpt::api

@@ -1,0 +1,115 @@
+#include "api/save_commit.h"
+
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/core/errors.h"
+#include "format/commit.h"
+#include "io/file.h"
+
+namespace distckpt::api {
+namespace {
+
+constexpr const char* kCommonFile = "common.fb";
+
+std::mutex& claims_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<std::string>& claims() {
+  static std::set<std::string> s;
+  return s;
+}
+
+}  // namespace
+
+SavePaths save_paths(const std::string& dir) {
+  std::filesystem::path target = std::filesystem::path(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "ckpt/" -> "ckpt"
+  const std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    throw CheckpointError(fmt::format("cannot save into '{}': name a checkpoint directory", dir));
+  }
+  const std::filesystem::path parent = target.parent_path();
+  return SavePaths{target.string(), (parent / ("." + name + ".distckpt-staging")).string(),
+                   (parent / ("." + name + ".distckpt-old")).string()};
+}
+
+InFlightClaim::InFlightClaim(std::string target) : target_(std::move(target)) {
+  std::lock_guard<std::mutex> lock(claims_mutex());
+  if (!claims().insert(target_).second) {
+    throw CheckpointError(fmt::format(
+        "a save into '{}' is still in flight; finalize it (AsyncCallsQueue::maybe_finalize(true)) before saving "
+        "into the same directory again",
+        target_));
+  }
+}
+
+InFlightClaim::~InFlightClaim() {
+  std::lock_guard<std::mutex> lock(claims_mutex());
+  claims().erase(target_);
+}
+
+std::shared_ptr<InFlightClaim> prepare_directory(const SavePaths& paths, bool overwrite) {
+  auto claim = std::make_shared<InFlightClaim>(paths.target);
+  const bool committed = is_distributed_checkpoint(paths.target);
+  if (committed && !overwrite) {
+    throw CheckpointError(fmt::format(
+        "'{}' already holds a committed checkpoint; pass SaveOptions::overwrite = true to replace it (the old one "
+        "is removed only after the new one is committed) or save into another directory",
+        paths.target));
+  }
+  if (!committed && io::exists(paths.target) && !io::is_empty_dir(paths.target)) {
+    throw CheckpointError(fmt::format(
+        "'{}' exists, is not empty and holds no committed distckpt checkpoint; remove it or choose another "
+        "directory",
+        paths.target));
+  }
+  if (io::exists(paths.old)) {
+    if (!committed) {
+      throw CheckpointError(fmt::format(
+          "found '{}' left by an interrupted overwrite of '{}': it holds the previous checkpoint. Rename it back to "
+          "'{}' (or delete it) before saving again",
+          paths.old, paths.target, paths.target));
+    }
+    io::remove_tree(paths.old);
+  }
+  io::remove_tree(paths.staging);  // left by a save that crashed: never committed
+  io::make_dirs(paths.staging + "/data");
+  return claim;
+}
+
+void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, const std::string& common_state,
+                       bool overwrite) {
+  io::write_file_atomic(paths.staging + "/" + kCommonFile, common_state);
+  metadata.common_file = kCommonFile;
+  io::write_file_atomic(paths.staging + "/" + kMetadataFile, encode_metadata(metadata));
+  io::fsync_dir(paths.staging + "/data");
+  CheckpointConfig config;
+  config.format = kFormatName;
+  config.version = static_cast<int>(kFormatVersion);
+  config.sharded_backend = "distckpt-fb";
+  config.common_backend = "distckpt-fb";
+  config.world_size = metadata.world_size;
+  config.created_by = std::string("distckpt ") + DISTCKPT_VERSION;
+  write_commit_marker(paths.staging, config);
+
+  const std::string parent = std::filesystem::path(paths.target).parent_path().string();
+  const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
+  if (replacing) std::filesystem::rename(paths.target, paths.old);
+  std::filesystem::rename(paths.staging, paths.target);  // also replaces an empty target directory
+  io::fsync_dir(parent.empty() ? "." : parent);
+  if (replacing) io::remove_tree(paths.old);
+}
+
+void discard_staging(const SavePaths& paths) noexcept {
+  try {
+    io::remove_tree(paths.staging);
+  } catch (...) {
+    // The original error matters more than a failed clean-up.
+  }
+}
+
+}  // namespace distckpt::api

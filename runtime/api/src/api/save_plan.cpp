@@ -1,0 +1,180 @@
+#include "api/save_plan.h"
+
+#include <cstring>
+
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+#include "format/common_state.h"
+#include "io/checksum.h"
+#include "plan/local_plan.h"
+
+namespace distckpt {
+
+uint64_t SavePlanCache::State::digest() const {
+  if (valid) return api::plan_digest(hashes);
+  if (seed && !seed->plan_hashes.empty()) return api::plan_digest(seed->plan_hashes);
+  return 0;
+}
+
+namespace api {
+namespace {
+
+// What a rank announces before planning: its structure hash and the digest
+// of the plan its cache holds.
+struct Announcement {
+  uint64_t structure;
+  uint64_t cached;
+};
+
+// The structure hash of a rank, also covering what else decides the plan.
+uint64_t rank_hash(const plan::LocalPlan& local, WriterPolicy policy, int world_size) {
+  const uint64_t parts[3] = {plan::structure_hash(local), static_cast<uint64_t>(policy),
+                             static_cast<uint64_t>(world_size)};
+  return io::xxh3(parts, sizeof parts);
+}
+
+std::string encode_assignment(const std::vector<uint32_t>& items) {
+  std::string bytes(items.size() * sizeof(uint32_t), '\0');
+  if (!items.empty()) std::memcpy(bytes.data(), items.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<uint32_t> decode_assignment(const std::string& bytes, size_t item_count, int rank) {
+  if (bytes.size() % sizeof(uint32_t) != 0) {
+    throw CommError(fmt::format("rank {} received a write assignment of {} bytes (not whole items)", rank, bytes.size()));
+  }
+  std::vector<uint32_t> items(bytes.size() / sizeof(uint32_t));
+  if (!items.empty()) std::memcpy(items.data(), bytes.data(), bytes.size());
+  for (uint32_t i : items) {
+    if (i >= item_count) {
+      throw CommError(fmt::format("rank {} was assigned item {} but holds {} items", rank, i, item_count));
+    }
+  }
+  return items;
+}
+
+// Split, validate every leaf, build this rank's plan, snapshot common state.
+plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, bool coordinator) {
+  p.split = split_state_dict(apply_factories(state_dict));
+  plan::LocalPlan local;
+  local.rank = p.rank;
+  for (Value* leaf : sharded_leaves(p.split.sharded)) {
+    if (leaf->kind() == Kind::kShardedTensor) {
+      const ShardedTensor& t = leaf->as_sharded_tensor();
+      t.validate_metadata_integrity();
+      p.tensors.push_back(&t);
+      local.tensors.push_back(plan::plan_of(t));
+    } else {
+      const ShardedObject& o = leaf->as_sharded_object();
+      o.validate_metadata_integrity();
+      p.objects.push_back(&o);
+      local.objects.push_back(plan::plan_of(o));
+    }
+  }
+  if (coordinator) p.common_state = encode_common_state(p.split.common);
+  return local;
+}
+
+void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicator& comm) {
+  const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), 0);
+  std::vector<std::string> assignments;
+  run_agreed(comm, "validate the global sharding", [&] {
+    if (!comm.is_coordinator()) return;
+    std::vector<plan::LocalPlan> decoded;
+    decoded.reserve(plans.size());
+    for (size_t r = 0; r < plans.size(); ++r) {
+      decoded.push_back(plan::decode_local_plan(plans[r], fmt::format("rank {}", r)));
+    }
+    auto global = std::make_shared<plan::GlobalSavePlan>(plan::make_global_save_plan(decoded, p.options.writers));
+    assignments.reserve(global->assignments.size());
+    for (const auto& a : global->assignments) assignments.push_back(encode_assignment(a));
+    p.global = std::move(global);
+  });
+  p.assignment = decode_assignment(comm.scatter_bytes(assignments, 0), local.item_count(), p.rank);
+}
+
+// The cached plan; seeded from a checkpoint, it is first recovered from that
+// checkpoint's metadata (which can fail, so that step is agreed).
+void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCacheAccess::State& cache,
+                     Communicator& comm) {
+  if (cache.valid) {
+    p.assignment = cache.assignment;
+    p.global = cache.global;
+    return;
+  }
+  run_agreed(comm, "recover the save plan recorded in the checkpoint", [&] {
+    p.assignment = plan::local_assignment_from_metadata(*cache.seed, local, p.rank);
+    if (comm.is_coordinator()) {
+      p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(*cache.seed));
+    }
+  });
+}
+
+}  // namespace
+
+uint64_t plan_digest(const std::vector<uint64_t>& hashes) {
+  return hashes.empty() ? 0 : io::xxh3(hashes.data(), hashes.size() * sizeof(uint64_t)) | 1;  // never 0
+}
+
+std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const std::string& dir, Communicator& comm,
+                                           const SaveOptions& options) {
+  auto p = std::make_unique<PreparedSave>();
+  p->options = options;
+  p->rank = comm.rank();
+  p->world_size = comm.size();
+  plan::LocalPlan local;
+  SavePlanCacheAccess::State* cache = options.plan_cache ? &SavePlanCacheAccess::state(*options.plan_cache) : nullptr;
+  // One collective carries every rank's checks, its structure hash and what
+  // its cache holds; the coordinator prepares the staging directory in the
+  // same step. Every rank sees every announcement, so every rank takes the
+  // same decision about reuse.
+  std::vector<std::string> announced;
+  try {
+    announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
+      if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
+      resolve_io_threads(options.io_threads);  // rejects a negative count
+      p->paths = save_paths(dir);
+      local = describe_local(*p, state_dict, comm.is_coordinator());
+      const Announcement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
+      if (comm.is_coordinator()) p->claim = prepare_directory(p->paths, options.overwrite);
+      return std::string(reinterpret_cast<const char*>(&mine), sizeof mine);
+    });
+  } catch (...) {
+    if (p->claim) discard_staging(p->paths);
+    throw;
+  }
+  bool same_cached_plan = true;
+  uint64_t first_cached = 0;
+  for (size_t r = 0; r < announced.size(); ++r) {
+    Announcement a{};
+    if (announced[r].size() != sizeof a) throw CommError(fmt::format("rank {} sent a malformed plan announcement", r));
+    std::memcpy(&a, announced[r].data(), sizeof a);
+    p->plan_hashes.push_back(a.structure);
+    if (r == 0) first_cached = a.cached;
+    same_cached_plan = same_cached_plan && a.cached == first_cached;
+  }
+  p->plan_reused = same_cached_plan && first_cached != 0 && first_cached == plan_digest(p->plan_hashes);
+
+  try {
+    if (p->plan_reused) {
+      plan_from_cache(*p, local, *cache, comm);
+    } else {
+      plan_from_scratch(*p, local, comm);
+    }
+  } catch (...) {
+    if (p->claim) discard_staging(p->paths);
+    throw;
+  }
+  if (cache) {
+    cache->valid = true;
+    cache->seed.reset();
+    cache->hashes = p->plan_hashes;
+    cache->assignment = p->assignment;
+    cache->global = p->global;
+    ++(p->plan_reused ? cache->reused : cache->made);
+  }
+  return p;
+}
+
+}  // namespace api
+}  // namespace distckpt

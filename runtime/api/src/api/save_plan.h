@@ -1,0 +1,67 @@
+// The planning half of a save, shared by save() and async_save(): the state
+// dict prepared, this rank's assignment (what it writes), and on the
+// coordinator the metadata skeleton, the staging directory and a snapshot of
+// the common state. Reuses the plan cache when every rank's structure
+// matches it (see distckpt/api/plan_cache.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/save_commit.h"
+#include "api/state_dict_split.h"
+#include "distckpt/api/options.h"
+#include "distckpt/api/plan_cache.h"
+#include "distckpt/comm/communicator.h"
+#include "plan/global_plan.h"
+
+namespace distckpt {
+
+struct SavePlanCache::State {
+  bool valid = false;
+  std::vector<uint64_t> hashes;     // each rank's structure hash the plan was made for
+  std::vector<uint32_t> assignment;  // this rank's items, canonical order
+  std::shared_ptr<const plan::GlobalSavePlan> global;  // coordinator only
+  std::shared_ptr<const CheckpointMetadata> seed;       // from_checkpoint, until used
+  uint64_t made = 0;
+  uint64_t reused = 0;
+
+  // What this rank believes the cached plan is for (0: nothing cached).
+  uint64_t digest() const;
+};
+
+// The planner's access to a cache's state (private to users).
+struct SavePlanCacheAccess {
+  using State = SavePlanCache::State;
+  static State& state(SavePlanCache& cache) { return *cache.state_; }
+};
+
+namespace api {
+
+struct PreparedSave {
+  SavePaths paths;
+  SaveOptions options;
+  int rank = 0;
+  int world_size = 1;
+  SplitStateDict split;                      // owns the leaves below
+  std::vector<const ShardedTensor*> tensors;  // local plan items 0 .. n-1
+  std::vector<const ShardedObject*> objects;  // local plan items n ..
+  std::vector<uint32_t> assignment;           // items this rank writes, canonical order
+  bool plan_reused = false;
+  std::vector<uint64_t> plan_hashes;          // every rank's structure hash
+  // Coordinator only:
+  std::shared_ptr<const plan::GlobalSavePlan> global;
+  std::string common_state;  // encoded when planned, so later changes do not leak in
+  std::shared_ptr<InFlightClaim> claim;
+};
+
+// Collective. Errors on any rank are raised on every rank.
+std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const std::string& dir, Communicator& comm,
+                                           const SaveOptions& options);
+
+// The digest of all ranks' structure hashes: what a cache records.
+uint64_t plan_digest(const std::vector<uint64_t>& hashes);
+
+}  // namespace api
+}  // namespace distckpt

@@ -1,0 +1,324 @@
+// POSIX file primitives. Every loop here exists because the kernel may
+// transfer fewer bytes than asked (large requests, signals) and every failure
+// names the path and the errno text, because "I/O error" alone helps nobody.
+#include "io/file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::io {
+namespace {
+
+[[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
+  throw Error(fmt::format("{} '{}' failed: {}", what, path, std::strerror(err)));
+}
+
+// open(2) may be interrupted on network file systems; retry like read/write.
+int open_retrying(const char* path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path, flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+void check_range(const std::string& path, size_t n, uint64_t offset) {
+  constexpr auto kMaxOffset = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+  if (offset > kMaxOffset || n > kMaxOffset - offset) {
+    throw Error(
+        fmt::format("byte range at offset {} of {} bytes in '{}' exceeds the largest file offset", offset, n, path));
+  }
+}
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Removes everything below the open directory `dir_fd`. Works on names
+// relative to directory descriptors and never follows a symlink, so a link
+// inside the tree cannot make it delete files outside the tree.
+void remove_children(int dir_fd, const std::string& dir_path) {
+  const int iter_fd = ::dup(dir_fd);
+  if (iter_fd < 0) throw_errno("dup of directory", dir_path, errno);
+  DIR* dir = ::fdopendir(iter_fd);
+  if (dir == nullptr) {
+    const int err = errno;
+    ::close(iter_fd);
+    throw_errno("opendir", dir_path, err);
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  const int read_err = errno;
+  ::closedir(dir);
+  if (read_err != 0) throw_errno("readdir", dir_path, read_err);
+
+  for (const auto& name : names) {
+    const std::string child_path = dir_path + "/" + name;
+    if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+    const int unlink_err = errno;
+    // Linux says EISDIR for a directory, POSIX allows EPERM.
+    if (unlink_err != EISDIR && unlink_err != EPERM) throw_errno("unlink", child_path, unlink_err);
+    // O_NOFOLLOW makes sure it really is a directory and not a link to one.
+    const int child_fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child_fd < 0) throw_errno("unlink", child_path, errno == ENOTDIR ? unlink_err : errno);
+    try {
+      remove_children(child_fd, child_path);
+    } catch (...) {
+      ::close(child_fd);
+      throw;
+    }
+    ::close(child_fd);
+    if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+      throw_errno("rmdir", child_path, errno);
+    }
+  }
+}
+
+}  // namespace
+
+File::File(const std::string& path, Mode mode) : path_(path) {
+  // Writers open read-write so that a writer can read back what it wrote.
+  const int flags = mode == Mode::kRead     ? O_RDONLY | O_CLOEXEC
+                    : mode == Mode::kUpdate ? O_RDWR | O_CLOEXEC
+                                            : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  fd_ = open_retrying(path.c_str(), flags, 0644);
+  if (fd_ < 0) {
+    throw_errno(mode == Mode::kRead ? "open for reading" : mode == Mode::kUpdate ? "open for writing" : "create", path,
+                errno);
+  }
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);  // errors cannot be reported from here; close() reports them
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)), direct_(other.direct_.load()) {
+  other.fd_ = -1;
+}
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    direct_ = other.direct_.load();
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+bool File::try_enable_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+  direct_ = true;
+  return true;
+}
+
+void File::disable_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+  direct_ = false;
+}
+
+void File::pwrite_all(const void* data, size_t n, uint64_t offset) {
+  check_range(path_, n, offset);
+  const auto* bytes = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::pwrite(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL && direct_) {
+        disable_direct();
+        continue;
+      }
+      throw_errno(fmt::format("write of {} bytes at offset {} to", n, offset), path_, errno);
+    }
+    if (w == 0) throw_errno(fmt::format("write at offset {} to", offset + done), path_, ENOSPC);
+    done += static_cast<size_t>(w);
+  }
+}
+
+void File::pread_all(void* data, size_t n, uint64_t offset) const {
+  check_range(path_, n, offset);
+  auto* bytes = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(fmt::format("read of {} bytes at offset {} from", n, offset), path_, errno);
+    }
+    if (r == 0) {
+      throw CorruptionError(
+          fmt::format("unexpected end of file {} at offset {} (wanted {} bytes, file has {}); the file is truncated "
+                      "or does not belong to this checkpoint",
+                      path_, offset, n, size()));
+    }
+    done += static_cast<size_t>(r);
+  }
+}
+
+uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_errno("stat", path_, errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void File::sync() {
+  int rc;
+  do {
+    rc = ::fsync(fd_);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) throw_errno("fsync", path_, errno);
+}
+
+void File::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  // No retry on EINTR: Linux has released the descriptor either way. An
+  // error here can be a deferred write error (NFS), so it must surface.
+  if (::close(fd) != 0 && errno != EINTR) throw_errno("close", path_, errno);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  try {
+    File file(tmp, File::Mode::kCreateTruncate);
+    file.pwrite_all(bytes.data(), bytes.size(), 0);
+    file.sync();
+    file.close();
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename to '" + path + "' of", tmp, errno);
+  } catch (...) {
+    ::unlink(tmp.c_str());  // best effort: never leave a half-written temp behind
+    throw;
+  }
+  fsync_dir(parent_dir(path));
+}
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
+  File file(path, File::Mode::kRead);
+  const uint64_t size = file.size();
+  if (size > max_bytes) {
+    throw CorruptionError(
+        fmt::format("{} is {} bytes, more than the {} bytes such a file may have; it is "
+                    "not the file distckpt wrote",
+                    path, size, max_bytes));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  file.pread_all(bytes.data(), bytes.size(), 0);
+  return bytes;
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = open_retrying(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno("open directory", dir, errno);
+  int rc;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw_errno("fsync of directory", dir, err);
+}
+
+void make_dirs(const std::string& dir) {
+  if (dir.empty()) throw Error("make_dirs: the directory path is empty");
+  // Create each prefix in turn; EEXIST is fine as long as it is a directory.
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    const std::string prefix = dir.substr(0, pos);
+    if (prefix.empty() || prefix == "/") continue;
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    const int err = errno;
+    if (err == EEXIST && is_dir(prefix)) continue;
+    throw_errno("create directory", prefix, err == EEXIST ? ENOTDIR : err);
+  }
+}
+
+void remove_tree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw_errno("stat", path, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    // A file or a symlink (removed itself, never its target).
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("unlink", path, errno);
+    return;
+  }
+  const int fd = open_retrying(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw_errno("open directory", path, errno);
+  try {
+    remove_children(fd, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) throw_errno("rmdir", path, errno);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  throw_errno("stat", path, errno);
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  throw_errno("stat", path, errno);
+}
+
+bool is_empty_dir(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) return true;
+    if (errno == ENOTDIR) return false;
+    throw_errno("opendir", path, errno);
+  }
+  bool empty = true;
+  errno = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") {
+      empty = false;
+      break;
+    }
+  }
+  const int err = errno;
+  ::closedir(dir);
+  if (empty && err != 0) throw_errno("readdir", path, err);
+  return empty;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw_errno("stat", path, errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace distckpt::io

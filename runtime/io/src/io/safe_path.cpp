@@ -1,0 +1,70 @@
+// Paths read from checkpoint metadata are untrusted: a crafted or corrupted
+// metadata.fb must not make a load read (or a cleanup delete) anything
+// outside the checkpoint directory. Only '/' separates components.
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+#include "distckpt/core/errors.h"
+#include "io/file.h"
+
+namespace distckpt::io {
+namespace {
+
+constexpr size_t kMaxPathLength = 4096;  // PATH_MAX on Linux
+constexpr size_t kMaxQuotedLength = 200;
+
+// The path as it can be printed: control bytes escaped, long paths shortened
+// (the full length is given so nothing is hidden).
+std::string printable(std::string_view path) {
+  std::string out;
+  for (const char c : path.substr(0, kMaxQuotedLength)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  if (path.size() > kMaxQuotedLength) out += fmt::format("... ({} bytes)", path.size());
+  return out;
+}
+
+[[noreturn]] void reject(std::string_view path, std::string_view reason) {
+  throw CorruptionError(fmt::format("unsafe path '{}' in checkpoint metadata: {}", printable(path), reason));
+}
+
+}  // namespace
+
+void validate_relative_path(std::string_view relative) {
+  if (relative.empty()) reject(relative, "the path is empty");
+  if (relative.size() > kMaxPathLength) {
+    reject(relative, fmt::format("longer than {} bytes", kMaxPathLength));
+  }
+  if (relative.find('\0') != std::string_view::npos) reject(relative, "it contains a NUL byte");
+  if (relative.front() == '/') reject(relative, "absolute paths are not allowed");
+  size_t start = 0;
+  while (true) {
+    const size_t slash = relative.find('/', start);
+    const std::string_view component =
+        relative.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (component.empty()) reject(relative, "it has an empty component");
+    if (component == "." || component == "..") {
+      reject(relative, fmt::format("'{}' components are not allowed", component));
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+}
+
+std::string safe_join(const std::string& dir, std::string_view relative) {
+  validate_relative_path(relative);
+  if (dir.empty()) return std::string(relative);
+  std::string joined = dir;
+  if (joined.back() != '/') joined += '/';
+  joined += relative;
+  return joined;
+}
+
+}  // namespace distckpt::io

@@ -1,0 +1,366 @@
+#include "distckpt/local/local_checkpoint_manager.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
+#include "io/file.h"
+#include "local/file_transfer.h"
+#include "local/local_file.h"
+#include "local/wire.h"
+
+namespace distckpt {
+namespace fs = std::filesystem;
+
+struct LocalCheckpointManager::Held {
+  int64_t iteration;
+  int owner;
+};
+
+namespace {
+
+// "iter_<I>_owner_<O>.dcl" (complete) and the same + ".tmp" (being written).
+const std::regex& file_pattern() {
+  static const std::regex pattern(R"(iter_(\d{1,18})_owner_(\d{1,9})\.dcl(\.tmp)?)");
+  return pattern;
+}
+
+std::string list_ranks(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
+
+// The background half of an asynchronous local save.
+struct BackgroundWrite {
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  uint64_t bytes = 0;
+  ~BackgroundWrite() { join(); }
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+}  // namespace
+
+LocalCheckpointManager::LocalCheckpointManager(std::string root, Communicator& comm, LocalCheckpointOptions options)
+    : root_(std::move(root)), comm_(comm), options_(std::move(options)) {
+  if (root_.empty()) throw Error("LocalCheckpointManager: the root directory is empty");
+  if (options_.transfer_slab_bytes == 0) throw Error("LocalCheckpointOptions::transfer_slab_bytes must be positive");
+  clique_ = options_.replication ? options_.replication->clique_of(comm_.rank(), comm_.size())
+                                 : std::vector<int>{comm_.rank()};
+}
+
+LocalCheckpointManager::~LocalCheckpointManager() = default;
+
+std::string LocalCheckpointManager::rank_dir(int rank) const { return fmt::format("{}/rank_{}", root_, rank); }
+
+std::string LocalCheckpointManager::file_path(int holder, int64_t iteration, int owner) const {
+  return fmt::format("{}/iter_{}_owner_{}.dcl", rank_dir(holder), iteration, owner);
+}
+
+// Complete files of this rank's directory whose header matches their name
+// and this job's world size.
+std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::inventory() const {
+  std::vector<Held> held;
+  const std::string dir = rank_dir(comm_.rank());
+  if (!io::is_dir(dir)) return held;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, file_pattern()) || m[3].matched) continue;
+    const int64_t iteration = std::stoll(m[1].str());
+    const int owner = std::stoi(m[2].str());
+    const auto header = local::probe_local_file(entry.path().string());
+    if (!header || header->iteration != iteration || header->owner_rank != owner ||
+        header->world_size != comm_.size()) {
+      continue;  // incomplete, foreign or from another world size: never loadable here
+    }
+    held.push_back(Held{iteration, owner});
+  }
+  return held;
+}
+
+std::vector<int64_t> LocalCheckpointManager::local_iterations() const {
+  std::set<int64_t> its;
+  for (const Held& h : inventory()) its.insert(h.iteration);
+  return {its.begin(), its.end()};
+}
+
+void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64_t iteration) const {
+  if (state.state().owner_rank != comm_.rank() || state.state().world_size != comm_.size()) {
+    throw Error(fmt::format("rank {} of {} was given the tensor-aware state dict of rank {} of {}; build it with "
+                            "TensorAwareStateDict::from_state_dict on this rank's communicator",
+                            comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
+  }
+  if (iteration <= last_complete_) {
+    throw CheckpointError(fmt::format("local checkpoint iteration {} is not newer than the last complete one ({})",
+                                      iteration, last_complete_));
+  }
+}
+
+void LocalCheckpointManager::save(const TensorAwareStateDict& state, int64_t iteration) {
+  std::exception_ptr error;
+  std::vector<std::string> created;
+  try {
+    check_save(state, iteration);
+    io::make_dirs(rank_dir(comm_.rank()));
+    const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
+    local::write_local_file(state, iteration, path);
+    created.push_back(path);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  finish_save(iteration, error, created);
+}
+
+int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, int64_t iteration,
+                                           AsyncCallsQueue& queue) {
+  auto work = std::make_shared<BackgroundWrite>();
+  std::shared_ptr<TensorAwareStateDict> staged;
+  run_agreed(comm_, "stage the local checkpoint", [&] {
+    check_save(state, iteration);
+    io::make_dirs(rank_dir(comm_.rank()));
+    // Host copies of the kept tensors: the caller's may change right away.
+    std::vector<at::Tensor> copies;
+    copies.reserve(state.tensors().size());
+    for (const at::Tensor& t : state.tensors()) {
+      copies.push_back(t.defined() ? t.to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true) : t);
+    }
+    staged = std::make_shared<TensorAwareStateDict>(state.state(), std::move(copies));
+  });
+  const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
+  work->thread = std::thread([work, staged, iteration, path] {
+    try {
+      work->bytes = local::write_local_file(*staged, iteration, path);
+    } catch (...) {
+      work->error = std::current_exception();
+    }
+    work->done = true;
+  });
+  return queue.schedule(AsyncRequest::from_functions(
+      rank_dir(comm_.rank()), [work] { return work->done.load(); },
+      [this, work, iteration, path](Communicator&) {
+        work->join();
+        std::vector<std::string> created;
+        if (!work->error) created.push_back(path);
+        finish_save(iteration, work->error, created);
+        SaveReport report;
+        report.bytes_written = work->bytes;
+        report.items_written = 1;
+        return report;
+      }));
+}
+
+// Every rank has tried to write its own file: agree, replicate, agree, then
+// clean up. A failure removes the files this save created (never a complete
+// file of an earlier save), so no half state lingers.
+void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr write_error,
+                                         std::vector<std::string> created) {
+  try {
+    agree_on_errors(comm_, "write the local checkpoint", write_error);
+    replicate(iteration, created);
+  } catch (...) {
+    for (const std::string& path : created) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+    throw;
+  }
+  last_complete_ = iteration;
+  remove_older_than(iteration);
+}
+
+void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::string>& created) {
+  if (!options_.replication || options_.replication->factor < 2) return;
+  const int me = comm_.rank();
+  std::exception_ptr error;
+  int tag = 0;
+  // Global order: owner ascending, then its peers ascending; each rank takes
+  // part in its own transfers only, in that order.
+  for (int owner = 0; owner < comm_.size(); ++owner) {
+    for (int holder : options_.replication->clique_of(owner, comm_.size())) {
+      if (holder == owner) continue;
+      ++tag;
+      if (me == owner) {
+        const std::exception_ptr e =
+            local::send_file(comm_, file_path(owner, iteration, owner), holder, tag, options_.transfer_slab_bytes);
+        if (e && !error) error = e;
+      } else if (me == holder) {
+        const std::string path = file_path(holder, iteration, owner);
+        std::string why;
+        try {
+          if (!local::recv_file(comm_, owner, tag, path + ".tmp", options_.transfer_slab_bytes, why)) {
+            throw CheckpointError(fmt::format("replica of rank {}: {}", owner, why));
+          }
+          if (!local::probe_local_file(path + ".tmp")) {
+            throw CorruptionError(fmt::format("the replica of rank {} arrived incomplete", owner));
+          }
+          if (io::exists(path)) {
+            throw CheckpointError(fmt::format("{} already holds a complete replica; it is never overwritten", path));
+          }
+          fs::rename(path + ".tmp", path);
+          created.push_back(path);
+          io::fsync_dir(rank_dir(holder));
+        } catch (...) {
+          std::error_code ignored;
+          fs::remove(path + ".tmp", ignored);
+          if (!error) error = std::current_exception();
+        }
+      }
+    }
+  }
+  agree_on_errors(comm_, "replicate the local checkpoint to peers", error);
+}
+
+void LocalCheckpointManager::remove_older_than(int64_t iteration) {
+  const std::string dir = rank_dir(comm_.rank());
+  if (!io::is_dir(dir)) return;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, file_pattern()) || std::stoll(m[1].str()) >= iteration) continue;
+    std::error_code ignored;
+    fs::remove(entry.path(), ignored);
+  }
+}
+
+std::optional<int64_t> LocalCheckpointManager::find_latest() {
+  std::vector<std::string> gathered = gather_agreed(comm_, "list the local checkpoints", [&] {
+    local::WireWriter w;
+    const std::vector<Held> held = inventory();
+    w.u64(held.size());
+    for (const Held& h : held) {
+      w.i64(h.iteration);
+      w.i64(h.owner);
+    }
+    return w.take();
+  });
+  std::map<int64_t, std::set<int>> owners_of;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    local::WireReader reader(gathered[r], fmt::format("local checkpoint list of rank {}", r));
+    const uint64_t n = reader.count(16);
+    for (uint64_t i = 0; i < n; ++i) {
+      const int64_t iteration = reader.i64();
+      owners_of[iteration].insert(static_cast<int>(reader.i64()));
+    }
+  }
+  for (auto it = owners_of.rbegin(); it != owners_of.rend(); ++it) {
+    if (static_cast<int>(it->second.size()) == comm_.size()) return it->first;
+  }
+  return std::nullopt;
+}
+
+TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iteration) {
+  if (!iteration) iteration = find_latest();
+  if (!iteration) {
+    throw CheckpointError(fmt::format("no local checkpoint under '{}' is complete on all {} ranks; load the global "
+                                      "checkpoint instead",
+                                      root_, comm_.size()));
+  }
+  const int me = comm_.rank();
+  const int64_t it = *iteration;
+  recovery_ = LocalRecovery{it, {}, {}};
+
+  // 1. Every rank tries its own copy; says whether it worked and which
+  // owners' copies of `it` it holds.
+  std::optional<TensorAwareStateDict> mine;
+  std::string own_problem;
+  try {
+    mine = local::read_local_file(file_path(me, it, me));
+  } catch (const std::exception& e) {
+    own_problem = e.what();
+  }
+  local::WireWriter w;
+  w.u64(mine ? 1 : 0);
+  w.str(own_problem);
+  std::vector<int> held_owners;
+  for (const Held& h : inventory()) {
+    if (h.iteration == it && h.owner != me) held_owners.push_back(h.owner);
+  }
+  w.u64(held_owners.size());
+  for (int o : held_owners) w.i64(o);
+  const std::vector<std::string> gathered = comm_.all_gather_bytes(w.take());
+
+  const size_t world = static_cast<size_t>(comm_.size());
+  std::vector<int> failed;
+  std::vector<std::vector<int>> candidates(world);  // holders of each owner's copy, ascending
+  for (size_t r = 0; r < world; ++r) {
+    local::WireReader reader(gathered[r], fmt::format("local checkpoint status of rank {}", r));
+    const bool ok = reader.u64() != 0;
+    const std::string problem = reader.str();
+    if (!ok) {
+      failed.push_back(static_cast<int>(r));
+      recovery_.notes.push_back(fmt::format("rank {}'s own copy: {}", r, problem));
+    }
+    const uint64_t n = reader.count(8);
+    for (uint64_t i = 0; i < n; ++i) {
+      const int64_t owner = reader.i64();
+      if (owner >= 0 && owner < comm_.size()) candidates[static_cast<size_t>(owner)].push_back(static_cast<int>(r));
+    }
+  }
+  recovery_.recovered_ranks = failed;
+
+  // 2. Rounds: each failed owner gets the copy of its next candidate, checks
+  // it, keeps it (restoring its own copy) or tries the next one.
+  for (size_t round = 0; !failed.empty(); ++round) {
+    std::vector<int> exhausted;
+    for (int owner : failed) {
+      if (round >= candidates[static_cast<size_t>(owner)].size()) exhausted.push_back(owner);
+    }
+    if (!exhausted.empty()) {
+      throw CheckpointError(fmt::format(
+          "no intact copy of the local checkpoint of rank(s) {} at iteration {} under '{}' ({}); fall back to the "
+          "global checkpoint",
+          list_ranks(exhausted), it, root_, fmt::join(recovery_.notes, "; ")));
+    }
+    std::string problem;
+    for (int owner : failed) {
+      const int holder = candidates[static_cast<size_t>(owner)][round];
+      const int tag = owner + 1;
+      if (me == holder) {
+        local::send_file(comm_, file_path(holder, it, owner), owner, tag, options_.transfer_slab_bytes);
+      } else if (me == owner) {
+        const std::string final_path = file_path(me, it, me);
+        const std::string tmp = final_path + ".tmp";
+        std::string why;
+        try {
+          io::make_dirs(rank_dir(me));
+          if (!local::recv_file(comm_, holder, tag, tmp, options_.transfer_slab_bytes, why)) throw CheckpointError(why);
+          mine = local::read_local_file(tmp);
+          fs::rename(tmp, final_path);
+          io::fsync_dir(rank_dir(me));
+          log_message(LogLevel::kWarning, fmt::format("local checkpoint: rank {} recovered iteration {} from the "
+                                                      "replica on rank {}",
+                                                      me, it, holder));
+        } catch (const std::exception& e) {
+          std::error_code ignored;
+          fs::remove(tmp, ignored);
+          problem = fmt::format("the replica on rank {}: {}", holder, e.what());
+        }
+      }
+    }
+    // Who is still without an intact copy, and why.
+    local::WireWriter status;
+    status.str(problem);
+    const std::vector<std::string> statuses = comm_.all_gather_bytes(status.take());
+    std::vector<int> still;
+    for (int owner : failed) {
+      const std::string p = local::WireReader(statuses[static_cast<size_t>(owner)], "recovery status").str();
+      if (p.empty()) continue;
+      still.push_back(owner);
+      recovery_.notes.push_back(fmt::format("rank {}: {}", owner, p));
+    }
+    failed = std::move(still);
+  }
+  return std::move(*mine);
+}
+
+}  // namespace distckpt

@@ -1,0 +1,331 @@
+#include "distckpt/local/tensor_aware_state_dict.h"
+#include "format/local_state_codec.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+
+#include "api/load_result.h"
+#include "api/state_dict_split.h"
+#include "api/strict_keys.h"
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+#include "io/checksum.h"
+#include "local/shard_exchange.h"
+#include "local/wire.h"
+#include "plan/global_plan.h"
+#include "plan/local_plan.h"
+#include "plan/validate.h"
+
+namespace distckpt {
+namespace {
+
+// Fully parallel: which of this rank's tensors it keeps. Every rank's plan is
+// gathered, the global sharding validated, and each replicated shard given to
+// the holder with the fewest bytes so far (the save's balanced writers).
+std::vector<bool> distribute(const plan::LocalPlan& local, Communicator& comm) {
+  const std::vector<std::string> encoded = comm.all_gather_bytes(plan::encode_local_plan(local));
+  std::vector<plan::LocalPlan> plans;
+  plans.reserve(encoded.size());
+  for (size_t r = 0; r < encoded.size(); ++r) {
+    plans.push_back(plan::decode_local_plan(encoded[r], fmt::format("rank {}", r)));
+  }
+  plan::validate_global_plan(plans);
+  std::vector<bool> kept(local.tensors.size(), false);
+  const std::vector<std::vector<uint32_t>> writers = plan::distribute_writers(plans, WriterPolicy::kBalanced);
+  for (uint32_t item : writers[static_cast<size_t>(comm.rank())]) {
+    if (item < kept.size()) kept[item] = true;
+  }
+  // Empty shards are never assigned a writer; there is nothing to exchange.
+  for (size_t i = 0; i < kept.size(); ++i) kept[i] = kept[i] || local.tensors[i].stored_numel() == 0;
+  return kept;
+}
+
+uint64_t digest(const std::vector<uint64_t>& hashes) {
+  return hashes.empty() ? 0 : io::xxh3(hashes.data(), hashes.size() * sizeof(uint64_t));
+}
+
+// nullopt: every rank's cache holds the distribution of exactly these
+// structures (decided from gathered values, so identically on every rank).
+std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Communicator& comm,
+                                             const std::vector<uint64_t>* cached_hashes,
+                                             std::vector<uint64_t>* hashes_out) {
+  local::WireWriter w;
+  w.u64(plan::structure_hash(local));
+  w.u64(cached_hashes ? digest(*cached_hashes) : 0);
+  const std::vector<std::string> gathered = comm.all_gather_bytes(w.take());
+  std::vector<uint64_t> hashes, cached;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    local::WireReader reader(gathered[r], fmt::format("structure hash of rank {}", r));
+    hashes.push_back(reader.u64());
+    cached.push_back(reader.u64());
+  }
+  *hashes_out = hashes;
+  const uint64_t now = digest(hashes);
+  bool reuse = true;
+  for (uint64_t c : cached) reuse = reuse && c == now;
+  if (reuse) return std::nullopt;
+  return distribute(local, comm);
+}
+
+}  // namespace
+
+TensorAwareAlgo parse_tensor_aware_algo(const std::string& name) {
+  if (name == "atomic") return TensorAwareAlgo::kAtomic;
+  if (name == "fully_parallel") return TensorAwareAlgo::kFullyParallel;
+  throw Error(fmt::format("unknown tensor-aware algorithm '{}' (use 'atomic' or 'fully_parallel')", name));
+}
+
+const char* tensor_aware_algo_name(TensorAwareAlgo algo) {
+  return algo == TensorAwareAlgo::kAtomic ? "atomic" : "fully_parallel";
+}
+
+TensorAwareStateDict::TensorAwareStateDict(LocalState state, std::vector<at::Tensor> tensors)
+    : state_(std::move(state)), tensors_(std::move(tensors)) {
+  hollow_ = tensors_.empty() && !state_.tensors.empty();
+  if (hollow_) tensors_.resize(state_.tensors.size());
+  if (tensors_.size() != state_.tensors.size()) {
+    throw Error(fmt::format("TensorAwareStateDict: {} tensors for {} records", tensors_.size(), state_.tensors.size()));
+  }
+}
+
+TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
+                                                           TensorAwareAlgo algo,
+                                                           const std::shared_ptr<ShardDistributionCache>& cache) {
+  TensorAwareStateDict out;
+  plan::LocalPlan local;
+  run_agreed(comm, "build the tensor-aware state dict", [&] {
+    api::SplitStateDict split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    out.state_.owner_rank = comm.rank();
+    out.state_.world_size = comm.size();
+    out.state_.algorithm = tensor_aware_algo_name(algo);
+    out.state_.common = std::move(split.common);
+    local.rank = comm.rank();
+    for (Value* leaf : api::sharded_leaves(split.sharded)) {
+      if (leaf->kind() == Kind::kShardedObject) {
+        const ShardedObject& o = leaf->as_sharded_object();
+        o.validate_metadata_integrity();
+        out.state_.objects.push_back(o);
+        continue;
+      }
+      const ShardedTensor& t = leaf->as_sharded_tensor();
+      t.validate_metadata_integrity();
+      if (!t.data.defined()) {
+        throw Error(fmt::format("tensor-aware state dicts need the data of every tensor; '{}' has none", t.key));
+      }
+      LocalTensorEntry e;
+      e.meta = t.without_data();
+      e.device = t.data.device().str();
+      out.state_.tensors.push_back(std::move(e));
+      out.tensors_.push_back(t.data);
+      local.tensors.push_back(plan::plan_of(t));
+    }
+  });
+  if (algo == TensorAwareAlgo::kFullyParallel && comm.size() > 1) {
+    std::vector<bool> kept;
+    std::vector<uint64_t> hashes;
+    run_agreed(comm, "distribute the replicated shards", [&] {
+      std::optional<std::vector<bool>> fresh =
+          kept_shards(local, comm, cache ? &cache->hashes_ : nullptr, &hashes);
+      if (!fresh) {
+        kept = cache->kept_;
+        ++cache->reused_;
+        return;
+      }
+      kept = std::move(*fresh);
+      if (cache) {
+        cache->hashes_ = hashes;
+        cache->kept_ = kept;
+        ++cache->computed_;
+      }
+    });
+    for (size_t i = 0; i < kept.size(); ++i) {
+      out.state_.tensors[i].held = kept[i];
+      if (!kept[i]) out.tensors_[i] = at::Tensor();
+    }
+  }
+  return out;
+}
+
+TensorAwareAlgo TensorAwareStateDict::algorithm() const { return parse_tensor_aware_algo(state_.algorithm); }
+
+void TensorAwareStateDict::check_not_hollow(const char* what) const {
+  if (hollow_) throw Error(fmt::format("TensorAwareStateDict::{}: the dict is hollow; insert_tensors() or init_tensors() first", what));
+}
+
+std::vector<at::Tensor> TensorAwareStateDict::pop_tensors() {
+  check_not_hollow("pop_tensors");
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (state_.tensors[i].held) out.push_back(std::move(tensors_[i]));
+    tensors_[i] = at::Tensor();
+  }
+  hollow_ = true;
+  return out;
+}
+
+void TensorAwareStateDict::insert_tensors(std::vector<at::Tensor> tensors) {
+  if (!hollow_) throw Error("TensorAwareStateDict::insert_tensors: the dict already holds its tensors");
+  size_t next = 0;
+  for (size_t i = 0; i < state_.tensors.size(); ++i) {
+    if (!state_.tensors[i].held) continue;
+    const ShardedTensor& meta = state_.tensors[i].meta;
+    if (next >= tensors.size()) {
+      throw Error(fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, more are kept", tensors.size()));
+    }
+    const at::Tensor& t = tensors[next];
+    const Shape expected = meta.flattened_range ? Shape{meta.flattened_range->size()} : meta.local_shape;
+    if (!t.defined() || t.scalar_type() != meta.dtype || Shape(t.sizes().begin(), t.sizes().end()) != expected) {
+      throw Error(fmt::format("TensorAwareStateDict::insert_tensors: tensor {} does not match '{}' (expected {} {})",
+                              next, meta.key, to_string(expected), c10::toString(meta.dtype)));
+    }
+    tensors_[i] = std::move(tensors[next++]);
+  }
+  if (next != tensors.size()) {
+    throw Error(fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, {} are kept", tensors.size(), next));
+  }
+  hollow_ = false;
+}
+
+void TensorAwareStateDict::init_tensors() {
+  if (!hollow_) return;
+  for (size_t i = 0; i < state_.tensors.size(); ++i) {
+    if (!state_.tensors[i].held) continue;
+    const ShardedTensor& meta = state_.tensors[i].meta;
+    const Shape shape = meta.flattened_range ? Shape{meta.flattened_range->size()} : meta.local_shape;
+    at::Device device(at::kCPU);
+    try {
+      device = at::Device(state_.tensors[i].device);
+    } catch (const std::exception&) {
+      device = at::Device(at::kCPU);
+    }
+    if (device.is_cuda() && !at::hasCUDA()) device = at::Device(at::kCPU);
+    tensors_[i] = at::empty(shape, at::TensorOptions().dtype(meta.dtype).device(device));
+  }
+  hollow_ = false;
+}
+
+void TensorAwareStateDict::copy_tensors_to_cpu(bool non_blocking) {
+  check_not_hollow("copy_tensors_to_cpu");
+  const bool pin = at::hasCUDA();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    at::Tensor& t = tensors_[i];
+    if (!t.defined()) continue;
+    state_.tensors[i].device = t.device().str();
+    if (t.device().is_cpu()) continue;
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(pin));
+    host.copy_(t, non_blocking);
+    t = host;
+  }
+}
+
+void TensorAwareStateDict::restore_tensor_device(bool non_blocking) {
+  check_not_hollow("restore_tensor_device");
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    at::Tensor& t = tensors_[i];
+    if (!t.defined() || t.device().str() == state_.tensors[i].device) continue;
+    t = t.to(at::Device(state_.tensors[i].device), non_blocking);
+  }
+}
+
+uint64_t TensorAwareStateDict::kept_bytes() const {
+  uint64_t bytes = 0;
+  for (const LocalTensorEntry& e : state_.tensors) {
+    if (e.held) bytes += static_cast<uint64_t>(e.meta.held_numel()) * c10::elementSize(e.meta.dtype);
+  }
+  return bytes;
+}
+
+std::string TensorAwareStateDict::serialize_hollow() const { return encode_local_state(state_); }
+
+TensorAwareStateDict TensorAwareStateDict::deserialize_hollow(std::string_view bytes, const std::string& origin) {
+  return TensorAwareStateDict(decode_local_state(bytes, origin));
+}
+
+LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
+                                               const ToStateDictOptions& options) const {
+  api::SplitStateDict split;
+  api::StoredKeys stored;
+  run_agreed(comm, "prepare the tensor-aware state dict for loading", [&] {
+    check_not_hollow("to_state_dict");
+    if (options.exchange_batch_bytes == 0) throw Error("ToStateDictOptions::exchange_batch_bytes must be positive");
+    if (state_.world_size != comm.size() || state_.owner_rank != comm.rank()) {
+      throw Error(fmt::format(
+          "this tensor-aware state dict belongs to rank {} of {} but is loaded on rank {} of {}; local checkpoints "
+          "load under the layout they were saved with — use the global checkpoint to change it",
+          state_.owner_rank, state_.world_size, comm.rank(), comm.size()));
+    }
+    split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    stored.where = fmt::format("the local checkpoint of rank {}", comm.rank());
+    for (const LocalTensorEntry& e : state_.tensors) stored.tensors.insert(e.meta.key);
+    for (const ShardedObject& o : state_.objects) stored.objects.insert(o.unique_key());
+  });
+  api::KeyMismatch mismatch;
+  std::exception_ptr key_error;
+  try {
+    mismatch = api::handle_key_mismatch(split.sharded, stored, comm, options.strict);
+  } catch (...) {
+    key_error = std::current_exception();
+  }
+  agree_on_errors(comm, "check keys against the local checkpoint", key_error);
+
+  std::vector<local::KeptShard> kept;
+  std::vector<local::NeededShard> needed;
+  std::vector<Value*> needed_leaves;
+  run_agreed(comm, "match the requested shards", [&] {
+    std::map<std::string, size_t> by_identity;
+    for (size_t i = 0; i < state_.tensors.size(); ++i) {
+      const std::string id = local::shard_identity(state_.tensors[i].meta);
+      by_identity.emplace(id, i);
+      if (tensors_[i].defined()) kept.push_back(local::KeptShard{id, tensors_[i]});
+    }
+    std::map<std::string, const ShardedObject*> objects;
+    for (const ShardedObject& o : state_.objects) objects.emplace(o.unique_key(), &o);
+    for (Value* leaf : api::sharded_leaves(split.sharded)) {
+      if (leaf->kind() == Kind::kShardedObject) {
+        const auto it = objects.find(leaf->as_sharded_object().unique_key());
+        if (it == objects.end()) {
+          throw KeyMismatchError(fmt::format("sharded object '{}' is not in {}", leaf->as_sharded_object().unique_key(),
+                                             stored.where));
+        }
+        *leaf = Value(it->second->data);
+        continue;
+      }
+      const ShardedTensor& want = leaf->as_sharded_tensor();
+      const auto it = by_identity.find(local::shard_identity(want));
+      if (it == by_identity.end()) {
+        throw ShardingError(fmt::format("{} is not in {}: local checkpoints load only under the layout they were "
+                                        "saved with (same keys, shard positions and flat ranges)",
+                                        want.describe(), stored.where));
+      }
+      const ShardedTensor& have = state_.tensors[it->second].meta;
+      if (have.dtype != want.dtype || have.local_shape != want.local_shape || have.global_shape != want.global_shape) {
+        throw ShardingError(fmt::format("{} does not match the stored shard {}: local checkpoints load only under "
+                                        "the layout they were saved with",
+                                        want.describe(), have.describe()));
+      }
+      const at::Tensor& stored_data = tensors_[it->second];
+      const Shape shape = want.flattened_range ? Shape{want.flattened_range->size()} : want.local_shape;
+      if (stored_data.defined()) {
+        // Into the caller's tensor when it brings one; else the stored tensor itself.
+        *leaf = want.data.defined() ? Value(want.data.copy_(stored_data)) : Value(stored_data);
+        continue;
+      }
+      at::Tensor dest = want.data.defined()
+                            ? want.data
+                            : at::empty(shape, at::TensorOptions().dtype(want.dtype).device(comm.tensor_device()));
+      needed.push_back(local::NeededShard{it->first, want.describe(), dest});
+      needed_leaves.push_back(leaf);
+    }
+  });
+  run_agreed(comm, "exchange the shards kept by other ranks", [&] {
+    local::exchange_kept_shards(kept, needed, comm, options.exchange, options.exchange_batch_bytes);
+  });
+  for (size_t i = 0; i < needed.size(); ++i) *needed_leaves[i] = Value(needed[i].dest);
+
+  return api::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
+}
+
+}  // namespace distckpt

@@ -1,0 +1,37 @@
+// An index over the stored chunks of one tensor: which stored bytes overlap a
+// requested region. Flat (ZeRO) chunks are split into boxes that are
+// contiguous in the file, so every lookup is box geometry.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "distckpt/core/box.h"
+#include "format/metadata.h"
+
+namespace distckpt::plan {
+
+// A box of a tensor stored row-major and contiguously, starting
+// `byte_in_chunk` bytes after the first byte of chunk `chunk`.
+struct StoredPiece {
+  Box box;
+  uint32_t chunk = 0;
+  uint64_t byte_in_chunk = 0;
+};
+
+class ChunkIndex {
+ public:
+  explicit ChunkIndex(const TensorRecord& record);
+
+  // Appends the pieces that intersect `region` to `out`. Pieces are sorted by
+  // their axis-0 start with a running maximum of their axis-0 end, so a query
+  // visits only pieces whose axis-0 range can reach the region.
+  void query(const Box& region, std::vector<const StoredPiece*>& out) const;
+  const std::vector<StoredPiece>& pieces() const { return pieces_; }
+
+ private:
+  std::vector<StoredPiece> pieces_;
+  std::vector<int64_t> running_max_end_;  // max axis-0 end of pieces_[0..i]
+};
+
+}  // namespace distckpt::plan

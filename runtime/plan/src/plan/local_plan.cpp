@@ -1,0 +1,169 @@
+#include "plan/local_plan.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "distckpt/core/errors.h"
+#include "distckpt/fb/plan_generated.h"
+#include "format/dtype.h"
+#include "io/checksum.h"
+
+namespace distckpt::plan {
+namespace {
+
+Shape to_shape(const flatbuffers::Vector<int64_t>* v) {
+  return v ? Shape(v->begin(), v->end()) : Shape{};
+}
+
+}  // namespace
+
+std::string ObjectPlan::unique_key() const {
+  ShardedObject object{key, {}, global_shape, global_offset, replica_id};
+  return object.unique_key();
+}
+
+uint64_t LocalPlan::item_bytes(size_t item) const {
+  if (item < tensors.size()) {
+    const ShardPlan& t = tensors[item];
+    return static_cast<uint64_t>(t.stored_numel()) * dtype_size(t.dtype);
+  }
+  return objects.at(item - tensors.size()).byte_size;
+}
+
+namespace {
+
+class StructureHasher {
+ public:
+  void add(const std::string& s) {
+    add(static_cast<int64_t>(s.size()));
+    hash_.update(s.data(), s.size());
+  }
+  void add(int64_t v) { hash_.update(&v, sizeof v); }
+  void add(const std::vector<int64_t>& v) {
+    add(static_cast<int64_t>(v.size()));
+    if (!v.empty()) hash_.update(v.data(), v.size() * sizeof(int64_t));
+  }
+  uint64_t digest() const { return hash_.digest(); }
+
+ private:
+  io::StreamingHash hash_;
+};
+
+}  // namespace
+
+uint64_t structure_hash(const LocalPlan& plan) {
+  StructureHasher h;
+  h.add(static_cast<int64_t>(plan.tensors.size()));
+  for (const ShardPlan& t : plan.tensors) {
+    h.add(t.key);
+    h.add(static_cast<int64_t>(t.dtype));
+    h.add(t.global_shape);
+    h.add(t.box.offset);
+    h.add(t.box.length);
+    h.add(t.flat ? t.flat->start : -1);
+    h.add(t.flat ? t.flat->stop : -1);
+    h.add(t.replica_id);
+    h.add(int64_t{t.allow_shape_mismatch});
+  }
+  h.add(static_cast<int64_t>(plan.objects.size()));
+  for (const ObjectPlan& o : plan.objects) {
+    h.add(o.key);
+    h.add(o.global_shape);
+    h.add(o.global_offset);
+    h.add(o.replica_id);
+  }
+  return h.digest();
+}
+
+void sort_canonically(const LocalPlan& plan, std::vector<uint32_t>& items) {
+  const size_t n = plan.tensors.size();
+  std::vector<std::string> object_keys(plan.objects.size());
+  for (uint32_t i : items) {
+    if (i >= n) object_keys[i - n] = plan.objects[i - n].unique_key();
+  }
+  std::sort(items.begin(), items.end(), [&](uint32_t a, uint32_t b) {
+    const bool a_obj = a >= n, b_obj = b >= n;
+    if (a_obj != b_obj) return b_obj;  // tensors first
+    if (a_obj) return object_keys[a - n] < object_keys[b - n];
+    const ShardPlan& x = plan.tensors[a];
+    const ShardPlan& y = plan.tensors[b];
+    if (x.key != y.key) return x.key < y.key;
+    if (x.box != y.box) return x.box < y.box;
+    return (x.flat ? x.flat->start : 0) < (y.flat ? y.flat->start : 0);
+  });
+}
+
+ShardPlan plan_of(const ShardedTensor& tensor) {
+  ShardPlan p;
+  p.key = tensor.key;
+  p.dtype = tensor.dtype;
+  p.global_shape = tensor.global_shape;
+  p.box = tensor.global_box();
+  p.flat = tensor.flattened_range;
+  p.replica_id = tensor.replica_id;
+  p.allow_shape_mismatch = tensor.allow_shape_mismatch;
+  return p;
+}
+
+ObjectPlan plan_of(const ShardedObject& object) {
+  return ObjectPlan{object.key, object.global_shape, object.global_offset, object.replica_id, object.data.size()};
+}
+
+std::string encode_local_plan(const LocalPlan& plan) {
+  flatbuffers::FlatBufferBuilder b(1024);
+  std::vector<flatbuffers::Offset<fb::ShardPlan>> tensors;
+  tensors.reserve(plan.tensors.size());
+  for (const ShardPlan& t : plan.tensors) {
+    tensors.push_back(fb::CreateShardPlan(
+        b, b.CreateString(t.key), b.CreateString(dtype_name(t.dtype)), b.CreateVector(t.global_shape),
+        b.CreateVector(t.box.offset), b.CreateVector(t.box.length), t.flat ? t.flat->start : -1,
+        t.flat ? t.flat->stop : -1, b.CreateVector(t.replica_id), t.allow_shape_mismatch));
+  }
+  std::vector<flatbuffers::Offset<fb::ObjectPlan>> objects;
+  objects.reserve(plan.objects.size());
+  for (const ObjectPlan& o : plan.objects) {
+    objects.push_back(fb::CreateObjectPlan(b, b.CreateString(o.key), b.CreateVector(o.global_shape),
+                                           b.CreateVector(o.global_offset),
+                                           b.CreateVector(o.replica_id), o.byte_size));
+  }
+  b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects)),
+           fb::LocalPlanIdentifier());
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
+  if (!fb::VerifyLocalPlanBuffer(verifier)) {
+    throw CorruptionError(fmt::format("save plan from {} failed FlatBuffers verification", origin));
+  }
+  const fb::LocalPlan* root = fb::GetLocalPlan(data);
+  LocalPlan plan;
+  plan.rank = root->rank();
+  if (root->tensors()) {
+    plan.tensors.reserve(root->tensors()->size());
+    for (const fb::ShardPlan* t : *root->tensors()) {
+      ShardPlan p;
+      p.key = t->key()->str();
+      p.dtype = dtype_from_name(t->dtype()->str());
+      p.global_shape = to_shape(t->global_shape());
+      p.box = Box{to_shape(t->offset()), to_shape(t->length())};
+      if (t->flat_start() >= 0) p.flat = FlatRange{t->flat_start(), t->flat_stop()};
+      p.replica_id = to_shape(t->replica_id());
+      p.allow_shape_mismatch = t->allow_shape_mismatch();
+      if (p.box.offset.size() != p.global_shape.size() || p.box.length.size() != p.global_shape.size()) {
+        throw CorruptionError(fmt::format("save plan from {}: '{}' has a box of the wrong rank", origin, p.key));
+      }
+      plan.tensors.push_back(std::move(p));
+    }
+  }
+  if (root->objects()) {
+    plan.objects.reserve(root->objects()->size());
+    for (const fb::ObjectPlan* o : *root->objects()) {
+      plan.objects.push_back(ObjectPlan{o->key()->str(), to_shape(o->global_shape()),
+                                        to_shape(o->global_offset()), to_shape(o->replica_id()), o->byte_size()});
+    }
+  }
+  return plan;
+}
+
+}  // namespace distckpt::plan
