@@ -27,5 +27,12 @@ fi
 echo "install-deps: installing ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# apt and dpkg print a line per package: keep them in a log, show it on failure.
+log=$(mktemp -t distckpt-install-deps.XXXXXX.log)
+if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "install-deps: apt-get failed (whole log: $log)" >&2
+  exit 1
+fi
+echo "install-deps: installed ${#missing[@]} packages (log: $log)"
