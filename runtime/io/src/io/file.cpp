@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "distckpt/core/errors.h"
+#include "io/unique_fd.h"
 
 namespace distckpt::io {
 namespace {
@@ -25,12 +26,12 @@ namespace {
 }
 
 // open(2) may be interrupted on network file systems; retry like read/write.
-int open_retrying(const char* path, int flags, mode_t mode = 0) {
+UniqueFd open_retrying(const char* path, int flags, mode_t mode = 0) {
   int fd;
   do {
     fd = ::open(path, flags, mode);
   } while (fd < 0 && errno == EINTR);
-  return fd;
+  return UniqueFd(fd);
 }
 
 void check_range(const std::string& path, size_t n, uint64_t offset) {
@@ -52,14 +53,11 @@ std::string parent_dir(const std::string& path) {
 // relative to directory descriptors and never follows a symlink, so a link
 // inside the tree cannot make it delete files outside the tree.
 void remove_children(int dir_fd, const std::string& dir_path) {
-  const int iter_fd = ::dup(dir_fd);
-  if (iter_fd < 0) throw_errno("dup of directory", dir_path, errno);
-  DIR* dir = ::fdopendir(iter_fd);
-  if (dir == nullptr) {
-    const int err = errno;
-    ::close(iter_fd);
-    throw_errno("opendir", dir_path, err);
-  }
+  UniqueFd iter_fd(::dup(dir_fd));
+  if (!iter_fd.valid()) throw_errno("dup of directory", dir_path, errno);
+  DIR* dir = ::fdopendir(iter_fd.get());
+  if (dir == nullptr) throw_errno("opendir", dir_path, errno);
+  iter_fd.release();  // the DIR owns it now; closedir closes it
   std::vector<std::string> names;
   errno = 0;
   while (const dirent* entry = ::readdir(dir)) {
@@ -77,15 +75,9 @@ void remove_children(int dir_fd, const std::string& dir_path) {
     // Linux says EISDIR for a directory, POSIX allows EPERM.
     if (unlink_err != EISDIR && unlink_err != EPERM) throw_errno("unlink", child_path, unlink_err);
     // O_NOFOLLOW makes sure it really is a directory and not a link to one.
-    const int child_fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (child_fd < 0) throw_errno("unlink", child_path, errno == ENOTDIR ? unlink_err : errno);
-    try {
-      remove_children(child_fd, child_path);
-    } catch (...) {
-      ::close(child_fd);
-      throw;
-    }
-    ::close(child_fd);
+    const UniqueFd child(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!child.valid()) throw_errno("unlink", child_path, errno == ENOTDIR ? unlink_err : errno);
+    remove_children(child.get(), child_path);
     if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
       throw_errno("rmdir", child_path, errno);
     }
@@ -100,41 +92,37 @@ File::File(const std::string& path, Mode mode) : path_(path) {
                     : mode == Mode::kUpdate ? O_RDWR | O_CLOEXEC
                                             : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = open_retrying(path.c_str(), flags, 0644);
-  if (fd_ < 0) {
+  if (!fd_.valid()) {
     throw_errno(mode == Mode::kRead ? "open for reading" : mode == Mode::kUpdate ? "open for writing" : "create", path,
                 errno);
   }
 }
 
-File::~File() {
-  if (fd_ >= 0) ::close(fd_);  // errors cannot be reported from here; close() reports them
-}
+// Errors of an implicit close cannot be reported; close() reports them.
+File::~File() = default;
 
-File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)), direct_(other.direct_.load()) {
-  other.fd_ = -1;
-}
+File::File(File&& other) noexcept
+    : fd_(std::move(other.fd_)), path_(std::move(other.path_)), direct_(other.direct_.load()) {}
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
+    fd_ = std::move(other.fd_);
     path_ = std::move(other.path_);
     direct_ = other.direct_.load();
-    other.fd_ = -1;
   }
   return *this;
 }
 
 bool File::try_enable_direct() {
-  const int flags = ::fcntl(fd_, F_GETFL);
-  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+  const int flags = ::fcntl(fd_.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd_.get(), F_SETFL, flags | O_DIRECT) != 0) return false;
   direct_ = true;
   return true;
 }
 
 void File::disable_direct() {
-  const int flags = ::fcntl(fd_, F_GETFL);
-  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+  const int flags = ::fcntl(fd_.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd_.get(), F_SETFL, flags & ~O_DIRECT);
   direct_ = false;
 }
 
@@ -143,7 +131,7 @@ void File::pwrite_all(const void* data, size_t n, uint64_t offset) {
   const auto* bytes = static_cast<const char*>(data);
   size_t done = 0;
   while (done < n) {
-    const ssize_t w = ::pwrite(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t w = ::pwrite(fd_.get(), bytes + done, n - done, static_cast<off_t>(offset + done));
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EINVAL && direct_) {
@@ -162,7 +150,7 @@ void File::pread_all(void* data, size_t n, uint64_t offset) const {
   auto* bytes = static_cast<char*>(data);
   size_t done = 0;
   while (done < n) {
-    const ssize_t r = ::pread(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t r = ::pread(fd_.get(), bytes + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       throw_errno(fmt::format("read of {} bytes at offset {} from", n, offset), path_, errno);
@@ -179,22 +167,21 @@ void File::pread_all(void* data, size_t n, uint64_t offset) const {
 
 uint64_t File::size() const {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) throw_errno("stat", path_, errno);
+  if (::fstat(fd_.get(), &st) != 0) throw_errno("stat", path_, errno);
   return static_cast<uint64_t>(st.st_size);
 }
 
 void File::sync() {
   int rc;
   do {
-    rc = ::fsync(fd_);
+    rc = ::fsync(fd_.get());
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) throw_errno("fsync", path_, errno);
 }
 
 void File::close() {
-  if (fd_ < 0) return;
-  const int fd = fd_;
-  fd_ = -1;
+  if (!fd_.valid()) return;
+  const int fd = fd_.release();
   // No retry on EINTR: Linux has released the descriptor either way. An
   // error here can be a deferred write error (NFS), so it must surface.
   if (::close(fd) != 0 && errno != EINTR) throw_errno("close", path_, errno);
@@ -230,15 +217,13 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 void fsync_dir(const std::string& dir) {
-  const int fd = open_retrying(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno("open directory", dir, errno);
+  const UniqueFd fd = open_retrying(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!fd.valid()) throw_errno("open directory", dir, errno);
   int rc;
   do {
-    rc = ::fsync(fd);
+    rc = ::fsync(fd.get());
   } while (rc != 0 && errno == EINTR);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw_errno("fsync of directory", dir, err);
+  if (rc != 0) throw_errno("fsync of directory", dir, errno);
 }
 
 void make_dirs(const std::string& dir) {
@@ -267,15 +252,11 @@ void remove_tree(const std::string& path) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("unlink", path, errno);
     return;
   }
-  const int fd = open_retrying(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw_errno("open directory", path, errno);
-  try {
-    remove_children(fd, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  {
+    const UniqueFd fd = open_retrying(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (!fd.valid()) throw_errno("open directory", path, errno);
+    remove_children(fd.get(), path);
   }
-  ::close(fd);
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) throw_errno("rmdir", path, errno);
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "io/unique_fd.h"
+
 namespace distckpt::io {
 
 class File {
@@ -37,14 +39,14 @@ class File {
   uint64_t size() const;
   void sync();  // fsync
   void close();
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return fd_.valid(); }
   const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
   void disable_direct();
 
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string path_;
   std::atomic<bool> direct_{false};  // writer threads share one File
 };

@@ -1,5 +1,6 @@
 #include "io/stream_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
