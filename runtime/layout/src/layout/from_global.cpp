@@ -1,5 +1,7 @@
 #include "distckpt/layout/from_global.h"
 
+#include <fmt/format.h>
+
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 

@@ -1,5 +1,7 @@
 #include "distckpt/layout/optimizer.h"
 
+#include <ATen/Functions.h>
+#include <fmt/format.h>
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"

@@ -1,3 +1,7 @@
+// GENERATED-CODE SUPPORT: called by the code distckpt-gen emits, not meant to
+// be called directly; it changes together with the generator (generated
+// headers check the runtime version for that reason).
+//
 // Runtime support for code generated from a layout schema. The generated
 // Model class resolves the schema's expressions with the trainer's config,
 // declares one slot per tensor/object this rank may hold, and forwards its

@@ -1,3 +1,6 @@
+// GENERATED-CODE SUPPORT: called by the optimizer classes distckpt-gen emits;
+// it changes together with the generator.
+//
 // Optimizer state laid out like the model's parameters, from a schema's
 // `optimizer` block: every state tensor is sharded exactly like its parameter
 // (key "optimizer.state.<state>.<parameter key>", fused tensors chunked the
