@@ -7,11 +7,13 @@
 // compared with the global model. Run it under distckpt-launch:
 //   distckpt-launch -n 4 -- distckpt-demo --tp 2 --pp 2 --save DIR
 //   distckpt-launch -n 2 -- distckpt-demo --tp 1 --pp 2 --load DIR
+#include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 
 #include "distckpt/distckpt.h"
 

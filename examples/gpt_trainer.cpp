@@ -10,6 +10,7 @@
 // Every parameter starts as its slice of a deterministic global tensor, and
 // the loss is elementwise (0.5 * |p - target|^2 with a global target), so
 // training gives the same logical model whatever the layout.
+#include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

@@ -3,6 +3,7 @@
 // positions, and recovery (every error of a file in one run).
 #include "parser.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

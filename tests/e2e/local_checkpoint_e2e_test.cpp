@@ -1,6 +1,7 @@
 // Local checkpoints with real processes (distckpt-launch): sync and async
 // saves, a restart that loads them, a lost file without replication, and a
 // lost node (J=2 ranks per node, F=2) recovered bitwise from its peers.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,10 @@
 // The resharding matrix with real processes: the example trainer saves under
 // one mesh, loads under another and saves again; `distckpt digest` of both
 // checkpoints must be equal (layout-independent hashes of every tensor).
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <ATen/ATen.h>
+
 #include "distckpt/distckpt.h"
 #include "support/process.h"
 #include "support/ranks.h"

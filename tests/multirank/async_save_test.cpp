@@ -1,6 +1,8 @@
 // Asynchronous saves over a real Gloo group: byte-for-byte equal to a
 // synchronous save, a snapshot taken at staging, finalize order and bounds,
 // one directory per save in flight, bounded staging memory, clean shutdown.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
 #include <thread>
 
 #include "io/buffer_pool.h"

@@ -2,6 +2,7 @@
 // tensors, and a test-local log capture.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <mutex>
 #include <string>
 #include <vector>

@@ -1,5 +1,7 @@
 // The digest of a checkpoint depends on the logical tensors only, not on
 // the layout that saved them.
+#include <gtest/gtest.h>
+
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 

@@ -2,6 +2,9 @@
 // resharding suite: a global 8x5x40 arange tensor, TP splitting dim 0, PP
 // splitting dim 2, and DP splitting each flattened local chunk into uneven
 // slices. Saved with 8 ranks under one (tp, pp), loaded under another.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 

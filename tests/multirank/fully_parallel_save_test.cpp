@@ -1,6 +1,8 @@
 // Fully parallel save over a real Gloo group: balanced writers, plan cache
 // reuse and invalidation (also after a restart), and a writer failure on one
 // rank reported on every rank.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
 #include <signal.h>
 #include <sys/resource.h>
 

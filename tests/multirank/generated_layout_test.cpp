@@ -1,6 +1,9 @@
 // The API generated from schema/models/gpt.shard: shapes checked against
 // the schema, replica ids and stages derived from the mesh, fused tensors
 // as factories, tied embeddings, and a save/load across meshes.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
 #include "distckpt/layout/from_global.h"
 #include "gpt.shard.h"
 #include "multirank/checkpoint_fixtures.h"

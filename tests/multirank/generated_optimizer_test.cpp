@@ -1,6 +1,7 @@
 // Optimizer state through the generated GPT layout: entries sharded like
 // their parameters, ZeRO-1 flat ranges over dp that tile every chunk, fused
 // parameters chunked the same way, and a bitwise round trip into a fresh Adam.
+#include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
 #include "distckpt/layout/from_global.h"

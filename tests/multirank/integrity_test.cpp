@@ -1,4 +1,7 @@
 // Sharding validation, commit semantics, corruption and objects, across ranks.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+#include <functional>
 #include <fstream>
 
 #include "multirank/checkpoint_fixtures.h"

@@ -2,6 +2,9 @@
 // its own rank directory standing for its node's storage): sync and async
 // round trips, completeness, clique replication and recovery after a node
 // loss, corrupt replicas, and cleanup only after a newer save is complete.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <ATen/ATen.h>
 #include <filesystem>
 
 #include "distckpt/api/async.h"

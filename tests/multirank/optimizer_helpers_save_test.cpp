@@ -1,5 +1,6 @@
 // Optimizer state saved sharded like its parameters: two ranks each hold a
 // row shard of a [4, 3] weight and its Adam state; one rank loads it whole.
+#include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 
 #include "distckpt/optim/optimizer_state.h"

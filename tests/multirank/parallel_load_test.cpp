@@ -2,6 +2,8 @@
 // values of direct reads, pieces several ranks need are read from storage
 // once (balanced over the ranks), and a missing or corrupt piece fails every
 // rank promptly instead of leaving some waiting for bytes.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
 #include <chrono>
 #include <fstream>
 

@@ -1,6 +1,9 @@
 // Tensor-aware state dicts over a real Gloo group: the fully parallel
 // algorithm keeps each replicated shard once (cached distribution) and
 // to_state_dict brings the others back; strict handling; layout checks.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
 #include "distckpt/core/errors.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
 #include "multirank/checkpoint_fixtures.h"

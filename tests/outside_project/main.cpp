@@ -1,6 +1,7 @@
 // Saves a checkpoint through the generated tiny::Model on one process, loads
 // it back without a model (metadata_state_dict) and checks every value.
 // Usage: outside_project CKPT_DIR   (CKPT_DIR must not exist yet)
+#include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>  // per-operator header: much faster to compile than ATen.h
 

@@ -1,5 +1,6 @@
 #include "support/ranks.h"
 
+#include <functional>
 #include <ATen/Parallel.h>
 
 #include <cerrno>

@@ -5,6 +5,7 @@
 // real process group without launching processes.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,7 @@
 // Box geometry: numel, intersect, contains, strides and the flat-range split.
 #include "distckpt/core/box.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -2,6 +2,7 @@
 // of sharded leaves, corrupt buffers).
 #include "format/common_state.h"
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <functional>

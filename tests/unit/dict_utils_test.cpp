@@ -1,6 +1,7 @@
 // dict_utils: diff, extract_matching, merge, maps, nested walks, key prefixes.
 #include "distckpt/core/dict_utils.h"
 
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

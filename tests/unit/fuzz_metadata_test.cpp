@@ -2,6 +2,7 @@
 // (metadata.fb and the common state): mutate valid buffers and require that
 // decoding either succeeds or throws distckpt::Error, never crashes, hangs or
 // throws anything else. Meant to run under AddressSanitizer too.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

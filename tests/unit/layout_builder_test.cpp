@@ -1,6 +1,9 @@
 // The sharding rules of distckpt::layout::Builder that generated code relies
 // on: splits over a product of axes, uneven stage placement, replica ids,
 // stored keys and shape checks.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
 #include "distckpt/core/errors.h"
 #include "distckpt/layout/builder.h"
 

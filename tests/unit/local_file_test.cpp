@@ -1,5 +1,8 @@
 // One rank's local checkpoint on disk: the hollow state codec and the file
 // (header, tensor bytes, metadata), with corruption of each part detected.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
 #include "distckpt/core/errors.h"
 #include "format/local_state_codec.h"
 #include "io/file.h"

@@ -1,6 +1,8 @@
 // ShardedTensor: factories, integrity errors, narrow, without_data, ShardedObject.
 #include "distckpt/core/sharded_tensor.h"
 
+#include <ATen/ATen.h>
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

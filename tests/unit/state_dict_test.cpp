@@ -1,6 +1,9 @@
 // Value: construction of every kind, typed access and its errors, equality.
 #include "distckpt/core/state_dict.h"
 
+#include <fmt/format.h>
+#include <ATen/ATen.h>
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
 // async_save and AsyncCallsQueue: the save pipeline cut after staging.
+#include <fmt/format.h>
 #include <ATen/Context.h>
 
 #include <cstring>

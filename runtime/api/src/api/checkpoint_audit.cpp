@@ -1,5 +1,8 @@
 // verify and digest: whole-checkpoint audits used by the CLI and tests.
 #include "api/checkpoint_reader.h"
+
+#include <ATen/Functions.h>
+#include <fmt/format.h>
 #include "distckpt/api/checkpoint.h"
 #include "format/dtype.h"
 #include "io/checksum.h"

@@ -1,5 +1,7 @@
 #include "api/checkpoint_reader.h"
 
+#include <ATen/Functions.h>
+#include <fmt/format.h>
 #include <cstring>
 
 #include "distckpt/core/errors.h"

@@ -1,5 +1,6 @@
 // Reading checkpoints without a model or a job: common state, tensor
 // metadata, objects, whole tensors; and removing tensors from a checkpoint.
+#include <ATen/Functions.h>
 #include <set>
 
 #include "api/checkpoint_reader.h"

@@ -1,5 +1,7 @@
 #include "api/exchange.h"
 
+#include <ATen/Functions.h>
+#include <fmt/format.h>
 #include <cstring>
 
 #include "api/slab_copy.h"

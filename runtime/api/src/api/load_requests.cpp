@@ -1,5 +1,8 @@
 #include "api/load_requests.h"
 
+#include <ATen/Functions.h>
+#include <fmt/format.h>
+
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
 

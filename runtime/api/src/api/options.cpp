@@ -1,5 +1,6 @@
 #include "distckpt/api/options.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <cstdlib>

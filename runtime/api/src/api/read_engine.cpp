@@ -1,5 +1,6 @@
 #include "api/read_engine.h"
 
+#include <fmt/format.h>
 #include <atomic>
 #include <functional>
 #include <mutex>

@@ -1,5 +1,6 @@
 #include "api/save_commit.h"
 
+#include <fmt/format.h>
 #include <filesystem>
 #include <mutex>
 #include <set>

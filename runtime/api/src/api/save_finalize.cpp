@@ -1,5 +1,7 @@
 #include "api/save_finalize.h"
 
+#include <fmt/format.h>
+
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 

@@ -1,5 +1,7 @@
 #include "api/save_items.h"
 
+#include <ATen/Functions.h>
+#include <fmt/format.h>
 #include <cstring>
 
 #include "distckpt/core/errors.h"

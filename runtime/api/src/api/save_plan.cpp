@@ -1,5 +1,6 @@
 #include "api/save_plan.h"
 
+#include <fmt/format.h>
 #include <cstring>
 
 #include "comm/agreement.h"

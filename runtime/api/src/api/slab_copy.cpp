@@ -1,5 +1,7 @@
 #include "api/slab_copy.h"
 
+#include <ATen/Functions.h>
+
 #include "format/dtype.h"
 
 namespace distckpt::api {

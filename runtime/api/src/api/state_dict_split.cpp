@@ -1,5 +1,7 @@
 #include "api/state_dict_split.h"
 
+#include <fmt/format.h>
+
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 

@@ -1,5 +1,7 @@
 #include "api/strict_keys.h"
 
+#include <fmt/format.h>
+
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"

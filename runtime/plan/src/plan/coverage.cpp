@@ -1,5 +1,7 @@
 #include "plan/coverage.h"
 
+#include <algorithm>
+#include <fmt/format.h>
 #include <set>
 
 #include "distckpt/core/errors.h"

@@ -1,5 +1,6 @@
 #include "plan/global_plan.h"
 
+#include <fmt/format.h>
 #include <flatbuffers/flatbuffers.h>
 
 #include <string_view>

@@ -1,5 +1,6 @@
 #include "plan/local_plan.h"
 
+#include <fmt/format.h>
 #include <flatbuffers/flatbuffers.h>
 
 #include "distckpt/core/errors.h"

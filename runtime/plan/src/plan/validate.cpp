@@ -1,5 +1,7 @@
 #include "plan/validate.h"
 
+#include <fmt/format.h>
+
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
 #include "plan/coverage.h"
