@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ir.h"
+#include "ir/ir.h"
 
 namespace distckpt::gen {
 

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "emit_cpp.h"
+#include "emit/emit_cpp.h"
 #include "frontend.h"
 
 namespace {

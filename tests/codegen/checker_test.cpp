@@ -1,7 +1,7 @@
 // Checker, valid schemas: the layout model of the SCHEMA.md example, nested
 // stacks and their scopes, conditions, defaults and the unused-parameter
 // warning. (Every error class: checker_errors_test.cpp.)
-#include "checker.h"
+#include "check/checker.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "emit_cpp.h"
+#include "emit/emit_cpp.h"
 #include "frontend.h"
 
 namespace distckpt::gen {

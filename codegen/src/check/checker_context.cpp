@@ -1,11 +1,11 @@
 // Mesh axes, checkpoint keys and C++ names: the checker's name tables.
-#include "checker_context.h"
+#include "check/checker_context.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "names.h"
+#include "check/names.h"
 
 namespace distckpt::gen {
 namespace {

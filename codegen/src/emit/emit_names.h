@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "ir.h"
+#include "ir/ir.h"
 
 namespace distckpt::gen {
 

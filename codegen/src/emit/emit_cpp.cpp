@@ -1,4 +1,4 @@
-#include "emit_cpp.h"
+#include "emit/emit_cpp.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>

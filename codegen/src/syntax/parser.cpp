@@ -1,12 +1,12 @@
 // Entry point of the parser: runs the grammar with the tree-building actions
 // and the error-reporting control over one schema.
-#include "parser.h"
+#include "syntax/parser.h"
 
 #include <tao/pegtl.hpp>
 
-#include "parse_state.h"
-#include "parser_actions.h"
-#include "syntax_errors.h"
+#include "syntax/parse_state.h"
+#include "syntax/parser_actions.h"
+#include "syntax/syntax_errors.h"
 
 namespace distckpt::gen {
 

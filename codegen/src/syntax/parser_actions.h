@@ -7,8 +7,8 @@
 #include <tao/pegtl.hpp>
 #include <utility>
 
-#include "grammar.h"
-#include "parse_state.h"
+#include "syntax/grammar.h"
+#include "syntax/parse_state.h"
 
 namespace distckpt::gen {
 

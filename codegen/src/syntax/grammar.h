@@ -14,7 +14,7 @@
 
 #include <tao/pegtl.hpp>
 
-#include "syntax_recovery.h"
+#include "syntax/syntax_recovery.h"
 
 namespace distckpt::gen::grammar {
 

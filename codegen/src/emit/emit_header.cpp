@@ -4,10 +4,10 @@
 
 #include <set>
 
-#include "emit_cpp.h"
-#include "emit_names.h"
-#include "frontend.h"
-#include "printer.h"
+#include "emit/emit_cpp.h"
+#include "emit/emit_names.h"
+#include "emit/printer.h"
+#include "ir/expr.h"
 
 namespace distckpt::gen {
 namespace {
@@ -49,14 +49,16 @@ class HeaderEmitter {
         "  // The state of `optimizer` (torch::optim::Adam or AdamW over the bound parameters).\n"
         "  template <typename TorchOptimizer>\n"
         "  distckpt::StateDict state_dict(const TorchOptimizer& optimizer) const {\n"
-        "    return distckpt::layout::sharded_optimizer_state(builder_, spec_, distckpt::optimizer_state_dict(optimizer),\n"
+        "    return distckpt::layout::sharded_optimizer_state(builder_, spec_, "
+        "distckpt::optimizer_state_dict(optimizer),\n"
         "                                                      distckpt::layout::parameters_in_order(optimizer));\n"
         "  }\n"
         "  // What to merge into the model's state dict for load() to restore `optimizer`, from any layout.\n"
         "  template <typename TorchOptimizer>\n"
         "  distckpt::StateDict load_request(const TorchOptimizer& optimizer) const {\n"
         "    return distckpt::layout::optimizer_load_request(\n"
-        "        builder_, distckpt::layout::optimizer_state_names(spec_, distckpt::optimizer_state_dict(optimizer)));\n"
+        "        builder_, distckpt::layout::optimizer_state_names(spec_, "
+        "distckpt::optimizer_state_dict(optimizer)));\n"
         "  }\n"
         "  // Puts the state from load()'s result into `optimizer`.\n"
         "  template <typename TorchOptimizer>\n"

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "grammar.h"
+#include "syntax/grammar.h"
 
 namespace distckpt::gen::grammar {
 

@@ -5,10 +5,9 @@
 
 #include <memory>
 
-#include "checker_context.h"
-#include "expr.h"
-#include "frontend.h"
-#include "names.h"
+#include "check/checker_context.h"
+#include "check/names.h"
+#include "ir/expr.h"
 
 namespace distckpt::gen {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <unordered_map>
 
-#include "checker_context.h"
-#include "names.h"
+#include "check/checker_context.h"
+#include "check/names.h"
 
 namespace distckpt::gen {
 

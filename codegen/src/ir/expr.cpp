@@ -1,13 +1,11 @@
 // Expression evaluation (exact integer arithmetic, as the generated code
 // does it at run time) and printing back to schema text.
-#include "expr.h"
+#include "ir/expr.h"
 
 #include <fmt/format.h>
 
 #include <limits>
 #include <string>
-
-#include "frontend.h"
 
 namespace distckpt::gen {
 namespace {

@@ -1,13 +1,13 @@
 // The checker's driver: the schema-level rules (one layout, first; one
 // mesh), then the passes of checker_context.h in dependency order.
-#include "checker.h"
+#include "check/checker.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
 
-#include "checker_context.h"
+#include "check/checker_context.h"
 
 namespace distckpt::gen {
 namespace {

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "checker_context.h"
-#include "names.h"
+#include "check/checker_context.h"
+#include "check/names.h"
 
 namespace distckpt::gen {
 namespace {

@@ -1,4 +1,4 @@
-#include "printer.h"
+#include "emit/printer.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "emit_names.h"
+#include "emit/emit_names.h"
 
 #include <cctype>
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "ast.h"
 #include "diagnostics.h"
+#include "syntax/ast.h"
 
 namespace distckpt::gen {
 

@@ -52,7 +52,7 @@ struct FusedPart {
 enum class Stage { kAll, kFirst, kLast };
 
 struct TensorDecl {
-  std::string key;  // dotted, relative to the enclosing stack ("self_attention.linear_qkv.weight")
+  std::string key;             // dotted, relative to the enclosing stack ("self_attention.linear_qkv.weight")
   std::vector<ExprPtr> shape;  // global shape of one element (without stacked axes)
   std::vector<Split> splits;
   std::optional<int> pad_dim;
@@ -91,12 +91,12 @@ struct Block {
 };
 
 struct StackDecl {
-  std::string key;      // "decoder.layers"
-  ExprPtr count;        // global number of elements
-  int axis = -1;        // mesh axis the elements are spread over
-  ExprPtr first_count;  // uneven placement: elements on the first stage (null = even)
-  ExprPtr last_count;   // elements on the last stage (null = even)
-  bool as_keys = false; // one key per element instead of a stacked leading axis
+  std::string key;       // "decoder.layers"
+  ExprPtr count;         // global number of elements
+  int axis = -1;         // mesh axis the elements are spread over
+  ExprPtr first_count;   // uneven placement: elements on the first stage (null = even)
+  ExprPtr last_count;    // elements on the last stage (null = even)
+  bool as_keys = false;  // one key per element instead of a stacked leading axis
   Condition condition;
   Block body;
   std::string accessor;    // "decoder_layers"

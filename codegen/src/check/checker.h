@@ -5,9 +5,9 @@
 
 #include <optional>
 
-#include "ast.h"
 #include "diagnostics.h"
-#include "ir.h"
+#include "ir/ir.h"
+#include "syntax/ast.h"
 
 namespace distckpt::gen {
 

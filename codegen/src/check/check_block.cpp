@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <variant>
 
-#include "checker_context.h"
-#include "names.h"
+#include "check/checker_context.h"
+#include "check/names.h"
 
 namespace distckpt::gen {
 

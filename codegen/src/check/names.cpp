@@ -1,5 +1,5 @@
 // Name helpers (see names.h).
-#include "names.h"
+#include "check/names.h"
 
 #include <fmt/format.h>
 

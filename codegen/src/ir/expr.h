@@ -1,13 +1,14 @@
 // Evaluating layout expressions with partial knowledge of the config. The
 // checker uses the traced form to point at the exact operation that fails;
-// evaluate() and to_source() in frontend.h are the public entry points.
+// evaluate() and to_source() are the entry points for everyone else.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
-#include "ir.h"
+#include "ir/ir.h"
 
 namespace distckpt::gen {
 
@@ -28,5 +29,14 @@ const char* op_symbol(Expr::Op op);
 
 // True when the expression mentions any config parameter.
 bool uses_params(const Expr& expr);
+
+// Evaluates an expression with every parameter bound; nullopt if it uses a
+// parameter with no value in `values` (index -> value, nullopt = unknown).
+// Division by zero or inexact division yields nullopt and sets `error`.
+std::optional<int64_t> evaluate(const Expr& expr, const std::vector<std::optional<int64_t>>& values,
+                                std::string* error = nullptr);
+
+// The expression as schema text with minimal parentheses ("(heads + 2 * kv_groups) * head_dim").
+std::string to_source(const Expr& expr, const std::vector<ConfigParam>& params);
 
 }  // namespace distckpt::gen

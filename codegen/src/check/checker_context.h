@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "ast.h"
 #include "diagnostics.h"
-#include "ir.h"
+#include "ir/ir.h"
+#include "syntax/ast.h"
 
 namespace distckpt::gen {
 

@@ -6,10 +6,10 @@
 #include <functional>
 #include <set>
 
-#include "emit_cpp.h"
-#include "emit_names.h"
-#include "frontend.h"
-#include "printer.h"
+#include "emit/emit_cpp.h"
+#include "emit/emit_names.h"
+#include "emit/printer.h"
+#include "ir/expr.h"
 
 namespace distckpt::gen {
 namespace {

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "ast.h"
 #include "diagnostics.h"
+#include "syntax/ast.h"
 
 namespace distckpt::gen {
 

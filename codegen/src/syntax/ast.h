@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "ir.h"
+#include "ir/ir.h"
 
 namespace distckpt::gen::ast {
 
