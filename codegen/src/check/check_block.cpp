@@ -10,6 +10,7 @@
 
 #include "check/checker_context.h"
 #include "check/names.h"
+#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "check/checker_context.h"
-#include "check/names.h"
+#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 

@@ -8,6 +8,7 @@
 
 #include "check/checker_context.h"
 #include "check/names.h"
+#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 namespace {

@@ -4,29 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 
 namespace distckpt::gen {
-
-std::string accessor_name(std::string_view key) {
-  std::string out(key);
-  std::replace(out.begin(), out.end(), '.', '_');
-  return out;
-}
-
-std::string class_name(std::string_view accessor) {
-  std::string out;
-  bool start_of_word = true;
-  for (const char c : accessor) {
-    if (c == '_') {
-      start_of_word = true;
-      continue;
-    }
-    out += start_of_word ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    start_of_word = false;
-  }
-  return out;
-}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   // Two rows of the dynamic programme: distance of a[0..i) to b[0..j).

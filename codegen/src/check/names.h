@@ -1,5 +1,5 @@
-// Name helpers shared by the checker: C++ identifiers derived from keys, and
-// "did you mean" suggestions for misspelled names.
+// Name helpers of the checker's messages: "did you mean" suggestions for
+// misspelled names, and name lists.
 #pragma once
 
 #include <string>
@@ -7,12 +7,6 @@
 #include <vector>
 
 namespace distckpt::gen {
-
-// "self_attention.linear_qkv.weight" -> "self_attention_linear_qkv_weight".
-std::string accessor_name(std::string_view key);
-
-// "decoder_layers" -> "DecoderLayers".
-std::string class_name(std::string_view accessor);
 
 // Levenshtein distance.
 size_t edit_distance(std::string_view a, std::string_view b);

@@ -1,6 +1,6 @@
 // Emits the typed C++ API of a layout: a header (Config, Mesh, Model with
-// one typed setter per tensor, stack element classes) and a source file that
-// declares every slot through distckpt::layout::Builder.
+// one typed setter per tensor, stack element classes, optimizer classes) and
+// a source file that declares every slot through distckpt::layout::Builder.
 #pragma once
 
 #include <string>
@@ -16,8 +16,6 @@ struct GeneratedFiles {
 
 // `header_name` is how the source includes the header ("gpt.shard.h").
 GeneratedFiles emit_cpp(const Layout& layout, const std::string& header_name);
-std::string emit_header(const Layout& layout);
-std::string emit_source(const Layout& layout, const std::string& header_name);
 
 // XXH3-64 of the schema text as 16 hex digits: identifies the layout in checkpoints.
 std::string layout_fingerprint(const std::string& source_text);
