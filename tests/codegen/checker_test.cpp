@@ -1,6 +1,6 @@
 // Checker, valid schemas: the layout model of the SCHEMA.md example, nested
 // stacks and their scopes, conditions, defaults and the unused-parameter
-// warning. (Every error class: checker_errors_test.cpp.)
+// warning. (Every error class: errors/*.shard, see annotated_errors_test.cpp.)
 #include "check/checker.h"
 
 #include <gmock/gmock.h>
