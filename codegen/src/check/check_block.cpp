@@ -48,8 +48,9 @@ void BlockChecker::add(const ast::Object& object) {
     }
     const auto [it, fresh] = seen.emplace(*axis, name.loc);
     if (!fresh) {
-      ctx_.diag.error(name.loc,
-                      fmt::format("mesh axis '{}' appears twice in per(...) of object '{}'", name.text, full_key));
+      ctx_.diag
+          .error(name.loc, fmt::format("mesh axis '{}' appears twice in per(...) of object '{}'", name.text, full_key))
+          .note(it->second, "first given here");
       continue;
     }
     decl.per_axes.push_back(*axis);

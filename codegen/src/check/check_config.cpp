@@ -86,9 +86,8 @@ void CheckContext::declare_params(const std::vector<const ast::Param*>& params) 
   for (const ast::Param* p : params) {
     const auto [it, fresh] = params_by_name_.emplace(p->name.text, static_cast<int>(layout.params.size()));
     if (!fresh) {
-      const Loc first = layout.params[it->second].loc;
-      diag.error(p->name.loc, fmt::format("duplicate config parameter '{}' (first declared at {}:{})", p->name.text,
-                                          first.line, first.col));
+      diag.error(p->name.loc, fmt::format("duplicate config parameter '{}'", p->name.text))
+          .note(layout.params[it->second].loc, "first declared here");
       continue;
     }
     layout.params.push_back(ConfigParam{p->name.text, nullptr, p->name.loc});

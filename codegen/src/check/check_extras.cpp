@@ -37,8 +37,8 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
     const ast::Name& name = optimizer->name;
     const auto [it, fresh] = optimizers.emplace(name.text, name.loc);
     if (!fresh) {
-      ctx.diag.error(name.loc, fmt::format("duplicate optimizer '{}' (first declared at {}:{})", name.text,
-                                           it->second.line, it->second.col));
+      ctx.diag.error(name.loc, fmt::format("duplicate optimizer '{}'", name.text))
+          .note(it->second, "first declared here");
     }
     OptimizerDecl decl;
     decl.name = name.text;
@@ -48,9 +48,11 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
     const auto declare = [&](const ast::Name& member, std::vector<std::string>& into) {
       const auto [at, is_new] = members.emplace(member.text, member.loc);
       if (!is_new) {
-        ctx.diag.error(member.loc, fmt::format("duplicate name '{}' in optimizer '{}' (first declared at {}:{}); "
-                                               "state and scalar names must be unique",
-                                               member.text, name.text, at->second.line, at->second.col));
+        ctx.diag
+            .error(member.loc,
+                   fmt::format("duplicate name '{}' in optimizer '{}'; state and scalar names must be unique",
+                               member.text, name.text))
+            .note(at->second, "first declared here");
         return;
       }
       into.push_back(member.text);
@@ -60,9 +62,11 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
     for (size_t i = 0; i < optimizer->distributed_axes.size(); ++i) {
       const ast::Name& axis = optimizer->distributed_axes[i];
       if (i > 0) {
-        ctx.diag.error(axis.loc, fmt::format("optimizer '{}' has more than one 'distributed over' line; its state is "
-                                             "distributed over one axis",
-                                             name.text));
+        ctx.diag
+            .error(axis.loc, fmt::format("optimizer '{}' has more than one 'distributed over' line; its state is "
+                                         "distributed over one axis",
+                                         name.text))
+            .note(optimizer->distributed_axes.front().loc, "first given here");
         continue;
       }
       if (const std::optional<int> resolved = ctx.resolve_axis(axis)) decl.distributed_axis = *resolved;

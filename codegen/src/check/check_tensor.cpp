@@ -34,8 +34,9 @@ std::string dim_range(size_t rank) {
 template <typename Attr, typename LocOf>
 void reject_repeats(TensorContext& t, const std::vector<Attr>& attrs, const char* name, LocOf loc_of) {
   for (size_t i = 1; i < attrs.size(); ++i) {
-    t.ctx.diag.error(loc_of(attrs[i]),
-                     fmt::format("tensor '{}' has more than one {}(...); give it once", t.full_key, name));
+    t.ctx.diag
+        .error(loc_of(attrs[i]), fmt::format("tensor '{}' has more than one {}(...); give it once", t.full_key, name))
+        .note(loc_of(attrs[0]), "first given here");
   }
 }
 
@@ -53,9 +54,11 @@ void check_splits(TensorContext& t, TensorDecl& decl) {
       std::vector<std::string> axes;
       for (const ast::Name& a : earlier->axes) axes.push_back(a.text);
       for (const ast::Name& a : split.axes) axes.push_back(a.text);
-      t.ctx.diag.error(split.dim.loc, fmt::format("dim {} of tensor '{}' is split twice; split it over several axes "
-                                                  "at once, as in 'split({} by {})'",
-                                                  dim, t.full_key, dim, fmt::join(axes, " * ")));
+      t.ctx.diag
+          .error(split.dim.loc, fmt::format("dim {} of tensor '{}' is split twice; split it over several axes at "
+                                            "once, as in 'split({} by {})'",
+                                            dim, t.full_key, dim, fmt::join(axes, " * ")))
+          .note(earlier->dim.loc, "first split here");
       dim_ok = false;
     } else {
       split_of_dim[dim] = &split;
@@ -72,9 +75,10 @@ void check_splits(TensorContext& t, TensorDecl& decl) {
       }
       const auto [it, fresh] = splitting.emplace(*axis, &name);
       if (!fresh) {
-        t.ctx.diag.error(name.loc, fmt::format("mesh axis '{}' splits tensor '{}' twice (first at {}:{}); an axis may "
-                                               "split at most one dim",
-                                               name.text, t.full_key, it->second->loc.line, it->second->loc.col));
+        t.ctx.diag
+            .error(name.loc, fmt::format("mesh axis '{}' splits tensor '{}' twice; an axis may split at most one dim",
+                                         name.text, t.full_key))
+            .note(it->second->loc, "first given here");
         continue;
       }
       resolved.axes.push_back(*axis);
@@ -154,8 +158,9 @@ void check_fused(TensorContext& t, TensorDecl& decl) {
   for (const ast::FusedPart& part : fused.parts) {
     const auto [it, fresh] = names.emplace(part.name.text, part.name.loc);
     if (!fresh) {
-      t.ctx.diag.error(part.name.loc, fmt::format("duplicate fused part '{}' in tensor '{}' (first at {}:{})",
-                                                  part.name.text, t.full_key, it->second.line, it->second.col));
+      t.ctx.diag
+          .error(part.name.loc, fmt::format("duplicate fused part '{}' in tensor '{}'", part.name.text, t.full_key))
+          .note(it->second, "first declared here");
     }
     ExprPtr extent = t.ctx.resolve(*part.extent);
     std::optional<int64_t> value;

@@ -18,9 +18,8 @@ void check_layout_decls(CheckContext& ctx, const ast::Schema& schema) {
     const auto* layout = std::get_if<ast::LayoutDecl>(&item);
     if (layout == nullptr) continue;
     if (first != nullptr) {
-      ctx.diag.error(layout->loc, fmt::format("more than one 'layout' declaration (the first is at {}:{}); a schema "
-                                              "describes one layout",
-                                              first->loc.line, first->loc.col));
+      ctx.diag.error(layout->loc, "more than one 'layout' declaration; a schema describes one layout")
+          .note(first->loc, "first declared here");
       continue;
     }
     first = layout;
@@ -42,9 +41,8 @@ void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {
     const auto* mesh = std::get_if<ast::Mesh>(&item);
     if (mesh == nullptr) continue;
     if (first != nullptr) {
-      ctx.diag.error(mesh->loc, fmt::format("more than one 'mesh' declaration (the first is at {}:{}); list every "
-                                            "axis in one 'mesh' line",
-                                            first->loc.line, first->loc.col));
+      ctx.diag.error(mesh->loc, "more than one 'mesh' declaration; list every axis in one 'mesh' line")
+          .note(first->loc, "first declared here");
       continue;
     }
     first = mesh;

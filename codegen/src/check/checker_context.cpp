@@ -33,9 +33,10 @@ const EnclosingStack* Scope::stack_over(int axis) const {
 void CppNames::claim(Diagnostics& diagnostics, const std::string& cpp_name, const std::string& owner, Loc loc) {
   const auto [it, fresh] = owners_.emplace(cpp_name, std::make_pair(owner, loc));
   if (fresh || it->second.first == owner) return;
-  const Loc first = it->second.second;
-  diagnostics.error(loc, fmt::format("{} and {} (declared at {}:{}) both become the C++ name '{}'; rename one of them",
-                                     owner, it->second.first, first.line, first.col, cpp_name));
+  diagnostics
+      .error(loc, fmt::format("{} and {} both become the C++ name '{}'; rename one of them", owner, it->second.first,
+                              cpp_name))
+      .note(it->second.second, "first declared here");
 }
 
 void CheckContext::declare_mesh(const ast::Mesh& mesh) {
@@ -44,9 +45,8 @@ void CheckContext::declare_mesh(const ast::Mesh& mesh) {
   for (const ast::Name& axis : mesh.axes) {
     const auto [it, fresh] = axes_by_name_.emplace(axis.text, static_cast<int>(layout.mesh_axes.size()));
     if (!fresh) {
-      const Loc first = locs[it->second];
-      diag.error(axis.loc,
-                 fmt::format("duplicate mesh axis '{}' (already declared at {}:{})", axis.text, first.line, first.col));
+      diag.error(axis.loc, fmt::format("duplicate mesh axis '{}'", axis.text))
+          .note(locs[it->second], "first declared here");
       continue;
     }
     layout.mesh_axes.push_back(axis.text);
@@ -83,9 +83,10 @@ void CheckContext::claim_key(const std::string& full_key, KeyUse use) {
   std::vector<KeyUse>& uses = keys_[full_key];
   for (const KeyUse& earlier : uses) {
     if (!exclusive(earlier.conditions, use.conditions)) {
-      diag.error(use.loc, fmt::format("duplicate key '{}' (also declared at {}:{}); two declarations may share a key "
-                                      "only under complementary conditions ('when p' / 'unless p')",
-                                      full_key, earlier.loc.line, earlier.loc.col));
+      diag.error(use.loc, fmt::format("duplicate key '{}'; two declarations may share a key only under "
+                                      "complementary conditions ('when p' / 'unless p')",
+                                      full_key))
+          .note(earlier.loc, "first declared here");
       break;
     }
   }
