@@ -66,9 +66,10 @@ void BlockChecker::add(const ast::Stack& stack) {
   auto decl = std::make_shared<StackDecl>();
   decl->key = stack.key.text;
   decl->accessor = accessor_name(decl->key);
-  decl->class_name = class_name(decl->accessor);
   decl->loc = stack.key.loc;
   const std::string full_key = scope_.key_prefix + decl->key;
+  // Element classes are all nested in Model: named after the full key.
+  decl->class_name = class_name(full_key);
 
   decl->count = ctx_.resolve(*stack.count);
   std::optional<int64_t> count;
@@ -128,7 +129,6 @@ void BlockChecker::add(const ast::Stack& stack) {
   decl->body = body.finish();
 
   accessors_.claim(ctx_.diag, decl->accessor, fmt::format("stack '{}'", decl->key), decl->loc);
-  class_names_.claim(ctx_.diag, decl->class_name, fmt::format("stack '{}'", decl->key), decl->loc);
   block_.order.push_back(Member{Member::Kind::kStack, block_.stacks.size()});
   block_.stacks.push_back(std::move(decl));
 }

@@ -42,6 +42,7 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
     }
     OptimizerDecl decl;
     decl.name = name.text;
+    decl.class_name = class_name(name.text);
     decl.loc = name.loc;
     // States and scalars become members of one generated struct: one namespace.
     std::unordered_map<std::string, Loc> members;

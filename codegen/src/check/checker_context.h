@@ -132,7 +132,6 @@ class BlockChecker {
   Scope scope_;
   Block block_;
   CppNames accessors_;
-  CppNames class_names_;
 };
 
 // check_block.cpp: every tied(KEY), once all tensors are declared.
@@ -141,5 +140,9 @@ void resolve_ties(CheckContext& ctx);
 // check_extras.cpp: common values, transients and optimizers.
 void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema);
 void check_optimizers(CheckContext& ctx, const ast::Schema& schema);
+
+// check_class_names.cpp: the names of the generated classes, once the
+// layout is complete.
+void check_class_names(CheckContext& ctx);
 
 }  // namespace distckpt::gen

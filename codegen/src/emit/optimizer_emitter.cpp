@@ -2,7 +2,6 @@
 // LibTorch's Adam/AdamW state laid out like the parameters (or ZeRO-1
 // distributed over an axis), and the includes it needs.
 #include "emit/layout_part.h"
-#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 namespace {
@@ -21,7 +20,7 @@ class OptimizerPart : public LayoutPart {
 
   // The optimizer classes read the Model's builder.
   void model_friends(Printer& h) const override {
-    for (const OptimizerDecl& o : optimizers_) h.print("friend class $cls$;\n", "cls", class_name(o.name));
+    for (const OptimizerDecl& o : optimizers_) h.print("friend class $cls$;\n", "cls", o.class_name);
   }
 
   void after_model(Printer& h) const override {
@@ -62,7 +61,7 @@ class OptimizerPart : public LayoutPart {
 
       )tmpl",
              "name", o.name, "states", comma_list(o.states), "zero",
-             zero ? "; distributed over " + ctx_.axis(o.distributed_axis) + " (ZeRO-1)" : "", "cls", class_name(o.name),
+             zero ? "; distributed over " + ctx_.axis(o.distributed_axis) + " (ZeRO-1)" : "", "cls", o.class_name,
              "distributed", zero ? "true" : "false");
     }
   }
@@ -75,7 +74,7 @@ class OptimizerPart : public LayoutPart {
               spec_{$name$, {$states$}, {$scalars$}, distributed ? $axis$ : -1} {}
 
       )tmpl",
-             "cls", class_name(o.name), "name", quoted(o.name), "states", comma_list(o.states, quoted), "scalars",
+             "cls", o.class_name, "name", quoted(o.name), "states", comma_list(o.states, quoted), "scalars",
              comma_list(o.scalars, quoted), "axis",
              o.distributed_axis >= 0 ? ctx_.axis_constant(o.distributed_axis) : "-1");
     }

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "emit/member_emitter.h"
-#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 namespace {
@@ -92,7 +91,7 @@ class StackEmitter : public MemberEmitter {
                {"count", ctx_.cpp(*st_.count)},
                {"first", st_.first_count ? ctx_.cpp(*st_.first_count) : "-1"},
                {"last", st_.last_count ? ctx_.cpp(*st_.last_count) : "-1"},
-               {"cls", element_scope(at.key_prefix).name},
+               {"cls", st_.class_name},
                {"owner", at.owner},
                {"acc", st_.accessor},
                {"position", at.position},
@@ -122,10 +121,8 @@ class StackEmitter : public MemberEmitter {
   std::string full_key(const ClassScope& in) const { return in.key_prefix + st_.key; }
 
   // The element class, in which the body's members live.
-  ClassScope element_scope(const ClassScope& in) const { return element_scope(in.key_prefix); }
-  ClassScope element_scope(const std::string& key_prefix) const {
-    const std::string name = class_name(key_prefix + st_.key);
-    return ClassScope{name, "Model::" + name, key_prefix + st_.key + ".", "builder_->"};
+  ClassScope element_scope(const ClassScope& in) const {
+    return ClassScope{st_.class_name, "Model::" + st_.class_name, full_key(in) + ".", "builder_->"};
   }
 
   const EmitContext& ctx_;

@@ -100,7 +100,7 @@ struct StackDecl {
   Condition condition;
   Block body;
   std::string accessor;    // "decoder_layers"
-  std::string class_name;  // "DecoderLayers"
+  std::string class_name;  // of the element class, from the full key: "DecoderLayers", "DecoderLayersMlpExperts"
   Loc loc;
 };
 
@@ -120,6 +120,7 @@ struct TransientDecl {
 
 struct OptimizerDecl {
   std::string name;                  // "adam"
+  std::string class_name;            // "Adam"
   std::vector<std::string> states;   // "exp_avg", "exp_avg_sq"
   std::vector<std::string> scalars;  // "step"
   int distributed_axis = -1;         // ZeRO axis, -1 = not distributed
