@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "check/checker_context.h"
+#include "check/cpp_identifiers.h"
 #include "check/names.h"
 #include "ir/expr.h"
 
@@ -92,6 +93,11 @@ void CheckContext::declare_params(const std::vector<const ast::Param*>& params) 
     }
     layout.params.push_back(ConfigParam{p->name.text, nullptr, p->name.loc});
     declared.push_back(p);
+    const std::string problem = identifier_problem(p->name.text);
+    if (!problem.empty()) {
+      diag.error(p->name.loc, fmt::format("config parameter '{}' becomes the C++ name '{}'{}; rename it", p->name.text,
+                                          p->name.text, problem));
+    }
   }
   param_values_.assign(layout.params.size(), std::nullopt);
   param_used_.assign(layout.params.size(), false);

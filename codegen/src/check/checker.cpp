@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "check/checker_context.h"
+#include "check/cpp_identifiers.h"
 
 namespace distckpt::gen {
 namespace {
@@ -33,6 +34,11 @@ void check_layout_decls(CheckContext& ctx, const ast::Schema& schema) {
     return;
   }
   ctx.layout.name = first->name.text;
+  const std::string problem = identifier_problem(first->name.text, CppScope::kNamespace);
+  if (!problem.empty()) {
+    ctx.diag.error(first->name.loc, fmt::format("layout '{}' becomes the C++ namespace '{}'{}; rename it",
+                                                first->name.text, first->name.text, problem));
+  }
 }
 
 void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "check/cpp_identifiers.h"
 #include "check/names.h"
 
 namespace distckpt::gen {
@@ -31,6 +32,11 @@ const EnclosingStack* Scope::stack_over(int axis) const {
 }
 
 void CppNames::claim(Diagnostics& diagnostics, const std::string& cpp_name, const std::string& owner, Loc loc) {
+  const std::string problem = identifier_problem(cpp_name);
+  if (!problem.empty()) {
+    diagnostics.error(loc, fmt::format("{} becomes the C++ name '{}'{}; rename it", owner, cpp_name, problem));
+    return;
+  }
   const auto [it, fresh] = owners_.emplace(cpp_name, std::make_pair(owner, loc));
   if (fresh || it->second.first == owner) return;
   diagnostics
@@ -51,6 +57,11 @@ void CheckContext::declare_mesh(const ast::Mesh& mesh) {
     }
     layout.mesh_axes.push_back(axis.text);
     locs.push_back(axis.loc);
+    const std::string problem = identifier_problem(axis.text);
+    if (!problem.empty()) {
+      diag.error(axis.loc,
+                 fmt::format("mesh axis '{}' becomes the C++ name '{}'{}; rename it", axis.text, axis.text, problem));
+    }
   }
 }
 
