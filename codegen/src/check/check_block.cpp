@@ -25,7 +25,6 @@ void BlockChecker::add(const ast::Tensor& tensor) {
   const std::string full_key = scope_.key_prefix + decl.key;
   ctx_.claim_key(full_key,
                  KeyUse{decl.loc, conditions_with(decl.condition), true, !decl.tied_key.empty(), decl.shape.size()});
-  accessors_.claim(ctx_.diag, decl.accessor, fmt::format("tensor '{}'", decl.key), decl.loc);
   block_.order.push_back(Member{Member::Kind::kTensor, block_.tensors.size()});
   block_.tensors.push_back(std::move(decl));
 }
@@ -57,7 +56,6 @@ void BlockChecker::add(const ast::Object& object) {
   }
   decl.condition = ctx_.resolve_condition(object.condition);
   ctx_.claim_key(full_key, KeyUse{decl.loc, conditions_with(decl.condition), false, false, 0});
-  accessors_.claim(ctx_.diag, decl.accessor, fmt::format("object '{}'", decl.key), decl.loc);
   block_.order.push_back(Member{Member::Kind::kObject, block_.objects.size()});
   block_.objects.push_back(std::move(decl));
 }
@@ -128,7 +126,6 @@ void BlockChecker::add(const ast::Stack& stack) {
   }
   decl->body = body.finish();
 
-  accessors_.claim(ctx_.diag, decl->accessor, fmt::format("stack '{}'", decl->key), decl->loc);
   block_.order.push_back(Member{Member::Kind::kStack, block_.stacks.size()});
   block_.stacks.push_back(std::move(decl));
 }

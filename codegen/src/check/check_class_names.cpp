@@ -43,6 +43,15 @@ bool generated_name(const std::string& cls) {
 
 }  // namespace
 
+std::vector<std::string> class_names_in_model(const Layout& layout) {
+  std::vector<std::string> names(kGeneratedNames.begin(), kGeneratedNames.end());
+  std::vector<ClassOwner> owners;
+  collect_stacks(layout.body, "", owners);
+  for (const ClassOwner& owner : owners) names.push_back(owner.cls);
+  for (const OptimizerDecl& o : layout.optimizers) names.push_back(o.class_name);
+  return names;
+}
+
 void check_class_names(CheckContext& ctx) {
   std::vector<ClassOwner> owners;
   collect_stacks(ctx.layout.body, "", owners);

@@ -80,6 +80,22 @@ class DefaultOrder {
   std::vector<int> path_;
 };
 
+// A parameter names a member of Config and of ResolvedConfig.
+void check_param_name(Diagnostics& diag, const ast::Name& name) {
+  const std::string problem = identifier_problem(name.text);
+  if (!problem.empty()) {
+    diag.error(name.loc, fmt::format("config parameter '{}' becomes the C++ name '{}'{}; rename it", name.text,
+                                     name.text, problem));
+    return;
+  }
+  if (name.text == "Config" || name.text == "ResolvedConfig" || name.text == "int64_t") {
+    const std::string what = name.text == "int64_t" ? "the type int64_t" : "the struct name '" + name.text + "'";
+    diag.error(name.loc, fmt::format("config parameter '{}' would generate the member 'Config::{}', which clashes with "
+                                     "{}; rename it",
+                                     name.text, name.text, what));
+  }
+}
+
 }  // namespace
 
 void CheckContext::declare_params(const std::vector<const ast::Param*>& params) {
@@ -93,11 +109,7 @@ void CheckContext::declare_params(const std::vector<const ast::Param*>& params) 
     }
     layout.params.push_back(ConfigParam{p->name.text, nullptr, p->name.loc});
     declared.push_back(p);
-    const std::string problem = identifier_problem(p->name.text);
-    if (!problem.empty()) {
-      diag.error(p->name.loc, fmt::format("config parameter '{}' becomes the C++ name '{}'{}; rename it", p->name.text,
-                                          p->name.text, problem));
-    }
+    check_param_name(diag, p->name);
   }
   param_values_.assign(layout.params.size(), std::nullopt);
   param_used_.assign(layout.params.size(), false);

@@ -10,20 +10,16 @@
 namespace distckpt::gen {
 
 void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema) {
-  // Keys share the state dict with tensors and objects (claim_key); the C++
-  // names live in one generated struct per kind.
-  CppNames common_names;
-  CppNames transient_names;
+  // Keys share the state dict with tensors and objects (claim_key); their
+  // setters are members of Model (check_member_names).
   for (const ast::Item& item : schema.items) {
     if (const auto* common = std::get_if<ast::Common>(&item)) {
       CommonDecl decl{common->key.text, common->type, accessor_name(common->key.text), common->key.loc};
       ctx.claim_key(decl.key, KeyUse{decl.loc, {}, false, false, 0});
-      common_names.claim(ctx.diag, decl.accessor, fmt::format("common '{}'", decl.key), decl.loc);
       ctx.layout.commons.push_back(std::move(decl));
     } else if (const auto* transient = std::get_if<ast::Transient>(&item)) {
       TransientDecl decl{transient->key.text, accessor_name(transient->key.text), transient->key.loc};
       ctx.claim_key(decl.key, KeyUse{decl.loc, {}, false, false, 0});
-      transient_names.claim(ctx.diag, decl.accessor, fmt::format("transient '{}'", decl.key), decl.loc);
       ctx.layout.transients.push_back(std::move(decl));
     }
   }

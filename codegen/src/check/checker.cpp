@@ -108,6 +108,7 @@ std::optional<Layout> check_schema(const ast::Schema& schema, Diagnostics& diagn
   check_commons_and_transients(ctx, schema);
   check_optimizers(ctx, schema);
   check_class_names(ctx);
+  check_member_names(ctx);
   ctx.warn_unused_params();
   if (had_errors || diagnostics.has_errors()) return std::nullopt;
   return std::move(ctx.layout);

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "check/cpp_identifiers.h"
 #include "check/names.h"
+#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 namespace {
@@ -22,6 +24,37 @@ bool exclusive(const std::vector<Condition>& a, const std::vector<Condition>& b)
   return false;
 }
 
+// A mesh axis names a member of Mesh and, as kAxis, a constant next to
+// kSchema in the generated source.
+void check_axis_name(Diagnostics& diag, const ast::Name& axis, std::map<std::string, Loc>& constants) {
+  const std::string problem = identifier_problem(axis.text);
+  if (!problem.empty()) {
+    diag.error(axis.loc,
+               fmt::format("mesh axis '{}' becomes the C++ name '{}'{}; rename it", axis.text, axis.text, problem));
+    return;
+  }
+  if (axis.text == "Mesh") {
+    diag.error(axis.loc,
+               "mesh axis 'Mesh' would generate the member 'Mesh::Mesh', which clashes with the struct name "
+               "'Mesh'; rename it");
+    return;
+  }
+  const std::string constant = axis_constant(axis.text);
+  if (constant == "kSchema") {
+    diag.error(axis.loc, fmt::format("mesh axis '{}' becomes the C++ constant 'kSchema', which clashes with the schema "
+                                     "text kSchema; rename it",
+                                     axis.text));
+    return;
+  }
+  const auto [first, fresh] = constants.emplace(constant, axis.loc);
+  if (!fresh) {
+    diag.error(axis.loc, fmt::format("mesh axis '{}' becomes the C++ constant '{}', as does an axis before it; rename "
+                                     "one of them",
+                                     axis.text, constant))
+        .note(first->second, "first declared here");
+  }
+}
+
 }  // namespace
 
 const EnclosingStack* Scope::stack_over(int axis) const {
@@ -31,23 +64,10 @@ const EnclosingStack* Scope::stack_over(int axis) const {
   return nullptr;
 }
 
-void CppNames::claim(Diagnostics& diagnostics, const std::string& cpp_name, const std::string& owner, Loc loc) {
-  const std::string problem = identifier_problem(cpp_name);
-  if (!problem.empty()) {
-    diagnostics.error(loc, fmt::format("{} becomes the C++ name '{}'{}; rename it", owner, cpp_name, problem));
-    return;
-  }
-  const auto [it, fresh] = owners_.emplace(cpp_name, std::make_pair(owner, loc));
-  if (fresh || it->second.first == owner) return;
-  diagnostics
-      .error(loc, fmt::format("{} and {} both become the C++ name '{}'; rename one of them", owner, it->second.first,
-                              cpp_name))
-      .note(it->second.second, "first declared here");
-}
-
 void CheckContext::declare_mesh(const ast::Mesh& mesh) {
   mesh_declared_ = true;
   std::vector<Loc> locs;
+  std::map<std::string, Loc> constants;
   for (const ast::Name& axis : mesh.axes) {
     const auto [it, fresh] = axes_by_name_.emplace(axis.text, static_cast<int>(layout.mesh_axes.size()));
     if (!fresh) {
@@ -57,11 +77,7 @@ void CheckContext::declare_mesh(const ast::Mesh& mesh) {
     }
     layout.mesh_axes.push_back(axis.text);
     locs.push_back(axis.loc);
-    const std::string problem = identifier_problem(axis.text);
-    if (!problem.empty()) {
-      diag.error(axis.loc,
-                 fmt::format("mesh axis '{}' becomes the C++ name '{}'{}; rename it", axis.text, axis.text, problem));
-    }
+    check_axis_name(diag, axis, constants);
   }
 }
 
@@ -98,6 +114,7 @@ void CheckContext::claim_key(const std::string& full_key, KeyUse use) {
                                       "complementary conditions ('when p' / 'unless p')",
                                       full_key))
           .note(earlier.loc, "first declared here");
+      duplicate_keys_.insert({use.loc.line, use.loc.col});
       break;
     }
   }

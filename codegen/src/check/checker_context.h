@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -51,18 +52,6 @@ struct PendingTie {
   size_t rank = 0;
 };
 
-// The C++ names of one generated scope. Two different declarations whose
-// names only differ in '.' versus '_' would collide there.
-class CppNames {
- public:
-  // `owner` names the declaration in messages ("tensor 'a.b'"); the same
-  // owner may claim its name again (complementary conditional declarations).
-  void claim(Diagnostics& diagnostics, const std::string& cpp_name, const std::string& owner, Loc loc);
-
- private:
-  std::unordered_map<std::string, std::pair<std::string, Loc>> owners_;
-};
-
 class CheckContext {
  public:
   explicit CheckContext(Diagnostics& diagnostics) : diag(diagnostics) {}
@@ -98,6 +87,8 @@ class CheckContext {
   // declaration whose conditions are not complementary.
   void claim_key(const std::string& full_key, KeyUse use);
   const std::vector<KeyUse>* key_uses(const std::string& full_key) const;
+  // Whether the declaration at `loc` was reported as a duplicate key.
+  bool duplicate_key_at(Loc loc) const { return duplicate_keys_.count({loc.line, loc.col}) > 0; }
   std::vector<std::string> tensor_keys() const;
 
  private:
@@ -108,6 +99,7 @@ class CheckContext {
   bool mesh_declared_ = false;
   bool reported_missing_mesh_ = false;
   std::unordered_map<std::string, std::vector<KeyUse>> keys_;
+  std::set<std::pair<int, int>> duplicate_keys_;  // (line, col)
 };
 
 // ---- the passes over declarations ----
@@ -131,7 +123,6 @@ class BlockChecker {
   CheckContext& ctx_;
   Scope scope_;
   Block block_;
-  CppNames accessors_;
 };
 
 // check_block.cpp: every tied(KEY), once all tensors are declared.
@@ -141,8 +132,13 @@ void resolve_ties(CheckContext& ctx);
 void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema);
 void check_optimizers(CheckContext& ctx, const ast::Schema& schema);
 
-// check_class_names.cpp: the names of the generated classes, once the
-// layout is complete.
+// Once the layout is complete, the C++ names it generates:
+// check_class_names.cpp, those of the generated classes;
+// check_member_names.cpp, the members each class gets.
 void check_class_names(CheckContext& ctx);
+void check_member_names(CheckContext& ctx);
+// Every class name visible inside Model: the generated classes and those
+// the generated code uses.
+std::vector<std::string> class_names_in_model(const Layout& layout);
 
 }  // namespace distckpt::gen
