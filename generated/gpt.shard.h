@@ -66,25 +66,25 @@ class Model {
     // Index of this element among all elements of decoder.layers.
     int64_t global_index() const { return global_index_; }
 
-    // decoder.layers.self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden] split(0 by tp)
+    // tensor decoder.layers.self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden] split(0 by tp) fused(q: heads * head_dim, k: kv_groups * head_dim, v: kv_groups * head_dim)
     DecoderLayers& self_attention_linear_qkv_weight(at::Tensor tensor);
     bool holds_self_attention_linear_qkv_weight() const { return self_attention_linear_qkv_weight_.has_value(); }
-    // decoder.layers.self_attention.linear_qkv.layer_norm_weight [hidden]
+    // tensor decoder.layers.self_attention.linear_qkv.layer_norm_weight [hidden]
     DecoderLayers& self_attention_linear_qkv_layer_norm_weight(at::Tensor tensor);
     bool holds_self_attention_linear_qkv_layer_norm_weight() const { return self_attention_linear_qkv_layer_norm_weight_.has_value(); }
-    // decoder.layers.self_attention.linear_proj.weight [hidden, heads * head_dim] split(1 by tp)
+    // tensor decoder.layers.self_attention.linear_proj.weight [hidden, heads * head_dim] split(1 by tp)
     DecoderLayers& self_attention_linear_proj_weight(at::Tensor tensor);
     bool holds_self_attention_linear_proj_weight() const { return self_attention_linear_proj_weight_.has_value(); }
-    // decoder.layers.mlp.linear_fc1.weight [2 * ffn, hidden] split(0 by tp)
+    // tensor decoder.layers.mlp.linear_fc1.weight [2 * ffn, hidden] split(0 by tp) fused(w: ffn, v: ffn)
     DecoderLayers& mlp_linear_fc1_weight(at::Tensor tensor);
     bool holds_mlp_linear_fc1_weight() const { return mlp_linear_fc1_weight_.has_value(); }
-    // decoder.layers.mlp.linear_fc1.layer_norm_weight [hidden]
+    // tensor decoder.layers.mlp.linear_fc1.layer_norm_weight [hidden]
     DecoderLayers& mlp_linear_fc1_layer_norm_weight(at::Tensor tensor);
     bool holds_mlp_linear_fc1_layer_norm_weight() const { return mlp_linear_fc1_layer_norm_weight_.has_value(); }
-    // decoder.layers.mlp.linear_fc2.weight [hidden, ffn] split(1 by tp)
+    // tensor decoder.layers.mlp.linear_fc2.weight [hidden, ffn] split(1 by tp)
     DecoderLayers& mlp_linear_fc2_weight(at::Tensor tensor);
     bool holds_mlp_linear_fc2_weight() const { return mlp_linear_fc2_weight_.has_value(); }
-    // object decoder.layers.self_attention.core_attention._extra_state
+    // object decoder.layers.self_attention.core_attention._extra_state per(tp)
     DecoderLayers& self_attention_core_attention__extra_state(std::string bytes);
 
    private:
@@ -106,21 +106,22 @@ class Model {
 
   const ResolvedConfig& config() const { return config_; }
 
-  // embedding.word_embeddings.weight [vocab, hidden] split(0 by tp)
+  // tensor embedding.word_embeddings.weight [vocab, hidden] split(0 by tp) pad(0) stage(first)
   Model& embedding_word_embeddings_weight(at::Tensor tensor);
   bool holds_embedding_word_embeddings_weight() const { return embedding_word_embeddings_weight_.has_value(); }
-  // stack decoder.layers over pp: the elements this rank holds, by local index
+  // stack decoder.layers[layers] over pp: the elements this rank holds, by local index
   int64_t decoder_layers_local_count() const { return static_cast<int64_t>(decoder_layers_.size()); }
   DecoderLayers& decoder_layers(int64_t local_index);
-  // decoder.final_layernorm.weight [hidden]
+  // tensor decoder.final_layernorm.weight [hidden] stage(last)
   Model& decoder_final_layernorm_weight(at::Tensor tensor);
   bool holds_decoder_final_layernorm_weight() const { return decoder_final_layernorm_weight_.has_value(); }
-  // output_layer.weight [vocab, hidden] split(0 by tp)
+  // tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last) unless tie_embeddings
+  // tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last) tied(embedding.word_embeddings.weight) when tie_embeddings
   Model& output_layer_weight(at::Tensor tensor);
   bool holds_output_layer_weight() const { return output_layer_weight_.has_value(); }
-  // common iteration (saved once)
+  // common iteration: int (saved once)
   Model& iteration(int64_t value);
-  // common consumed_samples (saved once)
+  // common consumed_samples: int (saved once)
   Model& consumed_samples(int64_t value);
   // transient rng_tracker (never saved, handed back on load)
   Model& rng_tracker(distckpt::Value value);

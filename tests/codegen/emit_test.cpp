@@ -1,5 +1,6 @@
 // What the generated code promises beyond the golden files: the runtime
-// version guard, and setters shared by complementary twins.
+// version guard, setters shared by complementary twins, and setter comments
+// that repeat the declaration.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -49,6 +50,25 @@ TEST(Emit, ComplementaryTwinsShareOneSetterAndSlot) {
   // Each twin declares its own slot, under its own condition.
   EXPECT_EQ(count(files.source, "o_ = builder_.add_object("), 2u);
   EXPECT_EQ(count(files.source, "if (c.p != 0) {"), 2u);
+}
+
+TEST(Emit, SetterCommentsRepeatTheDeclaration) {
+  const GeneratedFiles files = generate(
+      "layout t;\nconfig { n: int; p: int; }\nmesh tp, dp, pp;\ntensor e [8, 4];\n"
+      "stack s[n] over pp first(1) last(n - 1) as keys when p {\n"
+      "  tensor w [8, 2 * n] split(0 by tp * dp) tied(e) dtype(bfloat16) unless p;\n"
+      "  object o per(tp, dp) when p;\n"
+      "}\n"
+      "common c: float;\n");
+  for (const char* line : {
+           "  // stack s[n] over pp first(1) last(n - 1) as keys when p: the elements this rank holds, by local "
+           "index\n",
+           "    // tensor s.w [8, 2 * n] split(0 by tp * dp) tied(e) dtype(bfloat16) unless p\n",
+           "    // object s.o per(tp, dp) when p\n",
+           "  // common c: float (saved once)\n",
+       }) {
+    EXPECT_NE(files.header.find(line), std::string::npos) << line << files.header;
+  }
 }
 
 }  // namespace

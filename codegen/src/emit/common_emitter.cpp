@@ -13,10 +13,10 @@ class CommonPart : public LayoutPart {
   void model_declarations(Printer& h) const override {
     for (const CommonDecl& c : layout_.commons) {
       h.emit(R"tmpl(
-        // common $key$ (saved once)
+        // common $key$: $schema_type$ (saved once)
         Model& $acc$($type$ value);
       )tmpl",
-             "key", c.key, "acc", c.accessor, "type", common_type(c.type));
+             "key", c.key, "schema_type", schema_type(c.type), "acc", c.accessor, "type", common_type(c.type));
     }
     for (const TransientDecl& t : layout_.transients) {
       h.emit(R"tmpl(
@@ -51,6 +51,20 @@ class CommonPart : public LayoutPart {
   }
 
  private:
+  static const char* schema_type(CommonDecl::Type type) {
+    switch (type) {
+      case CommonDecl::Type::kInt:
+        return "int";
+      case CommonDecl::Type::kFloat:
+        return "float";
+      case CommonDecl::Type::kString:
+        return "string";
+      case CommonDecl::Type::kBool:
+        return "bool";
+    }
+    return "int";
+  }
+
   const Layout& layout_;
 };
 

@@ -14,11 +14,13 @@ class ObjectEmitter : public MemberEmitter {
 
   void declarations(Printer& h, const ClassScope& in) const override {
     if (!primary()) return;
+    std::string declared;  // each twin's declaration, as the schema gave it
+    for (const ObjectDecl* twin : twins_) declared += "// " + declaration(*twin, in.key_prefix) + "\n";
     h.emit(R"tmpl(
-      // object $key$
+      $declared$
       $cls$& $acc$(std::string bytes);
     )tmpl",
-           "key", in.key_prefix + o_.key, "cls", in.name, "acc", o_.accessor);
+           "declared", declared, "cls", in.name, "acc", o_.accessor);
   }
 
   void fields(Printer& h, const ClassScope&) const override {
@@ -52,6 +54,15 @@ class ObjectEmitter : public MemberEmitter {
 
  private:
   bool primary() const { return twins_.front() == &o_; }
+
+  // "object KEY per(tp) when p", in schema syntax with the full key.
+  std::string declaration(const ObjectDecl& o, const std::string& key_prefix) const {
+    std::vector<std::string> axes;
+    for (const int axis : o.per_axes) axes.push_back(ctx_.axis(axis));
+    std::string out = "object " + key_prefix + o.key;
+    if (!axes.empty()) out += " per(" + comma_list(axes) + ")";
+    return out + ctx_.condition_text(o.condition);
+  }
 
   const EmitContext& ctx_;
   const ObjectDecl& o_;

@@ -43,11 +43,11 @@ class StackEmitter : public MemberEmitter {
 
   void declarations(Printer& h, const ClassScope& in) const override {
     h.emit(R"tmpl(
-      // stack $key$ over $axis$: the elements this rank holds, by local index
+      // $declared$: the elements this rank holds, by local index
       int64_t $acc$_local_count() const { return static_cast<int64_t>($acc$_.size()); }
       $cls$& $acc$(int64_t local_index);
     )tmpl",
-           "key", full_key(in), "axis", ctx_.axis(st_.axis), "acc", st_.accessor, "cls", element_scope(in).name);
+           "declared", declaration(in), "acc", st_.accessor, "cls", st_.class_name);
   }
 
   void fields(Printer& h, const ClassScope& in) const override {
@@ -119,6 +119,16 @@ class StackEmitter : public MemberEmitter {
 
  private:
   std::string full_key(const ClassScope& in) const { return in.key_prefix + st_.key; }
+
+  // "stack KEY[count] over AXIS first(n) as keys when p", in schema syntax
+  // with the full key.
+  std::string declaration(const ClassScope& in) const {
+    std::string out = fmt::format("stack {}[{}] over {}", full_key(in), ctx_.schema(*st_.count), ctx_.axis(st_.axis));
+    if (st_.first_count) out += " first(" + ctx_.schema(*st_.first_count) + ")";
+    if (st_.last_count) out += " last(" + ctx_.schema(*st_.last_count) + ")";
+    if (st_.as_keys) out += " as keys";
+    return out + ctx_.condition_text(st_.condition);
+  }
 
   // The element class, in which the body's members live.
   ClassScope element_scope(const ClassScope& in) const {

@@ -14,12 +14,14 @@ class TensorEmitter : public MemberEmitter {
 
   void declarations(Printer& h, const ClassScope& in) const override {
     if (!primary()) return;
+    std::string declared;  // each twin's declaration, as the schema gave it
+    for (const TensorDecl* twin : twins_) declared += "// " + declaration(*twin, in.key_prefix) + "\n";
     h.emit(R"tmpl(
-      // $key$ $shape$
+      $declared$
       $cls$& $acc$(at::Tensor tensor);
       bool holds_$acc$() const { return $acc$_.has_value(); }
     )tmpl",
-           "key", in.key_prefix + t_.key, "shape", shape_comment(), "cls", in.name, "acc", t_.accessor);
+           "declared", declared, "cls", in.name, "acc", t_.accessor);
   }
 
   void fields(Printer& h, const ClassScope&) const override {
@@ -93,16 +95,24 @@ class TensorEmitter : public MemberEmitter {
                                      : fmt::format("mesh.{0}.rank == mesh.{0}.size - 1", axis);
   }
 
-  std::string shape_comment() const {
-    std::vector<std::string> dims;
-    for (const ExprPtr& dim : t_.shape) dims.push_back(ctx_.schema(*dim));
-    std::string out = "[" + comma_list(dims) + "]";
-    for (const Split& split : t_.splits) {
+  // "tensor KEY [shape] split(...) ... when p", in schema syntax with the full key.
+  std::string declaration(const TensorDecl& t, const std::string& key_prefix) const {
+    std::vector<std::string> dims, splits, parts;
+    for (const ExprPtr& dim : t.shape) dims.push_back(ctx_.schema(*dim));
+    std::string out = fmt::format("tensor {}{} [{}]", key_prefix, t.key, comma_list(dims));
+    for (const Split& split : t.splits) {
       std::vector<std::string> axes;
       for (const int axis : split.axes) axes.push_back(ctx_.axis(axis));
-      out += fmt::format(" split({} by {})", split.dim, fmt::join(axes, " * "));
+      splits.push_back(fmt::format("{} by {}", split.dim, fmt::join(axes, " * ")));
     }
-    return out;
+    if (!splits.empty()) out += " split(" + comma_list(splits) + ")";
+    if (t.pad_dim) out += fmt::format(" pad({})", *t.pad_dim);
+    if (t.stage != Stage::kAll) out += t.stage == Stage::kFirst ? " stage(first)" : " stage(last)";
+    for (const FusedPart& part : t.fused) parts.push_back(part.name + ": " + ctx_.schema(*part.extent));
+    if (!parts.empty()) out += " fused(" + comma_list(parts) + ")";
+    if (!t.tied_key.empty()) out += " tied(" + t.tied_key + ")";
+    if (!t.dtype.empty()) out += " dtype(" + t.dtype + ")";
+    return out + ctx_.condition_text(t.condition);
   }
 
   const EmitContext& ctx_;
