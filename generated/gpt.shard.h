@@ -66,12 +66,15 @@ class Model {
     // Index of this element among all elements of decoder.layers.
     int64_t global_index() const { return global_index_; }
 
-    // tensor decoder.layers.self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden] split(0 by tp) fused(q: heads * head_dim, k: kv_groups * head_dim, v: kv_groups * head_dim)
+    // tensor decoder.layers.self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden]
+    //     split(0 by tp) fused(q: heads * head_dim, k: kv_groups * head_dim, v: kv_groups * head_dim)
     DecoderLayers& self_attention_linear_qkv_weight(at::Tensor tensor);
     bool holds_self_attention_linear_qkv_weight() const { return self_attention_linear_qkv_weight_.has_value(); }
     // tensor decoder.layers.self_attention.linear_qkv.layer_norm_weight [hidden]
     DecoderLayers& self_attention_linear_qkv_layer_norm_weight(at::Tensor tensor);
-    bool holds_self_attention_linear_qkv_layer_norm_weight() const { return self_attention_linear_qkv_layer_norm_weight_.has_value(); }
+    bool holds_self_attention_linear_qkv_layer_norm_weight() const {
+      return self_attention_linear_qkv_layer_norm_weight_.has_value();
+    }
     // tensor decoder.layers.self_attention.linear_proj.weight [hidden, heads * head_dim] split(1 by tp)
     DecoderLayers& self_attention_linear_proj_weight(at::Tensor tensor);
     bool holds_self_attention_linear_proj_weight() const { return self_attention_linear_proj_weight_.has_value(); }
@@ -116,7 +119,8 @@ class Model {
   Model& decoder_final_layernorm_weight(at::Tensor tensor);
   bool holds_decoder_final_layernorm_weight() const { return decoder_final_layernorm_weight_.has_value(); }
   // tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last) unless tie_embeddings
-  // tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last) tied(embedding.word_embeddings.weight) when tie_embeddings
+  // tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last) tied(embedding.word_embeddings.weight)
+  //     when tie_embeddings
   Model& output_layer_weight(at::Tensor tensor);
   bool holds_output_layer_weight() const { return output_layer_weight_.has_value(); }
   // common iteration: int (saved once)

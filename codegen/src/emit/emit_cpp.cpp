@@ -11,6 +11,7 @@
 #include "emit/member_emitter.h"
 #include "emit/model_emitter.h"
 #include "emit/printer.h"
+#include "emit/wrap.h"
 
 #if !defined(DISTCKPT_GEN_VERSION_MAJOR) || !defined(DISTCKPT_GEN_VERSION_MINOR)
 #error "DISTCKPT_GEN_VERSION_MAJOR/MINOR come from codegen/CMakeLists.txt (the project version)"
@@ -124,7 +125,8 @@ GeneratedFiles emit_cpp(const Layout& layout, const std::string& header_name) {
   parts.push_back(common_part(ctx));
   parts.push_back(optimizer_part(ctx));
   const Members members = member_emitters(ctx, layout.body);
-  return GeneratedFiles{header(ctx, members, parts, header_name), source(ctx, members, parts, header_name)};
+  return GeneratedFiles{wrap_lines(header(ctx, members, parts, header_name)),
+                        wrap_lines(source(ctx, members, parts, header_name))};
 }
 
 }  // namespace distckpt::gen
