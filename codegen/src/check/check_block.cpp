@@ -1,6 +1,7 @@
 // Blocks: the members of one generated class (the top level or a stack
-// body). Registers full keys and C++ names, checks objects and stacks, and
-// recurses into stack bodies with the stack's key prefix, axis and condition.
+// body). Registers full keys, checks objects and stacks, and recurses into
+// stack bodies with the stack's key prefix, axis and condition. (Their C++
+// names are checked once the layout is complete: check_member_names.cpp.)
 #include <fmt/format.h>
 
 #include <memory>
