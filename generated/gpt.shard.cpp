@@ -126,7 +126,9 @@ Model::Model(const Config& config, const Mesh& mesh)
                      {c.hidden, c.ffn})
               .with_split(1, {kTp}),
           at0, name0 + "mlp.linear_fc2.weight");
-      e0.self_attention_core_attention__extra_state_ = builder_.add_object("decoder.layers.self_attention.core_attention._extra_state", {kTp}, at0, name0 + "self_attention.core_attention._extra_state");
+      e0.self_attention_core_attention__extra_state_ = builder_.add_object(
+          "decoder.layers.self_attention.core_attention._extra_state", {kTp}, at0,
+          name0 + "self_attention.core_attention._extra_state");
     }
   }
   if (mesh.pp.rank == mesh.pp.size - 1) {
@@ -155,17 +157,20 @@ Model::Model(const Config& config, const Mesh& mesh)
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_qkv_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_qkv_weight_, "decoder.layers.self_attention.linear_qkv.weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_qkv_weight_, "decoder.layers.self_attention.linear_qkv.weight",
+                       std::move(tensor));
   return *this;
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_qkv_layer_norm_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_qkv_layer_norm_weight_, "decoder.layers.self_attention.linear_qkv.layer_norm_weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_qkv_layer_norm_weight_,
+                       "decoder.layers.self_attention.linear_qkv.layer_norm_weight", std::move(tensor));
   return *this;
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_proj_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_proj_weight_, "decoder.layers.self_attention.linear_proj.weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_proj_weight_, "decoder.layers.self_attention.linear_proj.weight",
+                       std::move(tensor));
   return *this;
 }
 
@@ -175,7 +180,8 @@ Model::DecoderLayers& Model::DecoderLayers::mlp_linear_fc1_weight(at::Tensor ten
 }
 
 Model::DecoderLayers& Model::DecoderLayers::mlp_linear_fc1_layer_norm_weight(at::Tensor tensor) {
-  builder_->set_tensor(mlp_linear_fc1_layer_norm_weight_, "decoder.layers.mlp.linear_fc1.layer_norm_weight", std::move(tensor));
+  builder_->set_tensor(mlp_linear_fc1_layer_norm_weight_, "decoder.layers.mlp.linear_fc1.layer_norm_weight",
+                       std::move(tensor));
   return *this;
 }
 
@@ -185,7 +191,8 @@ Model::DecoderLayers& Model::DecoderLayers::mlp_linear_fc2_weight(at::Tensor ten
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_core_attention__extra_state(std::string bytes) {
-  builder_->set_object(self_attention_core_attention__extra_state_, "decoder.layers.self_attention.core_attention._extra_state", std::move(bytes));
+  builder_->set_object(self_attention_core_attention__extra_state_,
+                       "decoder.layers.self_attention.core_attention._extra_state", std::move(bytes));
   return *this;
 }
 

@@ -167,17 +167,20 @@ Model::DecoderLayersMlpExperts& Model::DecoderLayersMlpExperts::linear_fc2_weigh
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_qkv_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_qkv_weight_, "decoder.layers.self_attention.linear_qkv.weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_qkv_weight_, "decoder.layers.self_attention.linear_qkv.weight",
+                       std::move(tensor));
   return *this;
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_qkv_layer_norm_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_qkv_layer_norm_weight_, "decoder.layers.self_attention.linear_qkv.layer_norm_weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_qkv_layer_norm_weight_,
+                       "decoder.layers.self_attention.linear_qkv.layer_norm_weight", std::move(tensor));
   return *this;
 }
 
 Model::DecoderLayers& Model::DecoderLayers::self_attention_linear_proj_weight(at::Tensor tensor) {
-  builder_->set_tensor(self_attention_linear_proj_weight_, "decoder.layers.self_attention.linear_proj.weight", std::move(tensor));
+  builder_->set_tensor(self_attention_linear_proj_weight_, "decoder.layers.self_attention.linear_proj.weight",
+                       std::move(tensor));
   return *this;
 }
 

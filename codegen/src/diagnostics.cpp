@@ -46,12 +46,17 @@ std::string caret_line(std::string_view text, int col) {
 Diagnostics::Diagnostics(std::string file_name, std::string source)
     : file_name_(std::move(file_name)), source_(std::move(source)) {}
 
-void Diagnostics::error(Loc loc, std::string message) {
-  diagnostics_.push_back(Diagnostic{Diagnostic::Severity::kError, loc, std::move(message)});
+Diagnostic& Diagnostic::note(Loc at, std::string text) {
+  notes.push_back(Diagnostic{Severity::kNote, at, std::move(text), {}});
+  return *this;
 }
 
-void Diagnostics::warning(Loc loc, std::string message) {
-  diagnostics_.push_back(Diagnostic{Diagnostic::Severity::kWarning, loc, std::move(message)});
+Diagnostic& Diagnostics::error(Loc loc, std::string message) {
+  return diagnostics_.emplace_back(Diagnostic{Diagnostic::Severity::kError, loc, std::move(message), {}});
+}
+
+Diagnostic& Diagnostics::warning(Loc loc, std::string message) {
+  return diagnostics_.emplace_back(Diagnostic{Diagnostic::Severity::kWarning, loc, std::move(message), {}});
 }
 
 bool Diagnostics::has_errors() const {
@@ -70,16 +75,23 @@ std::string Diagnostics::render() const {
   const std::vector<size_t> starts = line_starts(source_);
   std::string out;
   for (const Diagnostic* d : sorted) {
-    const char* severity = d->severity == Diagnostic::Severity::kError ? "error" : "warning";
-    if (d->loc.line < 1) {  // not tied to a position
-      out += fmt::format("{}: {}: {}\n", file_name_, severity, d->message);
-      continue;
-    }
-    const std::string_view text = line_text(source_, starts, d->loc.line);
-    out += fmt::format("{}:{}:{}: {}: {}\n", file_name_, d->loc.line, d->loc.col, severity, d->message);
-    out += fmt::format("{}\n{}\n", text, caret_line(text, d->loc.col));
+    render_one(*d, starts, out);
+    for (const Diagnostic& note : d->notes) render_one(note, starts, out);
   }
   return out;
+}
+
+void Diagnostics::render_one(const Diagnostic& d, const std::vector<size_t>& starts, std::string& out) const {
+  const char* severity = d.severity == Diagnostic::Severity::kError     ? "error"
+                         : d.severity == Diagnostic::Severity::kWarning ? "warning"
+                                                                        : "note";
+  if (d.loc.line < 1) {  // not tied to a position
+    out += fmt::format("{}: {}: {}\n", file_name_, severity, d.message);
+    return;
+  }
+  const std::string_view text = line_text(source_, starts, d.loc.line);
+  out += fmt::format("{}:{}:{}: {}: {}\n", file_name_, d.loc.line, d.loc.col, severity, d.message);
+  out += fmt::format("{}\n{}\n", text, caret_line(text, d.loc.col));
 }
 
 }  // namespace distckpt::gen

@@ -3,8 +3,8 @@
 // that are merely misspelled elsewhere.
 #include "frontend.h"
 
-#include "checker.h"
-#include "parser.h"
+#include "check/checker.h"
+#include "syntax/parser.h"
 
 namespace distckpt::gen {
 

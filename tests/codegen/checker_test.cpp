@@ -1,7 +1,7 @@
 // Checker, valid schemas: the layout model of the SCHEMA.md example, nested
 // stacks and their scopes, conditions, defaults and the unused-parameter
-// warning. (Every error class: checker_errors_test.cpp.)
-#include "checker.h"
+// warning. (Every error class: errors/*.shard, see annotated_errors_test.cpp.)
+#include "check/checker.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -167,7 +167,7 @@ TEST(Checker, NestedStacksCarryTheirScope) {
   const StackDecl& experts = *layers.body.stacks.at(0);
   EXPECT_EQ(experts.key, "mlp.experts");
   EXPECT_EQ(experts.accessor, "mlp_experts");
-  EXPECT_EQ(experts.class_name, "MlpExperts");
+  EXPECT_EQ(experts.class_name, "DecoderLayersMlpExperts");  // nested in Model: named after the full key
   EXPECT_EQ(experts.axis, 2);
   EXPECT_FALSE(experts.as_keys);
   EXPECT_EQ(experts.condition.param, 3);

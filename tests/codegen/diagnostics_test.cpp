@@ -27,6 +27,24 @@ TEST(Diagnostics, RendersSortedWithSourceLineAndCaret) {
             "       ^\n");
 }
 
+TEST(Diagnostics, NotesFollowTheirErrorWhereverTheyPoint) {
+  Diagnostics d("t.shard", "layout t;\ntensor w [1];\ntensor x [1];\ntensor w [2];\n");
+  d.error(Loc{4, 8}, "duplicate key 'w'").note(Loc{2, 8}, "first declared here");
+  d.error(Loc{3, 8}, "between");
+  EXPECT_EQ(d.render(),
+            "t.shard:3:8: error: between\n"
+            "tensor x [1];\n"
+            "       ^\n"
+            "t.shard:4:8: error: duplicate key 'w'\n"
+            "tensor w [2];\n"
+            "       ^\n"
+            "t.shard:2:8: note: first declared here\n"
+            "tensor w [1];\n"
+            "       ^\n");
+  ASSERT_EQ(d.all().size(), 2u);  // notes are not diagnostics of their own
+  EXPECT_EQ(d.all()[0].notes.at(0).severity, Diagnostic::Severity::kNote);
+}
+
 TEST(Diagnostics, WarningsAloneAreNotErrors) {
   Diagnostics d("a.shard", "layout a;\n");
   EXPECT_FALSE(d.has_errors());

@@ -10,7 +10,8 @@
 
 #include "diagnostics.h"
 #include "frontend.h"
-#include "ir.h"
+#include "ir/expr.h"
+#include "ir/ir.h"
 
 namespace distckpt::gen::testing {
 

@@ -2,10 +2,12 @@
 // in for review. This test regenerates it and fails on any difference.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "emit_cpp.h"
+#include "emit/emit_cpp.h"
+#include "emit/wrap.h"
 #include "frontend.h"
 
 namespace distckpt::gen {
@@ -34,6 +36,22 @@ void expect_golden(const std::string& name) {
 
 TEST(Golden, GptLayoutMatchesCheckedInCode) { expect_golden("gpt"); }
 TEST(Golden, MoeLayoutMatchesCheckedInCode) { expect_golden("moe"); }
+
+// .clang-format's column limit holds for the generated code too.
+TEST(Golden, NoLineIsLongerThanTheColumnLimit) {
+  const std::filesystem::path dir = std::filesystem::path(DISTCKPT_SOURCE_DIR) / "generated";
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    std::istringstream lines(read(entry.path().string()));
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      EXPECT_LE(line.size(), kColumnLimit) << entry.path().filename().string() << ":" << number << ": " << line;
+    }
+  }
+  EXPECT_EQ(files, 4u);
+}
 
 TEST(Golden, OutputIsDeterministic) {
   const std::string source = read(std::string(DISTCKPT_SOURCE_DIR) + "/schema/models/moe.shard");

@@ -1,7 +1,7 @@
 // Parser: the syntax tree of the SCHEMA.md example with exact positions,
 // keyword boundaries, expression structure, syntax error messages and
 // positions, and recovery (every error of a file in one run).
-#include "parser.h"
+#include "syntax/parser.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>

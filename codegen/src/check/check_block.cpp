@@ -1,0 +1,160 @@
+// Blocks: the members of one generated class (the top level or a stack
+// body). Registers full keys, checks objects and stacks, and recurses into
+// stack bodies with the stack's key prefix, axis and condition. (Their C++
+// names are checked once the layout is complete: check_member_names.cpp.)
+#include <fmt/format.h>
+
+#include <memory>
+#include <type_traits>
+#include <unordered_map>
+#include <variant>
+
+#include "check/checker_context.h"
+#include "check/names.h"
+#include "ir/cpp_names.h"
+
+namespace distckpt::gen {
+
+std::vector<Condition> BlockChecker::conditions_with(const Condition& own) const {
+  std::vector<Condition> all = scope_.conditions;
+  if (own.param >= 0) all.push_back(own);
+  return all;
+}
+
+void BlockChecker::add(const ast::Tensor& tensor) {
+  TensorDecl decl = check_tensor(ctx_, tensor, scope_);
+  const std::string full_key = scope_.key_prefix + decl.key;
+  ctx_.claim_key(full_key,
+                 KeyUse{decl.loc, conditions_with(decl.condition), true, !decl.tied_key.empty(), decl.shape.size()});
+  block_.order.push_back(Member{Member::Kind::kTensor, block_.tensors.size()});
+  block_.tensors.push_back(std::move(decl));
+}
+
+void BlockChecker::add(const ast::Object& object) {
+  ObjectDecl decl;
+  decl.key = object.key.text;
+  decl.accessor = accessor_name(decl.key);
+  decl.loc = object.key.loc;
+  const std::string full_key = scope_.key_prefix + decl.key;
+  std::unordered_map<int, Loc> seen;
+  for (const ast::Name& name : object.per_axes) {
+    const std::optional<int> axis = ctx_.resolve_axis(name);
+    if (!axis) continue;
+    if (const EnclosingStack* stack = scope_.stack_over(*axis)) {
+      ctx_.diag.error(name.loc, fmt::format("mesh axis '{}' already places the enclosing stack '{}'; object '{}' "
+                                            "cannot also be per({})",
+                                            name.text, stack->key, full_key, name.text));
+      continue;
+    }
+    const auto [it, fresh] = seen.emplace(*axis, name.loc);
+    if (!fresh) {
+      ctx_.diag
+          .error(name.loc, fmt::format("mesh axis '{}' appears twice in per(...) of object '{}'", name.text, full_key))
+          .note(it->second, "first given here");
+      continue;
+    }
+    decl.per_axes.push_back(*axis);
+  }
+  decl.condition = ctx_.resolve_condition(object.condition);
+  ctx_.claim_key(full_key, KeyUse{decl.loc, conditions_with(decl.condition), false, false, 0});
+  block_.order.push_back(Member{Member::Kind::kObject, block_.objects.size()});
+  block_.objects.push_back(std::move(decl));
+}
+
+void BlockChecker::add(const ast::Stack& stack) {
+  auto decl = std::make_shared<StackDecl>();
+  decl->key = stack.key.text;
+  decl->accessor = accessor_name(decl->key);
+  decl->loc = stack.key.loc;
+  const std::string full_key = scope_.key_prefix + decl->key;
+  // Element classes are all nested in Model: named after the full key.
+  decl->class_name = class_name(full_key);
+
+  decl->count = ctx_.resolve(*stack.count);
+  std::optional<int64_t> count;
+  if (decl->count) count = ctx_.check_extent(*decl->count, fmt::format("the element count of stack '{}'", full_key));
+
+  if (const std::optional<int> axis = ctx_.resolve_axis(stack.axis)) {
+    if (const EnclosingStack* outer = scope_.stack_over(*axis)) {
+      ctx_.diag.error(stack.axis.loc, fmt::format("stack '{}' is spread over '{}', which already places the "
+                                                  "enclosing stack '{}'; a nested stack needs another axis",
+                                                  full_key, stack.axis.text, outer->key));
+    }
+    decl->axis = *axis;
+  }
+
+  // Uneven placement: counts on the first/last stage, each non-negative,
+  // together no more than the stack holds.
+  int64_t placed = 0;
+  bool placed_known = true;
+  const auto placement = [&](const ast::ExprPtr& expr, const char* which) -> ExprPtr {
+    if (!expr) return nullptr;
+    ExprPtr resolved = ctx_.resolve(*expr);
+    const std::optional<int64_t> value = resolved ? ctx_.evaluate(*resolved) : std::nullopt;
+    if (value && *value < 0) {
+      ctx_.diag.error(expr->loc, fmt::format("{}(...) of stack '{}' is {}; it must not be negative", which, full_key,
+                                             ctx_.describe_value(*resolved, *value)));
+    }
+    placed_known = placed_known && value && *value >= 0 && !__builtin_add_overflow(placed, *value, &placed);
+    return resolved;
+  };
+  decl->first_count = placement(stack.first_count, "first");
+  decl->last_count = placement(stack.last_count, "last");
+  if (count && placed_known && placed > *count) {
+    ctx_.diag.error(decl->loc, fmt::format("stack '{}' places {} elements on its first and last stage but has only {}",
+                                           full_key, placed, *count));
+  }
+
+  decl->as_keys = stack.storage && stack.storage->as_keys;
+  decl->condition = ctx_.resolve_condition(stack.condition);
+
+  Scope inner = scope_;
+  inner.key_prefix = full_key + ".";
+  inner.stacks.push_back(EnclosingStack{full_key, decl->axis});
+  if (decl->condition.param >= 0) inner.conditions.push_back(decl->condition);
+  BlockChecker body(ctx_, std::move(inner));
+  for (const ast::BlockItem& item : stack.body) {
+    std::visit(
+        [&](const auto& member) {
+          using T = std::decay_t<decltype(member)>;
+          if constexpr (std::is_same_v<T, std::unique_ptr<ast::Stack>>) {
+            body.add(*member);
+          } else {
+            body.add(member);
+          }
+        },
+        item);
+  }
+  decl->body = body.finish();
+
+  block_.order.push_back(Member{Member::Kind::kStack, block_.stacks.size()});
+  block_.stacks.push_back(std::move(decl));
+}
+
+void resolve_ties(CheckContext& ctx) {
+  for (const PendingTie& tie : ctx.ties) {
+    const std::string& key = tie.target.text;
+    const std::vector<KeyUse>* uses = ctx.key_uses(key);
+    const KeyUse* main = nullptr;
+    bool tied_tensor = false;
+    if (uses) {
+      for (const KeyUse& use : *uses) {
+        if (use.tensor && !use.tied && !main) main = &use;
+        tied_tensor = tied_tensor || (use.tensor && use.tied);
+      }
+    }
+    if (main == nullptr && tied_tensor) {
+      ctx.diag.error(tie.target.loc,
+                     fmt::format("tied({}): '{}' is itself tied; tie to the key of the main copy", key, key));
+    } else if (main == nullptr) {
+      const std::string hint = did_you_mean(key, ctx.tensor_keys());
+      ctx.diag.error(tie.target.loc, fmt::format("tied({}): no tensor has the key '{}'{}", key, key, hint));
+    } else if (main->rank != tie.rank) {
+      ctx.diag.error(tie.target.loc, fmt::format("tied({}): tensor '{}' has rank {} but '{}' has rank {}; a tied "
+                                                 "tensor has the rank of its main copy",
+                                                 key, tie.tensor_key, tie.rank, key, main->rank));
+    }
+  }
+}
+
+}  // namespace distckpt::gen

@@ -1,0 +1,117 @@
+// The checker's driver: the schema-level rules (one layout, first; one
+// mesh), then the passes of checker_context.h in dependency order.
+#include "check/checker.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "check/checker_context.h"
+#include "check/cpp_identifiers.h"
+
+namespace distckpt::gen {
+namespace {
+
+void check_layout_decls(CheckContext& ctx, const ast::Schema& schema) {
+  const ast::LayoutDecl* first = nullptr;
+  for (const ast::Item& item : schema.items) {
+    const auto* layout = std::get_if<ast::LayoutDecl>(&item);
+    if (layout == nullptr) continue;
+    if (first != nullptr) {
+      ctx.diag.error(layout->loc, "more than one 'layout' declaration; a schema describes one layout")
+          .note(first->loc, "first declared here");
+      continue;
+    }
+    first = layout;
+    if (&item != &schema.items.front()) {
+      ctx.diag.error(layout->loc,
+                     fmt::format("'layout {};' must be the first declaration of the schema", layout->name.text));
+    }
+  }
+  if (first == nullptr) {
+    ctx.diag.error(Loc{1, 1}, "missing 'layout NAME;': a schema starts by naming its layout (e.g. 'layout gpt;')");
+    return;
+  }
+  ctx.layout.name = first->name.text;
+  const std::string problem = identifier_problem(first->name.text, CppScope::kNamespace);
+  if (!problem.empty()) {
+    ctx.diag.error(first->name.loc, fmt::format("layout '{}' becomes the C++ namespace '{}'{}; rename it",
+                                                first->name.text, first->name.text, problem));
+  }
+}
+
+void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {
+  const ast::Mesh* first = nullptr;
+  for (const ast::Item& item : schema.items) {
+    const auto* mesh = std::get_if<ast::Mesh>(&item);
+    if (mesh == nullptr) continue;
+    if (first != nullptr) {
+      ctx.diag.error(mesh->loc, "more than one 'mesh' declaration; list every axis in one 'mesh' line")
+          .note(first->loc, "first declared here");
+      continue;
+    }
+    first = mesh;
+    ctx.declare_mesh(*mesh);
+  }
+}
+
+// Parameters of every config block, in declaration order.
+void check_config_decls(CheckContext& ctx, const ast::Schema& schema) {
+  std::vector<const ast::Param*> params;
+  for (const ast::Item& item : schema.items) {
+    if (const auto* config = std::get_if<ast::Config>(&item)) {
+      for (const ast::Param& param : config->params) params.push_back(&param);
+    }
+  }
+  ctx.declare_params(params);
+}
+
+// stage(first|last) refers to the axis the top-level stacks spread layers
+// over; known before any tensor is checked, wherever the stacks appear.
+void find_layer_axes(CheckContext& ctx, const ast::Schema& schema) {
+  for (const ast::Item& item : schema.items) {
+    const auto* stack = std::get_if<std::unique_ptr<ast::Stack>>(&item);
+    if (stack == nullptr) continue;
+    const std::optional<int> axis = ctx.find_axis((*stack)->axis.text);
+    if (axis && std::find(ctx.layer_axes.begin(), ctx.layer_axes.end(), *axis) == ctx.layer_axes.end()) {
+      ctx.layer_axes.push_back(*axis);
+    }
+  }
+}
+
+void check_top_block(CheckContext& ctx, const ast::Schema& schema) {
+  BlockChecker top(ctx, Scope{});
+  for (const ast::Item& item : schema.items) {
+    if (const auto* tensor = std::get_if<ast::Tensor>(&item)) {
+      top.add(*tensor);
+    } else if (const auto* object = std::get_if<ast::Object>(&item)) {
+      top.add(*object);
+    } else if (const auto* stack = std::get_if<std::unique_ptr<ast::Stack>>(&item)) {
+      top.add(**stack);
+    }
+  }
+  ctx.layout.body = top.finish();
+}
+
+}  // namespace
+
+std::optional<Layout> check_schema(const ast::Schema& schema, Diagnostics& diagnostics) {
+  CheckContext ctx(diagnostics);
+  const bool had_errors = diagnostics.has_errors();
+  check_layout_decls(ctx, schema);
+  check_mesh_decls(ctx, schema);
+  check_config_decls(ctx, schema);
+  find_layer_axes(ctx, schema);
+  check_top_block(ctx, schema);
+  resolve_ties(ctx);
+  check_commons_and_transients(ctx, schema);
+  check_optimizers(ctx, schema);
+  check_class_names(ctx);
+  check_member_names(ctx);
+  ctx.warn_unused_params();
+  if (had_errors || diagnostics.has_errors()) return std::nullopt;
+  return std::move(ctx.layout);
+}
+
+}  // namespace distckpt::gen

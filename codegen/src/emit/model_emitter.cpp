@@ -1,0 +1,120 @@
+// The Model class (see model_emitter.h).
+#include "emit/model_emitter.h"
+
+#include <fmt/format.h>
+
+#include "emit/emit_cpp.h"
+
+namespace distckpt::gen {
+namespace {
+
+const ClassScope kModel{"Model", "Model", "", "builder_."};
+
+}  // namespace
+
+void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members, const Parts& parts) {
+  h.emit(R"tmpl(
+    // The sharded state of layout $layout$ on this rank, filled by the trainer.
+    class Model {
+     public:
+      $element_classes$
+      Model(const Config& config, const Mesh& mesh);
+      Model(const Model&) = delete;  // elements point into the builder
+      Model& operator=(const Model&) = delete;
+
+      const ResolvedConfig& config() const { return config_; }
+
+      $declarations$
+
+      // Fills tensors from module parameters (local stack indices in the names);
+      // `name_map` renames module prefixes to schema prefixes first.
+      Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                  const std::vector<std::pair<std::string, std::string>>& name_map = {});
+      // Throws listing every declared entry this rank has not set.
+      distckpt::StateDict state_dict() const;
+      // What to load without a model: the same entries without data.
+      distckpt::StateDict metadata_state_dict(at::ScalarType default_dtype = at::kFloat) const;
+      // Save options recording this layout (name, fingerprint, schema text).
+      distckpt::SaveOptions save_options() const;
+
+      static constexpr const char* kLayoutName = $layout_literal$;
+      static const char* schema_text();
+      static const char* fingerprint();
+
+     private:
+      $friends$
+      ResolvedConfig config_;
+      distckpt::layout::Builder builder_;
+      $fields$
+    };
+
+  )tmpl",
+         Printer::Vars{
+             {"layout", ctx.layout().name},
+             {"layout_literal", quoted(ctx.layout().name)},
+             {"element_classes", Printer::capture([&](Printer& p) { emit_element_classes(members, p, kModel); })},
+             {"declarations", Printer::capture([&](Printer& p) {
+                emit_declarations(members, p, kModel);
+                for (const auto& part : parts) part->model_declarations(p);
+              })},
+             {"friends", emit_section(parts, &LayoutPart::model_friends)},
+             {"fields", Printer::capture([&](Printer& p) { emit_fields(members, p, kModel); })},
+         });
+}
+
+void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& members, const Parts& parts) {
+  std::vector<std::string> axes, coords;
+  for (const std::string& axis : ctx.layout().mesh_axes) {
+    axes.push_back(quoted(axis));
+    coords.push_back("mesh." + axis);
+  }
+  SlotScope top;
+  top.position = "Position{}";
+  s.emit(R"tmpl(
+    Model::Model(const Config& config, const Mesh& mesh)
+        : config_(resolve(config)),
+          builder_($layout$, distckpt::layout::MeshCoords{{$axes$}, {$coords$}}) {
+      const ResolvedConfig& c = config_;
+      $slots$
+    }
+
+    $definitions$
+    Model& Model::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                       const std::vector<std::pair<std::string, std::string>>& name_map) {
+      builder_.bind(named_parameters, name_map);
+      return *this;
+    }
+
+    distckpt::StateDict Model::state_dict() const { return builder_.state_dict(); }
+
+    distckpt::StateDict Model::metadata_state_dict(at::ScalarType default_dtype) const {
+      return builder_.metadata_state_dict(default_dtype);
+    }
+
+    distckpt::SaveOptions Model::save_options() const {
+      distckpt::SaveOptions options;
+      options.layout_name = kLayoutName;
+      options.layout_fingerprint = fingerprint();
+      options.layout_schema = kSchema;
+      return options;
+    }
+
+    const char* Model::schema_text() { return kSchema; }
+
+    const char* Model::fingerprint() { return "$fingerprint$"; }
+
+  )tmpl",
+         Printer::Vars{
+             {"layout", quoted(ctx.layout().name)},
+             {"axes", comma_list(axes)},
+             {"coords", comma_list(coords)},
+             {"slots", Printer::capture([&](Printer& p) { emit_slots(members, p, top); })},
+             {"definitions", Printer::capture([&](Printer& p) {
+                emit_definitions(members, p, kModel);
+                for (const auto& part : parts) part->model_definitions(p);
+              })},
+             {"fingerprint", layout_fingerprint(ctx.layout().source_text)},
+         });
+}
+
+}  // namespace distckpt::gen

@@ -1,0 +1,142 @@
+// The layout model: a checked schema with every name resolved. The checker
+// builds it from the syntax tree; the emitter turns it into C++. Expressions
+// stay symbolic because config values are only known when the trainer runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace distckpt::gen {
+
+struct Loc {
+  int line = 0;  // 1-based
+  int col = 0;   // 1-based
+};
+
+// Integer expression over config parameters.
+struct Expr {
+  enum class Op { kConst, kParam, kAdd, kSub, kMul, kDiv };
+  Op op = Op::kConst;
+  int64_t value = 0;  // kConst
+  int param = -1;     // kParam: index into Layout::params
+  std::shared_ptr<const Expr> lhs, rhs;
+  Loc loc;
+};
+using ExprPtr = std::shared_ptr<const Expr>;
+
+struct ConfigParam {
+  std::string name;
+  ExprPtr default_value;  // null: the trainer must set it
+  Loc loc;
+};
+
+// Exists only when config parameter `param` is non-zero (or zero, negated).
+struct Condition {
+  int param = -1;  // -1: always
+  bool negate = false;
+};
+
+struct Split {
+  int dim = 0;
+  std::vector<int> axes;  // indices into Layout::mesh_axes, major first
+};
+
+struct FusedPart {
+  std::string name;
+  ExprPtr extent;  // global extent along the split dim
+};
+
+enum class Stage { kAll, kFirst, kLast };
+
+struct TensorDecl {
+  std::string key;             // dotted, relative to the enclosing stack ("self_attention.linear_qkv.weight")
+  std::vector<ExprPtr> shape;  // global shape of one element (without stacked axes)
+  std::vector<Split> splits;
+  std::optional<int> pad_dim;
+  Stage stage = Stage::kAll;
+  int stage_axis = -1;           // the axis `stage` refers to (the layer-stacking axis)
+  std::vector<FusedPart> fused;  // empty: a plain tensor
+  std::string tied_key;          // full key of the main copy; empty: not tied
+  std::string dtype;             // "" = any, else a distckpt dtype name ("bfloat16")
+  Condition condition;
+  std::string accessor;  // C++ name: "self_attention_linear_qkv_weight"
+  Loc loc;
+};
+
+struct ObjectDecl {
+  std::string key;
+  std::vector<int> per_axes;
+  Condition condition;
+  std::string accessor;
+  Loc loc;
+};
+
+struct StackDecl;
+
+// Declaration order inside a block (it fixes the order of ZeRO flat ranges).
+struct Member {
+  enum class Kind { kTensor, kObject, kStack };
+  Kind kind;
+  size_t index;  // into the block's vector of that kind
+};
+
+struct Block {
+  std::vector<TensorDecl> tensors;
+  std::vector<ObjectDecl> objects;
+  std::vector<std::shared_ptr<StackDecl>> stacks;
+  std::vector<Member> order;
+};
+
+struct StackDecl {
+  std::string key;       // "decoder.layers"
+  ExprPtr count;         // global number of elements
+  int axis = -1;         // mesh axis the elements are spread over
+  ExprPtr first_count;   // uneven placement: elements on the first stage (null = even)
+  ExprPtr last_count;    // elements on the last stage (null = even)
+  bool as_keys = false;  // one key per element instead of a stacked leading axis
+  Condition condition;
+  Block body;
+  std::string accessor;    // "decoder_layers"
+  std::string class_name;  // of the element class, from the full key: "DecoderLayers", "DecoderLayersMlpExperts"
+  Loc loc;
+};
+
+struct CommonDecl {
+  enum class Type { kInt, kFloat, kString, kBool };
+  std::string key;
+  Type type = Type::kInt;
+  std::string accessor;
+  Loc loc;
+};
+
+struct TransientDecl {
+  std::string key;
+  std::string accessor;
+  Loc loc;
+};
+
+struct OptimizerDecl {
+  std::string name;                  // "adam"
+  std::string class_name;            // "Adam"
+  std::vector<std::string> states;   // "exp_avg", "exp_avg_sq"
+  std::vector<std::string> scalars;  // "step"
+  int distributed_axis = -1;         // ZeRO axis, -1 = not distributed
+  Loc loc;
+};
+
+struct Layout {
+  std::string name;         // from `layout NAME;`
+  std::string file_name;    // as given on the command line (for messages)
+  std::string source_text;  // the schema, embedded in generated code
+  std::vector<ConfigParam> params;
+  std::vector<std::string> mesh_axes;
+  Block body;
+  std::vector<CommonDecl> commons;
+  std::vector<TransientDecl> transients;
+  std::vector<OptimizerDecl> optimizers;
+};
+
+}  // namespace distckpt::gen

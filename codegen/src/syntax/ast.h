@@ -1,0 +1,155 @@
+// The syntax tree of a layout schema, exactly as written: names are still
+// text, nothing is resolved or checked. Every node keeps its source position
+// so the checker can point at the precise token it complains about.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace distckpt::gen::ast {
+
+// An identifier or a dotted name ("decoder.layers"), at its first character.
+struct Name {
+  std::string text;
+  Loc loc;
+};
+
+struct Int {
+  int64_t value = 0;
+  Loc loc;
+};
+
+struct Expr {
+  enum class Kind { kInt, kName, kBinary };
+  Kind kind = Kind::kInt;
+  int64_t value = 0;  // kInt
+  std::string name;   // kName: a config parameter, unresolved
+  char op = 0;        // kBinary: '+', '-', '*' or '/'
+  std::unique_ptr<Expr> lhs, rhs;
+  Loc loc;  // first token: the left operand's for kBinary, or its '(' when parenthesized
+};
+using ExprPtr = std::unique_ptr<Expr>;
+
+// `when P` / `unless P`.
+struct Condition {
+  bool negate = false;  // `unless`
+  Name param;
+  Loc loc;  // the `when` / `unless` keyword
+};
+
+// `D by a * b` inside split(...).
+struct Split {
+  Int dim;
+  std::vector<Name> axes;
+};
+
+struct Stage {
+  bool last = false;
+  Loc loc;  // the `stage` keyword
+};
+
+struct FusedPart {
+  Name name;
+  ExprPtr extent;
+};
+
+struct Fused {
+  std::vector<FusedPart> parts;
+  Loc loc;  // the `fused` keyword
+};
+
+// Attributes that may appear at most once are still kept as lists so the
+// checker can report the repetition instead of the parser dropping it.
+struct Tensor {
+  Loc loc;  // the `tensor` keyword
+  Name key;
+  std::vector<ExprPtr> shape;
+  std::vector<Split> splits;  // from every split(...) attribute, in order
+  std::vector<Int> pads;
+  std::vector<Stage> stages;
+  std::vector<Fused> fused;
+  std::vector<Name> tied;
+  std::vector<Name> dtypes;
+  std::optional<Condition> condition;
+};
+
+struct Object {
+  Loc loc;  // the `object` keyword
+  Name key;
+  std::vector<Name> per_axes;
+  std::optional<Condition> condition;
+};
+
+struct Stack;
+using BlockItem = std::variant<Tensor, Object, std::unique_ptr<Stack>>;
+
+struct Storage {
+  bool as_keys = false;
+  Loc loc;  // the `axis` / `keys` word
+};
+
+struct Stack {
+  Loc loc;  // the `stack` keyword
+  Name key;
+  ExprPtr count;
+  Name axis;
+  ExprPtr first_count;  // first(n), null when absent
+  ExprPtr last_count;   // last(m), null when absent
+  std::optional<Storage> storage;
+  std::optional<Condition> condition;
+  std::vector<BlockItem> body;
+};
+
+struct LayoutDecl {
+  Loc loc;  // the `layout` keyword
+  Name name;
+};
+
+struct Param {
+  Name name;
+  ExprPtr default_value;
+};
+
+struct Config {
+  Loc loc;  // the `config` keyword
+  std::vector<Param> params;
+};
+
+struct Mesh {
+  Loc loc;  // the `mesh` keyword
+  std::vector<Name> axes;
+};
+
+struct Common {
+  Loc loc;
+  Name key;
+  CommonDecl::Type type = CommonDecl::Type::kInt;
+};
+
+struct Transient {
+  Loc loc;
+  Name key;
+};
+
+struct Optimizer {
+  Loc loc;  // the `optimizer` keyword
+  Name name;
+  std::vector<Name> states;
+  std::vector<Name> scalars;
+  std::vector<Name> distributed_axes;  // more than one is an error
+};
+
+using Item =
+    std::variant<LayoutDecl, Config, Mesh, Tensor, Object, std::unique_ptr<Stack>, Common, Transient, Optimizer>;
+
+struct Schema {
+  std::vector<Item> items;  // in source order
+};
+
+}  // namespace distckpt::gen::ast
