@@ -78,6 +78,16 @@ TEST_F(FileIo, AnUnwritableDirectoryIsAClearErrorAndNothingIsReplaced) {
   EXPECT_EQ(read(dir_ / "a.h"), "old");
 }
 
+// The same failure for any user (root included): the second output's
+// directory is a regular file, so nothing can be created there.
+TEST_F(FileIo, AnOutputInsideAFileIsAClearErrorAndNothingIsReplaced) {
+  ASSERT_EQ(write_files({{dir_ / "a.h", "old"}}), "");
+  std::ofstream(dir_ / "not_a_dir") << "x";
+  EXPECT_EQ(write_files({{dir_ / "a.h", "new"}, {dir_ / "not_a_dir" / "a.cpp", "new"}}),
+            "cannot create a temporary file in " + (dir_ / "not_a_dir").string() + ": Not a directory");
+  EXPECT_EQ(read(dir_ / "a.h"), "old");
+}
+
 TEST_F(FileIo, AMissingSchemaIsAClearError) {
   std::string error;
   EXPECT_FALSE(read_file(dir_ / "missing.shard", error));
