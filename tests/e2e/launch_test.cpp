@@ -15,6 +15,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kLauncher = DISTCKPT_BIN_DIR "/distckpt-launch";
 const std::string kProbe = DISTCKPT_BIN_DIR "/distckpt_comm_probe";
@@ -105,6 +106,27 @@ TEST(LaunchTest, RanksIgnoringSigtermAreKilled) {
                 " ]; do sleep 0.05; done; exit 4; fi; trap \"\" TERM; touch " + ready + "; sleep 600'");
   EXPECT_EQ(outcome.exit_code, 4) << outcome.output;
   EXPECT_THAT(outcome.output, HasSubstr("rank 0 exited with code 4"));
+}
+
+TEST(LaunchTest, RanksDieWithAKilledLauncher) {
+  // kill -9 gives the launcher no chance to stop its ranks; the kernel must.
+  // A rank counts as gone once it is no process or only a zombie.
+  TempDir dir("launch-orphans");
+  const std::string d = dir.path();
+  const Outcome outcome = run_shell(
+      "/bin/sh -c '" + kLauncher + " -n 3 -- /bin/sh -c \"echo \\$\\$ > " + d +
+      "/pid.\\$RANK; exec sleep 600\" >/dev/null 2>&1 & L=$!; "
+      "for i in $(seq 200); do [ -f " + d + "/pid.0 ] && [ -f " + d + "/pid.1 ] && [ -f " + d +
+      "/pid.2 ] && break; sleep 0.05; done; "
+      "kill -9 $L; "
+      "alive() { s=$(cut -d\" \" -f3 /proc/$1/stat 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != Z ]; }; "
+      "for i in $(seq 200); do n=0; for p in $(cat " + d + "/pid.*); do alive $p && n=$((n+1)); done; "
+      "[ $n = 0 ] && break; sleep 0.05; done; "
+      "for p in $(cat " + d + "/pid.*); do alive $p && echo survivor $p && kill -9 $p; done; "
+      "echo ranks started: $(cat " + d + "/pid.* | wc -l)'");
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("ranks started: 3"));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("survivor")));
 }
 
 TEST(LaunchTest, TagOutputPrefixesEveryLineWithItsRank) {

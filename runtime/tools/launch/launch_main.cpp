@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -208,13 +209,18 @@ struct Rank {
   bool running = true;
 };
 
-// In the child: the rank's environment, its own process group (so stopping a
-// rank also stops what it started), default signals, then exec.
+// In the child: death with the launcher, the rank's environment, its own
+// process group (so stopping a rank also stops what it started), default
+// signals, then exec.
 // Runs with all signals blocked (see Supervisor::start): until the handlers
 // are reset, a signal here would run the launcher's handler and write to its
 // signal pipe, as if the launcher itself had been signalled.
 [[noreturn]] void exec_rank(const LaunchOptions& options, int rank, int port, int out_fd, int err_fd,
-                            const sigset_t& original_mask) {
+                            const sigset_t& original_mask, pid_t launcher) {
+  // A launcher killed outright (kill -9 by a scheduler) cannot stop its
+  // ranks, so the kernel does: SIGKILL when the launcher dies (kept across
+  // exec). If it died before this line, no signal will come: leave now.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(128 + SIGKILL);
   setpgid(0, 0);
   for (int signal_number : {SIGCHLD, SIGINT, SIGTERM, SIGPIPE}) signal(signal_number, SIG_DFL);
   close(g_signal_pipe[0]);
@@ -261,9 +267,10 @@ class Supervisor {
     sigset_t all_signals, original_mask;
     sigfillset(&all_signals);
     sigprocmask(SIG_BLOCK, &all_signals, &original_mask);
+    const pid_t launcher = getpid();
     const pid_t pid = fork();
     const int fork_errno = errno;
-    if (pid == 0) exec_rank(options_, rank, port, out[1], err[1], original_mask);
+    if (pid == 0) exec_rank(options_, rank, port, out[1], err[1], original_mask, launcher);
     sigprocmask(SIG_SETMASK, &original_mask, nullptr);
     if (pid < 0) {
       // Stop the ranks already started rather than leave them waiting for this one.
