@@ -6,9 +6,10 @@
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/fb/plan_generated.h"
+#include "distckpt/fb/wire_generated.h"
 #include "format/dtype.h"
 #include "plan/validate.h"
+#include "plan/wire.h"
 
 namespace distckpt::plan {
 namespace {
@@ -340,16 +341,11 @@ std::string encode_write_results(const WriteResults& results) {
     items.push_back(fb::CreateItemWrite(b, w.byte_offset, w.byte_length, b.CreateVector(w.block_checksums)));
   }
   b.Finish(fb::CreateWriteResults(b, results.rank, results.file_size, b.CreateVector(items)));
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  return message_bytes(b);
 }
 
 WriteResults decode_write_results(std::string_view bytes, const std::string& origin) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
-  if (!verifier.VerifyBuffer<fb::WriteResults>(nullptr)) {
-    throw CorruptionError(fmt::format("write results from {} failed FlatBuffers verification", origin));
-  }
-  const auto* root = flatbuffers::GetRoot<fb::WriteResults>(data);
+  const auto* root = &verified_message<fb::WriteResults>(bytes, "write results", origin);
   WriteResults out;
   out.rank = root->rank();
   out.file_size = root->file_size();
@@ -371,16 +367,16 @@ CheckpointMetadata fill_skeleton(const GlobalSavePlan& plan, const std::vector<W
     const std::vector<WriteSlot>& slots = plan.slots[r];
     const std::vector<ItemWrite>& items = r < results.size() ? results[r].items : std::vector<ItemWrite>{};
     if (items.size() != slots.size()) {
-      throw CorruptionError(fmt::format("rank {} reports {} written items but was assigned {}", r, items.size(),
-                                        slots.size()));
+      throw ProtocolError(
+          fmt::format("rank {} reports {} written items but was assigned {}", r, items.size(), slots.size()));
     }
     for (size_t k = 0; k < slots.size(); ++k) {
       const WriteSlot& s = slots[k];
       const ItemWrite& w = items[k];
       const uint64_t expected_checksums = block == 0 ? 0 : (w.byte_length + block - 1) / block;
       if (w.block_checksums.size() != expected_checksums) {
-        throw CorruptionError(fmt::format("rank {} reports {} checksums for a {}-byte item (expected {})", r,
-                                          w.block_checksums.size(), w.byte_length, expected_checksums));
+        throw ProtocolError(fmt::format("rank {} reports {} checksums for a {}-byte item (expected {})", r,
+                                        w.block_checksums.size(), w.byte_length, expected_checksums));
       }
       if (s.is_object) {
         ObjectRecord& o = m.objects[s.index];
@@ -391,8 +387,8 @@ CheckpointMetadata fill_skeleton(const GlobalSavePlan& plan, const std::vector<W
       }
       ChunkRecord& c = m.tensors[s.index].chunks[s.chunk];
       if (w.byte_length != c.byte_length) {
-        throw CorruptionError(fmt::format("rank {} wrote {} bytes for chunk {} of '{}' but {} were planned", r,
-                                          w.byte_length, to_string(c.box), m.tensors[s.index].key, c.byte_length));
+        throw ProtocolError(fmt::format("rank {} wrote {} bytes for chunk {} of '{}' but {} were planned", r,
+                                        w.byte_length, to_string(c.box), m.tensors[s.index].key, c.byte_length));
       }
       c.byte_offset = w.byte_offset;
       c.block_checksums = w.block_checksums;

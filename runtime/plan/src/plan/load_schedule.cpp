@@ -7,7 +7,8 @@
 #include <limits>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/fb/plan_generated.h"
+#include "distckpt/fb/wire_generated.h"
+#include "plan/wire.h"
 
 namespace distckpt::plan {
 namespace {
@@ -149,24 +150,19 @@ std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
     out.push_back(fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
   }
   b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out)));
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  return message_bytes(b);
 }
 
 std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
-  if (!verifier.VerifyBuffer<fb::LoadNeeds>(nullptr)) {
-    throw CorruptionError(fmt::format("load needs from {} failed FlatBuffers verification", origin));
-  }
   std::vector<PieceNeed> needs;
-  const auto* root = flatbuffers::GetRoot<fb::LoadNeeds>(data);
+  const auto* root = &verified_message<fb::LoadNeeds>(bytes, "load needs", origin);
   if (!root->needs()) return needs;
   needs.reserve(root->needs()->size());
   for (const fb::PieceNeed* n : *root->needs()) {
     PieceNeed need{n->tensor(), n->piece(),
                    Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
     if (need.part.offset.size() != need.part.length.size()) {
-      throw CorruptionError(fmt::format("load needs from {}: a part has offsets and lengths of different ranks", origin));
+      malformed("load needs", origin, "a part has offsets and lengths of different ranks");
     }
     needs.push_back(std::move(need));
   }
