@@ -194,7 +194,8 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
                       options.threads);
     if (share && !schedule.shared.empty()) {
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error = exchange == LoadExchange::kAllGather ? exchange_all_gather(context) : exchange_broadcast(context);
+      error = exchange_shared_pieces(context, exchange == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
+                                                                                   : comm::ExchangeMode::kPointToPoint);
     }
     const std::exception_ptr private_error = runner.join();
     if (private_error) error = private_error;  // this rank's own read failure names the cause
