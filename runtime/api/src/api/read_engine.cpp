@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "api/exchange.h"
+#include "api/messages.h"
 #include "api/slab_copy.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -152,9 +153,10 @@ LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
   if (exchange != LoadExchange::kAuto || comm.size() == 1) return exchange;
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  const std::vector<std::string> hosts = comm.all_gather_bytes(name);
-  for (const std::string& h : hosts) {
-    if (h != hosts.front()) return LoadExchange::kBroadcast;
+  const std::vector<std::string> hosts = comm.all_gather_bytes(encode_host_name(name));
+  const std::string first = decode_host_name(hosts.front(), "rank 0");
+  for (size_t r = 1; r < hosts.size(); ++r) {
+    if (decode_host_name(hosts[r], fmt::format("rank {}", r)) != first) return LoadExchange::kBroadcast;
   }
   return LoadExchange::kNone;
 }
