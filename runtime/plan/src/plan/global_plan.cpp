@@ -8,6 +8,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
 #include "format/dtype.h"
+#include "plan/balance.h"
 #include "plan/validate.h"
 #include "plan/wire.h"
 
@@ -169,16 +170,16 @@ std::vector<int64_t> choose_writers(const std::vector<LocalPlan>& plans, const G
     load[g.refs[static_cast<size_t>(writer[i])].rank] += group.bytes;
   }
   if (policy != WriterPolicy::kBalanced) return writer;
-  std::stable_sort(shared.begin(), shared.end(),
-                   [&](size_t a, size_t b) { return g.groups[a].bytes > g.groups[b].bytes; });
-  for (size_t i : shared) {
-    const ShardGroup& group = g.groups[i];
-    uint32_t best = g.refs[group.begin].rank;  // refs are sorted by rank: strict < keeps the lowest on ties
-    for (size_t k = group.begin + 1; k < group.end; ++k) {
-      if (load[g.refs[k].rank] < load[best]) best = g.refs[k].rank;
-    }
-    writer[i] = static_cast<int64_t>(ref_of_rank(plans, g, group, best));
-    load[best] += group.bytes;
+  std::vector<BalanceItem> items(shared.size());
+  for (size_t s = 0; s < shared.size(); ++s) {
+    const ShardGroup& group = g.groups[shared[s]];
+    items[s].bytes = group.bytes;
+    for (size_t k = group.begin; k < group.end; ++k) items[s].candidates.push_back(static_cast<int>(g.refs[k].rank));
+  }
+  const Balance balance = balance_least_loaded(items, std::move(load));
+  for (size_t s = 0; s < shared.size(); ++s) {
+    const uint32_t best = static_cast<uint32_t>(balance.choice[s]);
+    writer[shared[s]] = static_cast<int64_t>(ref_of_rank(plans, g, g.groups[shared[s]], best));
   }
   return writer;
 }

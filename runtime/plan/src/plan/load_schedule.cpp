@@ -8,6 +8,7 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
+#include "plan/balance.h"
 #include "plan/wire.h"
 
 namespace distckpt::plan {
@@ -126,19 +127,15 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     i = j;
   }
 
-  // Readers: largest pieces first, each to its least-loaded needer.
-  std::vector<size_t> order(schedule.shared.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shared_bytes[a] > shared_bytes[b]; });
-  for (size_t k : order) {
-    SharedPiece& s = schedule.shared[k];
-    int best = s.needers.front().rank;
-    for (const SharedPiece::Needer& n : s.needers) {
-      if (schedule.read_bytes[static_cast<size_t>(n.rank)] < schedule.read_bytes[static_cast<size_t>(best)]) best = n.rank;
-    }
-    s.reader = best;
-    schedule.read_bytes[static_cast<size_t>(best)] += shared_bytes[k];
+  // Readers: balanced over the needers of each piece (plan/balance.h).
+  std::vector<BalanceItem> items(schedule.shared.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    items[k].bytes = shared_bytes[k];
+    for (const SharedPiece::Needer& n : schedule.shared[k].needers) items[k].candidates.push_back(n.rank);
   }
+  Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes));
+  for (size_t k = 0; k < items.size(); ++k) schedule.shared[k].reader = balance.choice[k];
+  schedule.read_bytes = std::move(balance.load);
   return schedule;
 }
 
