@@ -16,7 +16,7 @@
 #include "io/file.h"
 #include "local/file_transfer.h"
 #include "local/local_file.h"
-#include "local/wire.h"
+#include "local/messages.h"
 
 namespace distckpt {
 namespace fs = std::filesystem;
@@ -234,22 +234,14 @@ void LocalCheckpointManager::remove_older_than(int64_t iteration) {
 
 std::optional<int64_t> LocalCheckpointManager::find_latest() {
   std::vector<std::string> gathered = gather_agreed(comm_, "list the local checkpoints", [&] {
-    local::WireWriter w;
-    const std::vector<Held> held = inventory();
-    w.u64(held.size());
-    for (const Held& h : held) {
-      w.i64(h.iteration);
-      w.i64(h.owner);
-    }
-    return w.take();
+    std::vector<local::HeldCopy> held;
+    for (const Held& h : inventory()) held.push_back(local::HeldCopy{h.iteration, h.owner});
+    return local::encode_inventory(held);
   });
   std::map<int64_t, std::set<int>> owners_of;
   for (size_t r = 0; r < gathered.size(); ++r) {
-    local::WireReader reader(gathered[r], fmt::format("local checkpoint list of rank {}", r));
-    const uint64_t n = reader.count(16);
-    for (uint64_t i = 0; i < n; ++i) {
-      const int64_t iteration = reader.i64();
-      owners_of[iteration].insert(static_cast<int>(reader.i64()));
+    for (const local::HeldCopy& c : local::decode_inventory(gathered[r], fmt::format("rank {}", r))) {
+      owners_of[c.iteration].insert(c.owner);
     }
   }
   for (auto it = owners_of.rbegin(); it != owners_of.rend(); ++it) {
@@ -278,31 +270,22 @@ TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iterati
   } catch (const std::exception& e) {
     own_problem = e.what();
   }
-  local::WireWriter w;
-  w.u64(mine ? 1 : 0);
-  w.str(own_problem);
-  std::vector<int> held_owners;
+  local::CopyStatus status{mine.has_value(), own_problem, {}};
   for (const Held& h : inventory()) {
-    if (h.iteration == it && h.owner != me) held_owners.push_back(h.owner);
+    if (h.iteration == it && h.owner != me) status.held_owners.push_back(h.owner);
   }
-  w.u64(held_owners.size());
-  for (int o : held_owners) w.i64(o);
-  const std::vector<std::string> gathered = comm_.all_gather_bytes(w.take());
+  const std::vector<std::string> gathered = comm_.all_gather_bytes(local::encode_copy_status(status));
 
   const size_t world = static_cast<size_t>(comm_.size());
   std::vector<int> failed;
   std::vector<std::vector<int>> candidates(world);  // holders of each owner's copy, ascending
   for (size_t r = 0; r < world; ++r) {
-    local::WireReader reader(gathered[r], fmt::format("local checkpoint status of rank {}", r));
-    const bool ok = reader.u64() != 0;
-    const std::string problem = reader.str();
-    if (!ok) {
+    const local::CopyStatus theirs = local::decode_copy_status(gathered[r], fmt::format("rank {}", r));
+    if (!theirs.ok) {
       failed.push_back(static_cast<int>(r));
-      recovery_.notes.push_back(fmt::format("rank {}'s own copy: {}", r, problem));
+      recovery_.notes.push_back(fmt::format("rank {}'s own copy: {}", r, theirs.problem));
     }
-    const uint64_t n = reader.count(8);
-    for (uint64_t i = 0; i < n; ++i) {
-      const int64_t owner = reader.i64();
+    for (int owner : theirs.held_owners) {
       if (owner >= 0 && owner < comm_.size()) candidates[static_cast<size_t>(owner)].push_back(static_cast<int>(r));
     }
   }
@@ -348,12 +331,11 @@ TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iterati
       }
     }
     // Who is still without an intact copy, and why.
-    local::WireWriter status;
-    status.str(problem);
-    const std::vector<std::string> statuses = comm_.all_gather_bytes(status.take());
+    const std::vector<std::string> statuses = comm_.all_gather_bytes(local::encode_recovery_status(problem));
     std::vector<int> still;
     for (int owner : failed) {
-      const std::string p = local::WireReader(statuses[static_cast<size_t>(owner)], "recovery status").str();
+      const std::string p =
+          local::decode_recovery_status(statuses[static_cast<size_t>(owner)], fmt::format("rank {}", owner));
       if (p.empty()) continue;
       still.push_back(owner);
       recovery_.notes.push_back(fmt::format("rank {}: {}", owner, p));

@@ -1,5 +1,4 @@
 #include "distckpt/local/tensor_aware_state_dict.h"
-#include "format/local_state_codec.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -12,9 +11,10 @@
 #include "api/strict_keys.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
+#include "format/local_state_codec.h"
 #include "io/checksum.h"
+#include "local/messages.h"
 #include "local/shard_exchange.h"
-#include "local/wire.h"
 #include "plan/global_plan.h"
 #include "plan/local_plan.h"
 #include "plan/validate.h"
@@ -52,15 +52,13 @@ uint64_t digest(const std::vector<uint64_t>& hashes) {
 std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Communicator& comm,
                                              const std::vector<uint64_t>* cached_hashes,
                                              std::vector<uint64_t>* hashes_out) {
-  local::WireWriter w;
-  w.u64(plan::structure_hash(local));
-  w.u64(cached_hashes ? digest(*cached_hashes) : 0);
-  const std::vector<std::string> gathered = comm.all_gather_bytes(w.take());
+  const std::vector<std::string> gathered = comm.all_gather_bytes(
+      local::encode_structure_announcement({plan::structure_hash(local), cached_hashes ? digest(*cached_hashes) : 0}));
   std::vector<uint64_t> hashes, cached;
   for (size_t r = 0; r < gathered.size(); ++r) {
-    local::WireReader reader(gathered[r], fmt::format("structure hash of rank {}", r));
-    hashes.push_back(reader.u64());
-    cached.push_back(reader.u64());
+    const auto a = local::decode_structure_announcement(gathered[r], fmt::format("rank {}", r));
+    hashes.push_back(a.structure_hash);
+    cached.push_back(a.cached_distribution);
   }
   *hashes_out = hashes;
   const uint64_t now = digest(hashes);
