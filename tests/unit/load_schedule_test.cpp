@@ -1,9 +1,10 @@
 // plan/load_schedule: which rank reads each stored piece, what every other
 // rank receives, and that pieces several ranks need are read once.
+#include "plan/load_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include "distckpt/core/errors.h"
-#include "plan/load_schedule.h"
 #include "support/throws_with.h"
 
 namespace distckpt::plan {
@@ -63,7 +64,7 @@ TEST(LoadSchedule, NeedsRoundTripAndRejectGarbage) {
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].part, needs[0].part);
   EXPECT_EQ(back[1].tensor, 3u);
-  EXPECT_TRUE(throws_with<CorruptionError>([] { decode_needs("garbage", "rank 7"); }, "rank 7"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { decode_needs("garbage", "rank 7"); }, "rank 7"));
 }
 
 }  // namespace

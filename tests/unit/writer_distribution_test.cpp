@@ -158,7 +158,7 @@ TEST(WriterDistribution, SkeletonSlotsFollowCanonicalOrderAndFillFromResults) {
   EXPECT_EQ(m.files[6].size, 8192u);
 
   results[3].items.pop_back();
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { fill_skeleton(g, results); }, "rank 3 reports 0 written items"));
+  EXPECT_TRUE(throws_with<ProtocolError>([&] { fill_skeleton(g, results); }, "rank 3 reports 0 written items"));
 }
 
 TEST(WriterDistribution, WriteResultsRoundTripAndRejectGarbage) {
@@ -169,7 +169,7 @@ TEST(WriterDistribution, WriteResultsRoundTripAndRejectGarbage) {
   ASSERT_EQ(back.items.size(), 2u);
   EXPECT_EQ(back.items[1].byte_offset, 4096u);
   EXPECT_EQ(back.items[0].block_checksums, (std::vector<uint64_t>{1, 2}));
-  EXPECT_TRUE(throws_with<CorruptionError>([] { decode_write_results("not a flatbuffer", "rank 9"); }, "rank 9"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { decode_write_results("not a flatbuffer", "rank 9"); }, "rank 9"));
 }
 
 TEST(WriterDistribution, PlanRecoveredFromMetadataMatchesTheOriginal) {

@@ -2,13 +2,12 @@
 #include <fmt/format.h>
 #include <ATen/Context.h>
 
-#include <cstring>
-
+#include "api/messages.h"
 #include "api/save_finalize.h"
 #include "api/save_items.h"
 #include "api/save_plan.h"
-#include "distckpt/api/async.h"
 #include "comm/agreement.h"
+#include "distckpt/api/async.h"
 #include "distckpt/core/errors.h"
 
 namespace distckpt {
@@ -125,14 +124,10 @@ std::vector<int64_t> AsyncCallsQueue::maybe_finalize(bool blocking) {
   // ranks is what every rank can finalize without waiting.
   uint64_t ready = 0;
   while (ready < pending_.size() && pending_[ready].request.locally_done()) ++ready;
-  const std::vector<std::string> all =
-      comm_.all_gather_bytes(std::string_view(reinterpret_cast<const char*>(&ready), sizeof ready));
+  const std::vector<std::string> all = comm_.all_gather_bytes(api::encode_save_progress(ready));
   uint64_t everywhere = ready;
-  for (const std::string& bytes : all) {
-    uint64_t theirs = 0;
-    if (bytes.size() != sizeof theirs) throw CommError("maybe_finalize: a rank sent a malformed progress report");
-    std::memcpy(&theirs, bytes.data(), sizeof theirs);
-    everywhere = std::min(everywhere, theirs);
+  for (size_t r = 0; r < all.size(); ++r) {
+    everywhere = std::min(everywhere, api::decode_save_progress(all[r], fmt::format("rank {}", r)));
   }
   return finalize_front(static_cast<size_t>(everywhere));
 }

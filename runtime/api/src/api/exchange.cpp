@@ -2,7 +2,9 @@
 
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
 #include <cstring>
+#include <limits>
 
 #include "api/slab_copy.h"
 #include "distckpt/core/errors.h"
@@ -12,214 +14,141 @@ namespace {
 
 constexpr uint64_t kStatusBytes = sizeof(uint64_t);
 constexpr uint64_t kOk = 0, kFailed = 1;
-using SharedPieceNeeder = plan::SharedPiece::Needer;
+using Needer = plan::SharedPiece::Needer;
 
-const SharedPieceNeeder* find_needer(const plan::SharedPiece& s, int rank) {
-  for (const auto& n : s.needers) {
-    if (n.rank == rank) return &n;
-  }
-  return nullptr;
-}
+// One transfer: slab `slab` of shared piece `shared`, for `needer`.
+struct SlabPart {
+  size_t shared;
+  size_t slab;
+  const Needer* needer;
+  uint64_t bytes;  // the needer's elements, without the status word
+};
 
-class SlabWork {
+// The exchange's callbacks: the reader reads each slab once (the current one
+// is cached while its needers take their parts), copies its own parts
+// straight from it and packs the others'; a needer unpacks.
+class SlabExchange {
  public:
-  SlabWork(const ExchangeContext& c, const plan::SharedPiece& s)
-      : c_(c),
-        s_(s),
-        record_(c.reader.metadata().tensors.at(s.tensor)),
-        piece_(c.reader.index_for(record_).pieces().at(s.piece)) {}
+  explicit SlabExchange(const ExchangeContext& c) : c_(c) { list_transfers(); }
 
-  // Reads slab `i` into the buffer; false (and the error kept) on failure.
-  bool read(size_t i, std::vector<uint8_t>& buffer, std::exception_ptr& error) {
-    buffer.resize(static_cast<size_t>(s_.slabs[i].numel()) * s_.geometry.element_size);
-    try {
-      read_slab(c_.reader, record_, piece_, s_.slabs[i], buffer.data());
-      return true;
-    } catch (...) {
-      if (!error) error = std::current_exception();
-      return false;
-    }
-  }
+  const std::vector<comm::Transfer>& transfers() const { return transfers_; }
+  std::exception_ptr error() const { return error_; }
 
-  // This rank's own parts, straight from the slab.
-  void copy_own(const SharedPieceNeeder& me, size_t i, const std::vector<uint8_t>& slab) const {
-    for (uint32_t need : me.needs) {
-      const TensorRead& r = c_.mine[need];
-      copy_slab_to_dest(slab.data(), s_.slabs[i], record_.dtype, r.need.part, r.dest);
-    }
-  }
-
-  // `needer`'s parts of slab `i`, packed at `out`; then the status word.
-  void pack(const SharedPieceNeeder& needer, size_t i, const std::vector<uint8_t>& slab, bool ok, uint8_t* out) const {
-    uint64_t at = 0;
-    if (ok) {
-      for (uint32_t need : needer.needs) {
-        at += pack_from_slab(slab.data(), s_.slabs[i], record_.dtype,
-                             c_.needs[static_cast<size_t>(needer.rank)][need].part, out + at);
+  at::Tensor produce(size_t k) {
+    const SlabPart& p = parts_[k];
+    const bool ok = load_slab(p.shared, p.slab);
+    const plan::SharedPiece& s = c_.schedule.shared[p.shared];
+    const TensorRecord& record = record_of(s);
+    if (p.needer->rank == c_.comm.rank()) {
+      if (ok) {
+        for (uint32_t need : p.needer->needs) {
+          const TensorRead& r = c_.mine[need];
+          copy_slab_to_dest(slab_.data(), s.slabs[p.slab], record.dtype, r.need.part, r.dest);
+        }
       }
-    } else {
-      at = s_.message_bytes(c_.needs, needer, i);
+      return at::Tensor();  // already in place
+    }
+    message_.resize(p.bytes + kStatusBytes);
+    if (ok) {
+      uint64_t at = 0;
+      for (uint32_t need : p.needer->needs) {
+        at += pack_from_slab(slab_.data(), s.slabs[p.slab], record.dtype,
+                             c_.needs[static_cast<size_t>(p.needer->rank)][need].part, message_.data() + at);
+      }
     }
     const uint64_t status = ok ? kOk : kFailed;
-    std::memcpy(out + at, &status, kStatusBytes);
+    std::memcpy(message_.data() + p.bytes, &status, kStatusBytes);
+    return comm::payload_view(message_.data(), message_.size());
   }
 
-  // Unpacks a message for this rank. A failure the reader reports is not
-  // this rank's error: the reader raises its own (the cause) when the ranks
-  // agree on errors after the exchange, and every rank fails then.
-  void unpack(const SharedPieceNeeder& me, size_t i, const uint8_t* message, uint64_t bytes) const {
+  // A failure the reader reports is not this rank's error: the reader raises
+  // its own (the cause) when the ranks agree on errors after the exchange.
+  void deliver(size_t k, const at::Tensor& payload) {
+    const SlabPart& p = parts_[k];
+    if (p.needer->rank == transfers_[k].from) return;  // own parts: copied by produce
+    const at::Tensor host = payload.cpu().contiguous();
+    const auto* message = static_cast<const uint8_t*>(host.data_ptr());
     uint64_t status = kFailed;
-    std::memcpy(&status, message + bytes, kStatusBytes);
-    if (status != kOk) return;
+    std::memcpy(&status, message + p.bytes, kStatusBytes);
+    if (status == kFailed) return;
+    if (status != kOk) {
+      if (!error_) {
+        error_ = std::make_exception_ptr(ProtocolError(fmt::format(
+            "rank {} sent a slab message with status word {} (neither ok nor failed)", transfers_[k].from, status)));
+      }
+      return;
+    }
+    const plan::SharedPiece& s = c_.schedule.shared[p.shared];
+    const TensorRecord& record = record_of(s);
     uint64_t at = 0;
-    for (uint32_t need : me.needs) {
+    for (uint32_t need : p.needer->needs) {
       const TensorRead& r = c_.mine[need];
-      at += unpack_to_dest(message + at, s_.slabs[i], record_.dtype, r.need.part, r.dest);
+      at += unpack_to_dest(message + at, s.slabs[p.slab], record.dtype, r.need.part, r.dest);
     }
   }
 
  private:
+  // Per slab: the reader's own parts first (a transfer to itself, so the
+  // slab is read even when nobody else needs it), then each other needer's.
+  void list_transfers() {
+    for (size_t k = 0; k < c_.schedule.shared.size(); ++k) {
+      const plan::SharedPiece& s = c_.schedule.shared[k];
+      for (size_t i = 0; i < s.slabs.size(); ++i) {
+        for (const Needer& n : s.needers) {
+          if (n.rank != s.reader) continue;
+          parts_.push_back(SlabPart{k, i, &n, 0});
+          transfers_.push_back(comm::Transfer{s.reader, s.reader, 0});
+        }
+        for (const Needer& n : s.needers) {
+          if (n.rank == s.reader) continue;
+          const uint64_t bytes = s.message_bytes(c_.needs, n, i);
+          if (bytes == 0) continue;
+          parts_.push_back(SlabPart{k, i, &n, bytes});
+          transfers_.push_back(comm::Transfer{s.reader, n.rank, bytes + kStatusBytes});
+        }
+      }
+    }
+  }
+
+  const TensorRecord& record_of(const plan::SharedPiece& s) const { return c_.reader.metadata().tensors.at(s.tensor); }
+
+  // Slab `slab` of shared piece `shared` in slab_, read once; false (and the
+  // error kept) when the read failed.
+  bool load_slab(size_t shared, size_t slab) {
+    if (shared == cached_shared_ && slab == cached_slab_) return cached_ok_;
+    const plan::SharedPiece& s = c_.schedule.shared[shared];
+    const TensorRecord& record = record_of(s);
+    cached_shared_ = shared;
+    cached_slab_ = slab;
+    slab_.resize(static_cast<size_t>(s.slabs[slab].numel()) * s.geometry.element_size);
+    try {
+      read_slab(c_.reader, record, c_.reader.index_for(record).pieces().at(s.piece), s.slabs[slab], slab_.data());
+      cached_ok_ = true;
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+      cached_ok_ = false;
+    }
+    return cached_ok_;
+  }
+
   const ExchangeContext& c_;
-  const plan::SharedPiece& s_;
-  const TensorRecord& record_;
-  const plan::StoredPiece& piece_;
+  std::vector<SlabPart> parts_;
+  std::vector<comm::Transfer> transfers_;
+  std::vector<uint8_t> slab_, message_;
+  size_t cached_shared_ = std::numeric_limits<size_t>::max(), cached_slab_ = 0;
+  bool cached_ok_ = false;
+  std::exception_ptr error_;
 };
-
-// A host buffer as a tensor the communicator can move.
-at::Tensor wire_tensor(std::vector<uint8_t>& host, uint64_t bytes, const at::Device& device) {
-  at::Tensor t = at::from_blob(host.data(), {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
-  return device.is_cpu() ? t : t.to(device);
-}
 
 }  // namespace
 
-std::exception_ptr exchange_broadcast(const ExchangeContext& c) {
-  std::exception_ptr error;
-  const int me = c.comm.rank();
-  const at::Device device = c.comm.tensor_device();
-  std::vector<uint8_t> slab, message;
-  for (size_t k = 0; k < c.schedule.shared.size(); ++k) {
-    const plan::SharedPiece& s = c.schedule.shared[k];
-    const SharedPieceNeeder* mine = find_needer(s, me);
-    if (!mine) continue;
-    const int tag = static_cast<int>(k & 0x3fffffff);
-    SlabWork work(c, s);
-    for (size_t i = 0; i < s.slabs.size(); ++i) {
-      if (s.reader == me) {
-        const bool ok = work.read(i, slab, error);
-        if (ok) work.copy_own(*mine, i, slab);
-        for (const auto& needer : s.needers) {
-          if (needer.rank == me) continue;
-          const uint64_t bytes = s.message_bytes(c.needs, needer, i);
-          if (bytes == 0) continue;
-          message.resize(bytes + kStatusBytes);
-          work.pack(needer, i, slab, ok, message.data());
-          c.comm.send_tensor(wire_tensor(message, bytes + kStatusBytes, device), needer.rank, tag);
-        }
-        continue;
-      }
-      const uint64_t bytes = s.message_bytes(c.needs, *mine, i);
-      if (bytes == 0) continue;
-      message.resize(bytes + kStatusBytes);
-      at::Tensor wire = wire_tensor(message, bytes + kStatusBytes, device);
-      c.comm.recv_tensor(wire, s.reader, tag);
-      if (!device.is_cpu()) {
-        at::from_blob(message.data(), {wire.numel()}, at::TensorOptions().dtype(at::kByte)).copy_(wire);
-      }
-      work.unpack(*mine, i, message.data(), bytes);
-    }
-  }
-  return error;
-}
-
-namespace {
-
-// One slab a reader contributes to a round, with the messages it makes.
-struct Unit {
-  size_t shared;
-  size_t slab;
-  uint64_t bytes;  // messages + status words
-};
-
-// Every reader's units, cut into rounds of about `batch` bytes each (a slab
-// never spans two rounds). rounds[reader][round] = units.
-std::vector<std::vector<std::vector<Unit>>> plan_rounds(const ExchangeContext& c, size_t world) {
-  std::vector<std::vector<std::vector<Unit>>> rounds(world);
-  std::vector<uint64_t> filled(world, 0);
-  for (size_t k = 0; k < c.schedule.shared.size(); ++k) {
-    const plan::SharedPiece& s = c.schedule.shared[k];
-    auto& mine = rounds[static_cast<size_t>(s.reader)];
-    uint64_t& used = filled[static_cast<size_t>(s.reader)];
-    for (size_t i = 0; i < s.slabs.size(); ++i) {
-      uint64_t bytes = 0;
-      for (const auto& n : s.needers) {
-        if (n.rank == s.reader) continue;
-        const uint64_t m = s.message_bytes(c.needs, n, i);
-        if (m > 0) bytes += m + kStatusBytes;
-      }
-      if (mine.empty() || (used > 0 && used + bytes > c.batch_bytes)) {
-        mine.emplace_back();
-        used = 0;
-      }
-      mine.back().push_back(Unit{k, i, bytes});
-      used += bytes;
-    }
-  }
-  return rounds;
-}
-
-}  // namespace
-
-std::exception_ptr exchange_all_gather(const ExchangeContext& c) {
-  std::exception_ptr error;
-  const int me = c.comm.rank();
-  const size_t world = static_cast<size_t>(c.comm.size());
-  const auto rounds = plan_rounds(c, world);
-  size_t round_count = 0;
-  for (const auto& r : rounds) round_count = std::max(round_count, r.size());
-  std::vector<uint8_t> slab;
-  std::string contribution;
-  for (size_t round = 0; round < round_count; ++round) {
-    contribution.clear();
-    const auto& my_rounds = rounds[static_cast<size_t>(me)];
-    if (round < my_rounds.size()) {
-      for (const Unit& u : my_rounds[round]) {
-        const plan::SharedPiece& s = c.schedule.shared[u.shared];
-        SlabWork work(c, s);
-        const bool ok = work.read(u.slab, slab, error);
-        if (ok) work.copy_own(*find_needer(s, me), u.slab, slab);
-        for (const auto& needer : s.needers) {
-          if (needer.rank == me) continue;
-          const uint64_t bytes = s.message_bytes(c.needs, needer, u.slab);
-          if (bytes == 0) continue;
-          const size_t at = contribution.size();
-          contribution.resize(at + bytes + kStatusBytes);
-          work.pack(needer, u.slab, slab, ok, reinterpret_cast<uint8_t*>(contribution.data() + at));
-        }
-      }
-    }
-    const std::vector<std::string> gathered = c.comm.all_gather_bytes(contribution);
-    for (size_t reader = 0; reader < world; ++reader) {
-      if (static_cast<int>(reader) == me || round >= rounds[reader].size()) continue;
-      const auto* data = reinterpret_cast<const uint8_t*>(gathered[reader].data());
-      uint64_t at = 0;
-      for (const Unit& u : rounds[reader][round]) {
-        const plan::SharedPiece& s = c.schedule.shared[u.shared];
-        for (const auto& needer : s.needers) {
-          if (needer.rank == static_cast<int>(reader)) continue;
-          const uint64_t bytes = s.message_bytes(c.needs, needer, u.slab);
-          if (bytes == 0) continue;
-          if (at + bytes + kStatusBytes > gathered[reader].size()) {
-            throw CommError(fmt::format("all-gather exchange: rank {} sent {} bytes, fewer than planned", reader,
-                                        gathered[reader].size()));
-          }
-          if (needer.rank == me) SlabWork(c, s).unpack(needer, u.slab, data + at, bytes);
-          at += bytes + kStatusBytes;
-        }
-      }
-    }
-  }
-  return error;
+std::exception_ptr exchange_shared_pieces(const ExchangeContext& c, comm::ExchangeMode mode) {
+  SlabExchange slabs(c);
+  comm::ExchangeCallbacks callbacks;
+  callbacks.produce = [&](size_t k) { return slabs.produce(k); };
+  callbacks.deliver = [&](size_t k, const at::Tensor& payload) { slabs.deliver(k, payload); };
+  comm::exchange(c.comm, slabs.transfers(), callbacks, mode, c.batch_bytes);
+  return slabs.error();
 }
 
 }  // namespace distckpt::api

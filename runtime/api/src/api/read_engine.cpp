@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "api/exchange.h"
+#include "api/messages.h"
 #include "api/slab_copy.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -153,9 +154,10 @@ LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
   if (exchange != LoadExchange::kAuto || comm.size() == 1) return exchange;
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  const std::vector<std::string> hosts = comm.all_gather_bytes(name);
-  for (const std::string& h : hosts) {
-    if (h != hosts.front()) return LoadExchange::kBroadcast;
+  const std::vector<std::string> hosts = comm.all_gather_bytes(encode_host_name(name));
+  const std::string first = decode_host_name(hosts.front(), "rank 0");
+  for (size_t r = 1; r < hosts.size(); ++r) {
+    if (decode_host_name(hosts[r], fmt::format("rank {}", r)) != first) return LoadExchange::kBroadcast;
   }
   return LoadExchange::kNone;
 }
@@ -195,7 +197,8 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
                       options.threads);
     if (share && !schedule.shared.empty()) {
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error = exchange == LoadExchange::kAllGather ? exchange_all_gather(context) : exchange_broadcast(context);
+      error = exchange_shared_pieces(context, exchange == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
+                                                                                   : comm::ExchangeMode::kPointToPoint);
     }
     const std::exception_ptr private_error = runner.join();
     if (private_error) error = private_error;  // this rank's own read failure names the cause

@@ -1,7 +1,7 @@
 #include "api/save_plan.h"
 
 #include <fmt/format.h>
-#include <cstring>
+#include "api/messages.h"
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -20,38 +20,11 @@ uint64_t SavePlanCache::State::digest() const {
 namespace api {
 namespace {
 
-// What a rank announces before planning: its structure hash and the digest
-// of the plan its cache holds.
-struct Announcement {
-  uint64_t structure;
-  uint64_t cached;
-};
-
 // The structure hash of a rank, also covering what else decides the plan.
 uint64_t rank_hash(const plan::LocalPlan& local, WriterPolicy policy, int world_size) {
   const uint64_t parts[3] = {plan::structure_hash(local), static_cast<uint64_t>(policy),
                              static_cast<uint64_t>(world_size)};
   return io::xxh3(parts, sizeof parts);
-}
-
-std::string encode_assignment(const std::vector<uint32_t>& items) {
-  std::string bytes(items.size() * sizeof(uint32_t), '\0');
-  if (!items.empty()) std::memcpy(bytes.data(), items.data(), bytes.size());
-  return bytes;
-}
-
-std::vector<uint32_t> decode_assignment(const std::string& bytes, size_t item_count, int rank) {
-  if (bytes.size() % sizeof(uint32_t) != 0) {
-    throw CommError(fmt::format("rank {} received a write assignment of {} bytes (not whole items)", rank, bytes.size()));
-  }
-  std::vector<uint32_t> items(bytes.size() / sizeof(uint32_t));
-  if (!items.empty()) std::memcpy(items.data(), bytes.data(), bytes.size());
-  for (uint32_t i : items) {
-    if (i >= item_count) {
-      throw CommError(fmt::format("rank {} was assigned item {} but holds {} items", rank, i, item_count));
-    }
-  }
-  return items;
 }
 
 // Split, validate every leaf, build this rank's plan, snapshot common state.
@@ -88,10 +61,10 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
     }
     auto global = std::make_shared<plan::GlobalSavePlan>(plan::make_global_save_plan(decoded, p.options.writers));
     assignments.reserve(global->assignments.size());
-    for (const auto& a : global->assignments) assignments.push_back(encode_assignment(a));
+    for (const auto& a : global->assignments) assignments.push_back(encode_write_assignment(a));
     p.global = std::move(global);
   });
-  p.assignment = decode_assignment(comm.scatter_bytes(assignments, 0), local.item_count(), p.rank);
+  p.assignment = decode_write_assignment(comm.scatter_bytes(assignments, 0), local.item_count(), "the coordinator");
 }
 
 // The cached plan; seeded from a checkpoint, it is first recovered from that
@@ -136,9 +109,9 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       resolve_io_threads(options.io_threads);  // rejects a negative count
       p->paths = save_paths(dir);
       local = describe_local(*p, state_dict, comm.is_coordinator());
-      const Announcement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
+      const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
       if (comm.is_coordinator()) p->claim = prepare_directory(p->paths, options.overwrite);
-      return std::string(reinterpret_cast<const char*>(&mine), sizeof mine);
+      return encode_plan_announcement(mine);
     });
   } catch (...) {
     if (p->claim) discard_staging(p->paths);
@@ -147,12 +120,10 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   bool same_cached_plan = true;
   uint64_t first_cached = 0;
   for (size_t r = 0; r < announced.size(); ++r) {
-    Announcement a{};
-    if (announced[r].size() != sizeof a) throw CommError(fmt::format("rank {} sent a malformed plan announcement", r));
-    std::memcpy(&a, announced[r].data(), sizeof a);
-    p->plan_hashes.push_back(a.structure);
-    if (r == 0) first_cached = a.cached;
-    same_cached_plan = same_cached_plan && a.cached == first_cached;
+    const PlanAnnouncement a = decode_plan_announcement(announced[r], fmt::format("rank {}", r));
+    p->plan_hashes.push_back(a.structure_hash);
+    if (r == 0) first_cached = a.cached_plan;
+    same_cached_plan = same_cached_plan && a.cached_plan == first_cached;
   }
   p->plan_reused = same_cached_plan && first_cached != 0 && first_cached == plan_digest(p->plan_hashes);
 

@@ -1,6 +1,7 @@
 #include "api/strict_keys.h"
 
 #include <fmt/format.h>
+#include "api/messages.h"
 
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
@@ -29,25 +30,11 @@ std::string list_keys(const std::set<std::string>& keys) {
   return out;
 }
 
-// Keys are joined with NUL, which no key contains.
-std::string encode_keys(const std::set<std::string>& keys) {
-  std::string out;
-  for (const std::string& k : keys) {
-    out += k;
-    out.push_back('\0');
-  }
-  return out;
-}
-
 std::set<std::string> global_requested_keys(const std::set<std::string>& local, Communicator& comm) {
   std::set<std::string> all;
-  for (const std::string& bytes : comm.all_gather_bytes(encode_keys(local))) {
-    size_t start = 0;
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      if (bytes[i] != '\0') continue;
-      all.insert(bytes.substr(start, i - start));
-      start = i + 1;
-    }
+  const std::vector<std::string> gathered = comm.all_gather_bytes(encode_requested_keys(local));
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    for (std::string& k : decode_requested_keys(gathered[r], fmt::format("rank {}", r))) all.insert(std::move(k));
   }
   return all;
 }

@@ -56,7 +56,7 @@ bool recv_file(Communicator& comm, int src, int tag, const std::string& path, ui
     why = fmt::format("rank {} could not read its copy", src);
     return false;
   }
-  if (size < 0) throw CommError(fmt::format("rank {} announced a file of {} bytes", src, size));
+  if (size < 0) throw ProtocolError(fmt::format("rank {} announced a file of {} bytes", src, size));
   // A local write failure still drains the sender's slabs (no hang).
   io::File out;
   std::string write_error;

@@ -16,7 +16,7 @@
 #include "io/file.h"
 #include "local/file_transfer.h"
 #include "local/local_file.h"
-#include "local/wire.h"
+#include "local/messages.h"
 
 namespace distckpt {
 namespace fs = std::filesystem;
@@ -234,22 +234,14 @@ void LocalCheckpointManager::remove_older_than(int64_t iteration) {
 
 std::optional<int64_t> LocalCheckpointManager::find_latest() {
   std::vector<std::string> gathered = gather_agreed(comm_, "list the local checkpoints", [&] {
-    local::WireWriter w;
-    const std::vector<Held> held = inventory();
-    w.u64(held.size());
-    for (const Held& h : held) {
-      w.i64(h.iteration);
-      w.i64(h.owner);
-    }
-    return w.take();
+    std::vector<local::HeldCopy> held;
+    for (const Held& h : inventory()) held.push_back(local::HeldCopy{h.iteration, h.owner});
+    return local::encode_inventory(held);
   });
   std::map<int64_t, std::set<int>> owners_of;
   for (size_t r = 0; r < gathered.size(); ++r) {
-    local::WireReader reader(gathered[r], fmt::format("local checkpoint list of rank {}", r));
-    const uint64_t n = reader.count(16);
-    for (uint64_t i = 0; i < n; ++i) {
-      const int64_t iteration = reader.i64();
-      owners_of[iteration].insert(static_cast<int>(reader.i64()));
+    for (const local::HeldCopy& c : local::decode_inventory(gathered[r], fmt::format("rank {}", r))) {
+      owners_of[c.iteration].insert(c.owner);
     }
   }
   for (auto it = owners_of.rbegin(); it != owners_of.rend(); ++it) {
@@ -265,55 +257,57 @@ TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iterati
                                       "checkpoint instead",
                                       root_, comm_.size()));
   }
-  const int me = comm_.rank();
-  const int64_t it = *iteration;
-  recovery_ = LocalRecovery{it, {}, {}};
-
-  // 1. Every rank tries its own copy; says whether it worked and which
-  // owners' copies of `it` it holds.
+  recovery_ = LocalRecovery{*iteration, {}, {}};
   std::optional<TensorAwareStateDict> mine;
-  std::string own_problem;
+  std::vector<std::vector<int>> holders;
+  std::vector<int> failed = survey_copies(*iteration, mine, holders);
+  recovery_.recovered_ranks = failed;
+  recover(*iteration, std::move(failed), holders, mine);
+  return std::move(*mine);
+}
+
+// Every rank tries its own copy and says whether it worked and which
+// owners' copies of `it` it holds. Returns the ranks whose own copy failed;
+// holders[owner]: the ranks holding a copy of owner's file, ascending.
+std::vector<int> LocalCheckpointManager::survey_copies(int64_t it, std::optional<TensorAwareStateDict>& mine,
+                                                       std::vector<std::vector<int>>& holders) {
+  const int me = comm_.rank();
+  local::CopyStatus status;
   try {
     mine = local::read_local_file(file_path(me, it, me));
+    status.ok = true;
   } catch (const std::exception& e) {
-    own_problem = e.what();
+    status.problem = e.what();
   }
-  local::WireWriter w;
-  w.u64(mine ? 1 : 0);
-  w.str(own_problem);
-  std::vector<int> held_owners;
   for (const Held& h : inventory()) {
-    if (h.iteration == it && h.owner != me) held_owners.push_back(h.owner);
+    if (h.iteration == it && h.owner != me) status.held_owners.push_back(h.owner);
   }
-  w.u64(held_owners.size());
-  for (int o : held_owners) w.i64(o);
-  const std::vector<std::string> gathered = comm_.all_gather_bytes(w.take());
+  const std::vector<std::string> gathered = comm_.all_gather_bytes(local::encode_copy_status(status));
 
-  const size_t world = static_cast<size_t>(comm_.size());
   std::vector<int> failed;
-  std::vector<std::vector<int>> candidates(world);  // holders of each owner's copy, ascending
-  for (size_t r = 0; r < world; ++r) {
-    local::WireReader reader(gathered[r], fmt::format("local checkpoint status of rank {}", r));
-    const bool ok = reader.u64() != 0;
-    const std::string problem = reader.str();
-    if (!ok) {
+  holders.assign(static_cast<size_t>(comm_.size()), {});
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    const local::CopyStatus theirs = local::decode_copy_status(gathered[r], fmt::format("rank {}", r));
+    if (!theirs.ok) {
       failed.push_back(static_cast<int>(r));
-      recovery_.notes.push_back(fmt::format("rank {}'s own copy: {}", r, problem));
+      recovery_.notes.push_back(fmt::format("rank {}'s own copy: {}", r, theirs.problem));
     }
-    const uint64_t n = reader.count(8);
-    for (uint64_t i = 0; i < n; ++i) {
-      const int64_t owner = reader.i64();
-      if (owner >= 0 && owner < comm_.size()) candidates[static_cast<size_t>(owner)].push_back(static_cast<int>(r));
+    for (int owner : theirs.held_owners) {
+      if (owner >= 0 && owner < comm_.size()) holders[static_cast<size_t>(owner)].push_back(static_cast<int>(r));
     }
   }
-  recovery_.recovered_ranks = failed;
+  return failed;
+}
 
-  // 2. Rounds: each failed owner gets the copy of its next candidate, checks
-  // it, keeps it (restoring its own copy) or tries the next one.
+// Rounds: each failed owner gets the copy of its next holder, checks it, and
+// keeps it (restoring its own copy) or tries the next one.
+void LocalCheckpointManager::recover(int64_t it, std::vector<int> failed, const std::vector<std::vector<int>>& holders,
+                                     std::optional<TensorAwareStateDict>& mine) {
+  const int me = comm_.rank();
   for (size_t round = 0; !failed.empty(); ++round) {
     std::vector<int> exhausted;
     for (int owner : failed) {
-      if (round >= candidates[static_cast<size_t>(owner)].size()) exhausted.push_back(owner);
+      if (round >= holders[static_cast<size_t>(owner)].size()) exhausted.push_back(owner);
     }
     if (!exhausted.empty()) {
       throw CheckpointError(fmt::format(
@@ -323,44 +317,49 @@ TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iterati
     }
     std::string problem;
     for (int owner : failed) {
-      const int holder = candidates[static_cast<size_t>(owner)][round];
-      const int tag = owner + 1;
+      const int holder = holders[static_cast<size_t>(owner)][round];
       if (me == holder) {
-        local::send_file(comm_, file_path(holder, it, owner), owner, tag, options_.transfer_slab_bytes);
+        local::send_file(comm_, file_path(holder, it, owner), owner, owner + 1, options_.transfer_slab_bytes);
       } else if (me == owner) {
-        const std::string final_path = file_path(me, it, me);
-        const std::string tmp = final_path + ".tmp";
-        std::string why;
-        try {
-          io::make_dirs(rank_dir(me));
-          if (!local::recv_file(comm_, holder, tag, tmp, options_.transfer_slab_bytes, why)) throw CheckpointError(why);
-          mine = local::read_local_file(tmp);
-          fs::rename(tmp, final_path);
-          io::fsync_dir(rank_dir(me));
-          log_message(LogLevel::kWarning, fmt::format("local checkpoint: rank {} recovered iteration {} from the "
-                                                      "replica on rank {}",
-                                                      me, it, holder));
-        } catch (const std::exception& e) {
-          std::error_code ignored;
-          fs::remove(tmp, ignored);
-          problem = fmt::format("the replica on rank {}: {}", holder, e.what());
-        }
+        problem = fetch_replica(it, holder, mine);
       }
     }
     // Who is still without an intact copy, and why.
-    local::WireWriter status;
-    status.str(problem);
-    const std::vector<std::string> statuses = comm_.all_gather_bytes(status.take());
+    const std::vector<std::string> statuses = comm_.all_gather_bytes(local::encode_recovery_status(problem));
     std::vector<int> still;
     for (int owner : failed) {
-      const std::string p = local::WireReader(statuses[static_cast<size_t>(owner)], "recovery status").str();
+      const std::string p =
+          local::decode_recovery_status(statuses[static_cast<size_t>(owner)], fmt::format("rank {}", owner));
       if (p.empty()) continue;
       still.push_back(owner);
       recovery_.notes.push_back(fmt::format("rank {}: {}", owner, p));
     }
     failed = std::move(still);
   }
-  return std::move(*mine);
+}
+
+// This rank's file of `it`, received from `holder`, checked and put in
+// place; "" on success, else what went wrong.
+std::string LocalCheckpointManager::fetch_replica(int64_t it, int holder, std::optional<TensorAwareStateDict>& mine) {
+  const int me = comm_.rank();
+  const std::string final_path = file_path(me, it, me);
+  const std::string tmp = final_path + ".tmp";
+  std::string why;
+  try {
+    io::make_dirs(rank_dir(me));
+    if (!local::recv_file(comm_, holder, me + 1, tmp, options_.transfer_slab_bytes, why)) throw CheckpointError(why);
+    mine = local::read_local_file(tmp);
+    fs::rename(tmp, final_path);
+    io::fsync_dir(rank_dir(me));
+    log_message(
+        LogLevel::kWarning,
+        fmt::format("local checkpoint: rank {} recovered iteration {} from the replica on rank {}", me, it, holder));
+    return {};
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return fmt::format("the replica on rank {}: {}", holder, e.what());
+  }
 }
 
 }  // namespace distckpt

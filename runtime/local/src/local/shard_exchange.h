@@ -1,10 +1,9 @@
 // Fully parallel tensor-aware state dicts: a replicated shard is kept by one
 // of its holders; in to_state_dict the others receive it over the
-// communicator. Every rank announces the shards it keeps and those it needs
-// (one all-gather), every rank derives the same transfer list from that, and
-// the transfers run in that global order (point to point, or batched
-// all-gather rounds), which cannot deadlock: the earliest unfinished transfer
-// always has both of its ranks ready.
+// communicator. Every rank announces the shards it needs, then those it keeps
+// that someone needs (two all-gathers); every rank derives the same transfer
+// list from that (each need sent by a keeper picked by plan/balance.h) and
+// the comm layer's exchange engine (comm/exchange.h) runs it.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,4 @@
 #include "distckpt/local/tensor_aware_state_dict.h"
-#include "format/local_state_codec.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -12,9 +11,10 @@
 #include "api/strict_keys.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
+#include "format/local_state_codec.h"
 #include "io/checksum.h"
+#include "local/messages.h"
 #include "local/shard_exchange.h"
-#include "local/wire.h"
 #include "plan/global_plan.h"
 #include "plan/local_plan.h"
 #include "plan/validate.h"
@@ -52,15 +52,13 @@ uint64_t digest(const std::vector<uint64_t>& hashes) {
 std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Communicator& comm,
                                              const std::vector<uint64_t>* cached_hashes,
                                              std::vector<uint64_t>* hashes_out) {
-  local::WireWriter w;
-  w.u64(plan::structure_hash(local));
-  w.u64(cached_hashes ? digest(*cached_hashes) : 0);
-  const std::vector<std::string> gathered = comm.all_gather_bytes(w.take());
+  const std::vector<std::string> gathered = comm.all_gather_bytes(
+      local::encode_structure_announcement({plan::structure_hash(local), cached_hashes ? digest(*cached_hashes) : 0}));
   std::vector<uint64_t> hashes, cached;
   for (size_t r = 0; r < gathered.size(); ++r) {
-    local::WireReader reader(gathered[r], fmt::format("structure hash of rank {}", r));
-    hashes.push_back(reader.u64());
-    cached.push_back(reader.u64());
+    const auto a = local::decode_structure_announcement(gathered[r], fmt::format("rank {}", r));
+    hashes.push_back(a.structure_hash);
+    cached.push_back(a.cached_distribution);
   }
   *hashes_out = hashes;
   const uint64_t now = digest(hashes);
@@ -68,6 +66,113 @@ std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Commu
   for (uint64_t c : cached) reuse = reuse && c == now;
   if (reuse) return std::nullopt;
   return distribute(local, comm);
+}
+
+// to_state_dict, the steps.
+
+void check_loadable(const LocalState& state, Communicator& comm, const ToStateDictOptions& options) {
+  if (options.exchange_batch_bytes == 0) throw Error("ToStateDictOptions::exchange_batch_bytes must be positive");
+  if (state.world_size != comm.size() || state.owner_rank != comm.rank()) {
+    throw Error(fmt::format(
+        "this tensor-aware state dict belongs to rank {} of {} but is loaded on rank {} of {}; local checkpoints "
+        "load under the layout they were saved with — use the global checkpoint to change it",
+        state.owner_rank, state.world_size, comm.rank(), comm.size()));
+  }
+}
+
+api::StoredKeys stored_keys(const LocalState& state, int rank) {
+  api::StoredKeys stored;
+  stored.where = fmt::format("the local checkpoint of rank {}", rank);
+  for (const LocalTensorEntry& e : state.tensors) stored.tensors.insert(e.meta.key);
+  for (const ShardedObject& o : state.objects) stored.objects.insert(o.unique_key());
+  return stored;
+}
+
+// Strict handling, with the outcome agreed by every rank.
+api::KeyMismatch agreed_key_check(api::SplitStateDict& split, const api::StoredKeys& stored, Communicator& comm,
+                                  StrictHandling strict) {
+  api::KeyMismatch mismatch;
+  std::exception_ptr key_error;
+  try {
+    mismatch = api::handle_key_mismatch(split.sharded, stored, comm, strict);
+  } catch (...) {
+    key_error = std::current_exception();
+  }
+  agree_on_errors(comm, "check keys against the local checkpoint", key_error);
+  return mismatch;
+}
+
+// What the request needs: the shards this rank keeps (offered to others)
+// and those it must receive, with the leaves they fill.
+struct ShardRequests {
+  std::vector<local::KeptShard> kept;
+  std::vector<local::NeededShard> needed;
+  std::vector<Value*> needed_leaves;
+};
+
+void resolve_object(Value& leaf, const std::map<std::string, const ShardedObject*>& objects, const std::string& where) {
+  const auto it = objects.find(leaf.as_sharded_object().unique_key());
+  if (it == objects.end()) {
+    throw KeyMismatchError(
+        fmt::format("sharded object '{}' is not in {}", leaf.as_sharded_object().unique_key(), where));
+  }
+  leaf = Value(it->second->data);
+}
+
+// The stored entry matching a requested shard; ShardingError when the layout differs.
+const LocalTensorEntry& matching_entry(const ShardedTensor& want, const LocalState& state,
+                                       const std::map<std::string, size_t>& by_identity, const std::string& where,
+                                       size_t& index) {
+  const auto it = by_identity.find(local::shard_identity(want));
+  if (it == by_identity.end()) {
+    throw ShardingError(
+        fmt::format("{} is not in {}: local checkpoints load only under the layout they were "
+                    "saved with (same keys, shard positions and flat ranges)",
+                    want.describe(), where));
+  }
+  index = it->second;
+  const ShardedTensor& have = state.tensors[index].meta;
+  if (have.dtype != want.dtype || have.local_shape != want.local_shape || have.global_shape != want.global_shape) {
+    throw ShardingError(
+        fmt::format("{} does not match the stored shard {}: local checkpoints load only under "
+                    "the layout they were saved with",
+                    want.describe(), have.describe()));
+  }
+  return state.tensors[index];
+}
+
+ShardRequests match_requests(const LocalState& state, const std::vector<at::Tensor>& tensors,
+                             api::SplitStateDict& split, const std::string& where, const at::Device& wire_device) {
+  ShardRequests out;
+  std::map<std::string, size_t> by_identity;
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const std::string id = local::shard_identity(state.tensors[i].meta);
+    by_identity.emplace(id, i);
+    if (tensors[i].defined()) out.kept.push_back(local::KeptShard{id, tensors[i]});
+  }
+  std::map<std::string, const ShardedObject*> objects;
+  for (const ShardedObject& o : state.objects) objects.emplace(o.unique_key(), &o);
+  for (Value* leaf : api::sharded_leaves(split.sharded)) {
+    if (leaf->kind() == Kind::kShardedObject) {
+      resolve_object(*leaf, objects, where);
+      continue;
+    }
+    const ShardedTensor& want = leaf->as_sharded_tensor();
+    size_t index = 0;
+    const LocalTensorEntry& entry = matching_entry(want, state, by_identity, where, index);
+    const at::Tensor& stored_data = tensors[index];
+    if (stored_data.defined()) {
+      // Into the caller's tensor when it brings one; else the stored tensor itself.
+      *leaf = want.data.defined() ? Value(want.data.copy_(stored_data)) : Value(stored_data);
+      continue;
+    }
+    const Shape shape = want.flattened_range ? Shape{want.flattened_range->size()} : want.local_shape;
+    at::Tensor dest =
+        want.data.defined() ? want.data : at::empty(shape, at::TensorOptions().dtype(want.dtype).device(wire_device));
+    out.needed.push_back(local::NeededShard{local::shard_identity(entry.meta), want.describe(), dest});
+    out.needed_leaves.push_back(leaf);
+  }
+  return out;
 }
 
 }  // namespace
@@ -250,81 +355,18 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
   api::StoredKeys stored;
   run_agreed(comm, "prepare the tensor-aware state dict for loading", [&] {
     check_not_hollow("to_state_dict");
-    if (options.exchange_batch_bytes == 0) throw Error("ToStateDictOptions::exchange_batch_bytes must be positive");
-    if (state_.world_size != comm.size() || state_.owner_rank != comm.rank()) {
-      throw Error(fmt::format(
-          "this tensor-aware state dict belongs to rank {} of {} but is loaded on rank {} of {}; local checkpoints "
-          "load under the layout they were saved with — use the global checkpoint to change it",
-          state_.owner_rank, state_.world_size, comm.rank(), comm.size()));
-    }
+    check_loadable(state_, comm, options);
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
-    stored.where = fmt::format("the local checkpoint of rank {}", comm.rank());
-    for (const LocalTensorEntry& e : state_.tensors) stored.tensors.insert(e.meta.key);
-    for (const ShardedObject& o : state_.objects) stored.objects.insert(o.unique_key());
+    stored = stored_keys(state_, comm.rank());
   });
-  api::KeyMismatch mismatch;
-  std::exception_ptr key_error;
-  try {
-    mismatch = api::handle_key_mismatch(split.sharded, stored, comm, options.strict);
-  } catch (...) {
-    key_error = std::current_exception();
-  }
-  agree_on_errors(comm, "check keys against the local checkpoint", key_error);
-
-  std::vector<local::KeptShard> kept;
-  std::vector<local::NeededShard> needed;
-  std::vector<Value*> needed_leaves;
-  run_agreed(comm, "match the requested shards", [&] {
-    std::map<std::string, size_t> by_identity;
-    for (size_t i = 0; i < state_.tensors.size(); ++i) {
-      const std::string id = local::shard_identity(state_.tensors[i].meta);
-      by_identity.emplace(id, i);
-      if (tensors_[i].defined()) kept.push_back(local::KeptShard{id, tensors_[i]});
-    }
-    std::map<std::string, const ShardedObject*> objects;
-    for (const ShardedObject& o : state_.objects) objects.emplace(o.unique_key(), &o);
-    for (Value* leaf : api::sharded_leaves(split.sharded)) {
-      if (leaf->kind() == Kind::kShardedObject) {
-        const auto it = objects.find(leaf->as_sharded_object().unique_key());
-        if (it == objects.end()) {
-          throw KeyMismatchError(fmt::format("sharded object '{}' is not in {}", leaf->as_sharded_object().unique_key(),
-                                             stored.where));
-        }
-        *leaf = Value(it->second->data);
-        continue;
-      }
-      const ShardedTensor& want = leaf->as_sharded_tensor();
-      const auto it = by_identity.find(local::shard_identity(want));
-      if (it == by_identity.end()) {
-        throw ShardingError(fmt::format("{} is not in {}: local checkpoints load only under the layout they were "
-                                        "saved with (same keys, shard positions and flat ranges)",
-                                        want.describe(), stored.where));
-      }
-      const ShardedTensor& have = state_.tensors[it->second].meta;
-      if (have.dtype != want.dtype || have.local_shape != want.local_shape || have.global_shape != want.global_shape) {
-        throw ShardingError(fmt::format("{} does not match the stored shard {}: local checkpoints load only under "
-                                        "the layout they were saved with",
-                                        want.describe(), have.describe()));
-      }
-      const at::Tensor& stored_data = tensors_[it->second];
-      const Shape shape = want.flattened_range ? Shape{want.flattened_range->size()} : want.local_shape;
-      if (stored_data.defined()) {
-        // Into the caller's tensor when it brings one; else the stored tensor itself.
-        *leaf = want.data.defined() ? Value(want.data.copy_(stored_data)) : Value(stored_data);
-        continue;
-      }
-      at::Tensor dest = want.data.defined()
-                            ? want.data
-                            : at::empty(shape, at::TensorOptions().dtype(want.dtype).device(comm.tensor_device()));
-      needed.push_back(local::NeededShard{it->first, want.describe(), dest});
-      needed_leaves.push_back(leaf);
-    }
-  });
+  api::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict);
+  ShardRequests requests;
+  run_agreed(comm, "match the requested shards",
+             [&] { requests = match_requests(state_, tensors_, split, stored.where, comm.tensor_device()); });
   run_agreed(comm, "exchange the shards kept by other ranks", [&] {
-    local::exchange_kept_shards(kept, needed, comm, options.exchange, options.exchange_batch_bytes);
+    local::exchange_kept_shards(requests.kept, requests.needed, comm, options.exchange, options.exchange_batch_bytes);
   });
-  for (size_t i = 0; i < needed.size(); ++i) *needed_leaves[i] = Value(needed[i].dest);
-
+  for (size_t i = 0; i < requests.needed.size(); ++i) *requests.needed_leaves[i] = Value(requests.needed[i].dest);
   return api::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
 }
 

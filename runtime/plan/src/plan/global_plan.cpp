@@ -7,9 +7,11 @@
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/fb/plan_generated.h"
+#include "distckpt/fb/wire_generated.h"
 #include "format/dtype.h"
+#include "plan/balance.h"
 #include "plan/validate.h"
+#include "plan/wire.h"
 
 namespace distckpt::plan {
 namespace {
@@ -169,16 +171,16 @@ std::vector<int64_t> choose_writers(const std::vector<LocalPlan>& plans, const G
     load[g.refs[static_cast<size_t>(writer[i])].rank] += group.bytes;
   }
   if (policy != WriterPolicy::kBalanced) return writer;
-  std::stable_sort(shared.begin(), shared.end(),
-                   [&](size_t a, size_t b) { return g.groups[a].bytes > g.groups[b].bytes; });
-  for (size_t i : shared) {
-    const ShardGroup& group = g.groups[i];
-    uint32_t best = g.refs[group.begin].rank;  // refs are sorted by rank: strict < keeps the lowest on ties
-    for (size_t k = group.begin + 1; k < group.end; ++k) {
-      if (load[g.refs[k].rank] < load[best]) best = g.refs[k].rank;
-    }
-    writer[i] = static_cast<int64_t>(ref_of_rank(plans, g, group, best));
-    load[best] += group.bytes;
+  std::vector<BalanceItem> items(shared.size());
+  for (size_t s = 0; s < shared.size(); ++s) {
+    const ShardGroup& group = g.groups[shared[s]];
+    items[s].bytes = group.bytes;
+    for (size_t k = group.begin; k < group.end; ++k) items[s].candidates.push_back(static_cast<int>(g.refs[k].rank));
+  }
+  const Balance balance = balance_least_loaded(items, std::move(load));
+  for (size_t s = 0; s < shared.size(); ++s) {
+    const uint32_t best = static_cast<uint32_t>(balance.choice[s]);
+    writer[shared[s]] = static_cast<int64_t>(ref_of_rank(plans, g, g.groups[shared[s]], best));
   }
   return writer;
 }
@@ -341,16 +343,11 @@ std::string encode_write_results(const WriteResults& results) {
     items.push_back(fb::CreateItemWrite(b, w.byte_offset, w.byte_length, b.CreateVector(w.block_checksums)));
   }
   b.Finish(fb::CreateWriteResults(b, results.rank, results.file_size, b.CreateVector(items)));
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  return message_bytes(b);
 }
 
 WriteResults decode_write_results(std::string_view bytes, const std::string& origin) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
-  if (!verifier.VerifyBuffer<fb::WriteResults>(nullptr)) {
-    throw CorruptionError(fmt::format("write results from {} failed FlatBuffers verification", origin));
-  }
-  const auto* root = flatbuffers::GetRoot<fb::WriteResults>(data);
+  const auto* root = &verified_message<fb::WriteResults>(bytes, "write results", origin);
   WriteResults out;
   out.rank = root->rank();
   out.file_size = root->file_size();
@@ -372,16 +369,16 @@ CheckpointMetadata fill_skeleton(const GlobalSavePlan& plan, const std::vector<W
     const std::vector<WriteSlot>& slots = plan.slots[r];
     const std::vector<ItemWrite>& items = r < results.size() ? results[r].items : std::vector<ItemWrite>{};
     if (items.size() != slots.size()) {
-      throw CorruptionError(fmt::format("rank {} reports {} written items but was assigned {}", r, items.size(),
-                                        slots.size()));
+      throw ProtocolError(
+          fmt::format("rank {} reports {} written items but was assigned {}", r, items.size(), slots.size()));
     }
     for (size_t k = 0; k < slots.size(); ++k) {
       const WriteSlot& s = slots[k];
       const ItemWrite& w = items[k];
       const uint64_t expected_checksums = block == 0 ? 0 : (w.byte_length + block - 1) / block;
       if (w.block_checksums.size() != expected_checksums) {
-        throw CorruptionError(fmt::format("rank {} reports {} checksums for a {}-byte item (expected {})", r,
-                                          w.block_checksums.size(), w.byte_length, expected_checksums));
+        throw ProtocolError(fmt::format("rank {} reports {} checksums for a {}-byte item (expected {})", r,
+                                        w.block_checksums.size(), w.byte_length, expected_checksums));
       }
       if (s.is_object) {
         ObjectRecord& o = m.objects[s.index];
@@ -392,8 +389,8 @@ CheckpointMetadata fill_skeleton(const GlobalSavePlan& plan, const std::vector<W
       }
       ChunkRecord& c = m.tensors[s.index].chunks[s.chunk];
       if (w.byte_length != c.byte_length) {
-        throw CorruptionError(fmt::format("rank {} wrote {} bytes for chunk {} of '{}' but {} were planned", r,
-                                          w.byte_length, to_string(c.box), m.tensors[s.index].key, c.byte_length));
+        throw ProtocolError(fmt::format("rank {} wrote {} bytes for chunk {} of '{}' but {} were planned", r,
+                                        w.byte_length, to_string(c.box), m.tensors[s.index].key, c.byte_length));
       }
       c.byte_offset = w.byte_offset;
       c.block_checksums = w.block_checksums;

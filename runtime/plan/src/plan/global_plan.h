@@ -80,7 +80,7 @@ std::string encode_write_results(const WriteResults& results);
 WriteResults decode_write_results(std::string_view bytes, const std::string& origin);
 
 // The final metadata: the skeleton with every slot's offsets, lengths and
-// checksums, and every file's size. Throws CorruptionError if a rank reports
+// checksums, and every file's size. Throws ProtocolError if a rank reports
 // a different number of items than it was assigned or a tensor chunk of a
 // different length than planned.
 CheckpointMetadata fill_skeleton(const GlobalSavePlan& plan, const std::vector<WriteResults>& results);

@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/fb/plan_generated.h"
+#include "distckpt/fb/wire_generated.h"
+#include "plan/balance.h"
+#include "plan/wire.h"
 
 namespace distckpt::plan {
 namespace {
@@ -125,19 +127,15 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     i = j;
   }
 
-  // Readers: largest pieces first, each to its least-loaded needer.
-  std::vector<size_t> order(schedule.shared.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shared_bytes[a] > shared_bytes[b]; });
-  for (size_t k : order) {
-    SharedPiece& s = schedule.shared[k];
-    int best = s.needers.front().rank;
-    for (const SharedPiece::Needer& n : s.needers) {
-      if (schedule.read_bytes[static_cast<size_t>(n.rank)] < schedule.read_bytes[static_cast<size_t>(best)]) best = n.rank;
-    }
-    s.reader = best;
-    schedule.read_bytes[static_cast<size_t>(best)] += shared_bytes[k];
+  // Readers: balanced over the needers of each piece (plan/balance.h).
+  std::vector<BalanceItem> items(schedule.shared.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    items[k].bytes = shared_bytes[k];
+    for (const SharedPiece::Needer& n : schedule.shared[k].needers) items[k].candidates.push_back(n.rank);
   }
+  Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes));
+  for (size_t k = 0; k < items.size(); ++k) schedule.shared[k].reader = balance.choice[k];
+  schedule.read_bytes = std::move(balance.load);
   return schedule;
 }
 
@@ -149,24 +147,19 @@ std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
     out.push_back(fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
   }
   b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out)));
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  return message_bytes(b);
 }
 
 std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
-  if (!verifier.VerifyBuffer<fb::LoadNeeds>(nullptr)) {
-    throw CorruptionError(fmt::format("load needs from {} failed FlatBuffers verification", origin));
-  }
   std::vector<PieceNeed> needs;
-  const auto* root = flatbuffers::GetRoot<fb::LoadNeeds>(data);
+  const auto* root = &verified_message<fb::LoadNeeds>(bytes, "load needs", origin);
   if (!root->needs()) return needs;
   needs.reserve(root->needs()->size());
   for (const fb::PieceNeed* n : *root->needs()) {
     PieceNeed need{n->tensor(), n->piece(),
                    Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
     if (need.part.offset.size() != need.part.length.size()) {
-      throw CorruptionError(fmt::format("load needs from {}: a part has offsets and lengths of different ranks", origin));
+      malformed("load needs", origin, "a part has offsets and lengths of different ranks");
     }
     needs.push_back(std::move(need));
   }

@@ -69,7 +69,7 @@ std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
                                 uint64_t slab_bytes, bool share);
 
-// Wire format of a rank's needs (schema/plan.fbs, LoadNeeds). Decoding
+// Wire format of a rank's needs (schema/wire.fbs, LoadNeeds). Decoding
 // verifies the buffer; the caller checks indices and boxes against the
 // checkpoint it opened.
 std::string encode_needs(int rank, const std::vector<PieceNeed>& needs);

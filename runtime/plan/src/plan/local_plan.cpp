@@ -4,9 +4,10 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include "distckpt/core/errors.h"
-#include "distckpt/fb/plan_generated.h"
+#include "distckpt/fb/wire_generated.h"
 #include "format/dtype.h"
 #include "io/checksum.h"
+#include "plan/wire.h"
 
 namespace distckpt::plan {
 namespace {
@@ -128,16 +129,11 @@ std::string encode_local_plan(const LocalPlan& plan) {
   }
   b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects)),
            fb::LocalPlanIdentifier());
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  return message_bytes(b);
 }
 
 LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
-  if (!fb::VerifyLocalPlanBuffer(verifier)) {
-    throw CorruptionError(fmt::format("save plan from {} failed FlatBuffers verification", origin));
-  }
-  const fb::LocalPlan* root = fb::GetLocalPlan(data);
+  const fb::LocalPlan* root = &verified_message<fb::LocalPlan>(bytes, "save plan", origin, fb::LocalPlanIdentifier());
   LocalPlan plan;
   plan.rank = root->rank();
   if (root->tensors()) {
@@ -145,14 +141,18 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
     for (const fb::ShardPlan* t : *root->tensors()) {
       ShardPlan p;
       p.key = t->key()->str();
-      p.dtype = dtype_from_name(t->dtype()->str());
+      try {
+        p.dtype = dtype_from_name(t->dtype()->str());
+      } catch (const CorruptionError& e) {
+        malformed("save plan", origin, e.what());
+      }
       p.global_shape = to_shape(t->global_shape());
       p.box = Box{to_shape(t->offset()), to_shape(t->length())};
       if (t->flat_start() >= 0) p.flat = FlatRange{t->flat_start(), t->flat_stop()};
       p.replica_id = to_shape(t->replica_id());
       p.allow_shape_mismatch = t->allow_shape_mismatch();
       if (p.box.offset.size() != p.global_shape.size() || p.box.length.size() != p.global_shape.size()) {
-        throw CorruptionError(fmt::format("save plan from {}: '{}' has a box of the wrong rank", origin, p.key));
+        malformed("save plan", origin, fmt::format("'{}' has a box of the wrong rank", p.key));
       }
       plan.tensors.push_back(std::move(p));
     }

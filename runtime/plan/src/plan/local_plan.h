@@ -1,5 +1,5 @@
 // What one rank holds, as metadata only: the unit of planning that travels
-// between ranks (FlatBuffers, schema/plan.fbs).
+// between ranks (FlatBuffers, schema/wire.fbs).
 #pragma once
 
 #include <c10/core/ScalarType.h>

@@ -47,4 +47,11 @@ class CommError : public Error {
   using Error::Error;
 };
 
+// Bytes another rank sent are malformed (short, unverifiable, out of range):
+// a bug, or ranks running different versions of distckpt.
+class ProtocolError : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 }  // namespace distckpt

@@ -95,6 +95,12 @@ class LocalCheckpointManager {
   void replicate(int64_t iteration, std::vector<std::string>& created);
   void finish_save(int64_t iteration, std::exception_ptr write_error, std::vector<std::string> created);
   void remove_older_than(int64_t iteration);
+  // load's steps: survey who holds an intact copy, then recover the others.
+  std::vector<int> survey_copies(int64_t iteration, std::optional<TensorAwareStateDict>& mine,
+                                 std::vector<std::vector<int>>& holders);
+  void recover(int64_t iteration, std::vector<int> failed, const std::vector<std::vector<int>>& holders,
+               std::optional<TensorAwareStateDict>& mine);
+  std::string fetch_replica(int64_t iteration, int holder, std::optional<TensorAwareStateDict>& mine);
 
   std::string root_;
   Communicator& comm_;

@@ -1,0 +1,76 @@
+#include "api/messages.h"
+
+#include "distckpt/fb/wire_generated.h"
+#include "plan/wire.h"
+
+namespace distckpt::api {
+
+std::string encode_plan_announcement(const PlanAnnouncement& a) {
+  flatbuffers::FlatBufferBuilder b(64);
+  b.Finish(fb::CreatePlanAnnouncement(b, a.structure_hash, a.cached_plan));
+  return plan::message_bytes(b);
+}
+
+PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::PlanAnnouncement>(bytes, "plan announcement", origin);
+  return PlanAnnouncement{m.structure_hash(), m.cached_plan()};
+}
+
+std::string encode_write_assignment(const std::vector<uint32_t>& items) {
+  flatbuffers::FlatBufferBuilder b(64 + 4 * items.size());
+  b.Finish(fb::CreateWriteAssignment(b, b.CreateVector(items)));
+  return plan::message_bytes(b);
+}
+
+std::vector<uint32_t> decode_write_assignment(std::string_view bytes, size_t item_count, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::WriteAssignment>(bytes, "write assignment", origin);
+  std::vector<uint32_t> items;
+  if (m.items()) items.assign(m.items()->begin(), m.items()->end());
+  for (uint32_t i : items) {
+    if (i >= item_count) {
+      plan::malformed("write assignment", origin, fmt::format("item {} of {} items", i, item_count));
+    }
+  }
+  return items;
+}
+
+std::string encode_save_progress(uint64_t done) {
+  flatbuffers::FlatBufferBuilder b(32);
+  b.Finish(fb::CreateSaveProgress(b, done));
+  return plan::message_bytes(b);
+}
+
+uint64_t decode_save_progress(std::string_view bytes, const std::string& origin) {
+  return plan::verified_message<fb::SaveProgress>(bytes, "save progress report", origin).done();
+}
+
+std::string encode_requested_keys(const std::set<std::string>& keys) {
+  flatbuffers::FlatBufferBuilder b(256);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) out.push_back(b.CreateString(k));
+  b.Finish(fb::CreateRequestedKeys(b, b.CreateVector(out)));
+  return plan::message_bytes(b);
+}
+
+std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::RequestedKeys>(bytes, "requested keys", origin);
+  std::vector<std::string> keys;
+  if (!m.keys()) return keys;
+  keys.reserve(m.keys()->size());
+  for (const flatbuffers::String* k : *m.keys()) keys.push_back(k->str());
+  return keys;
+}
+
+std::string encode_host_name(const std::string& name) {
+  flatbuffers::FlatBufferBuilder b(64 + name.size());
+  b.Finish(fb::CreateHostName(b, b.CreateString(name)));
+  return plan::message_bytes(b);
+}
+
+std::string decode_host_name(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::HostName>(bytes, "host name", origin);
+  return m.name() ? m.name()->str() : std::string();
+}
+
+}  // namespace distckpt::api

@@ -1,0 +1,33 @@
+// The api layer's small messages between ranks (schema/wire.fbs). Decoders
+// raise ProtocolError naming the rank (`origin`) on malformed bytes.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace distckpt::api {
+
+struct PlanAnnouncement {
+  uint64_t structure_hash = 0;
+  uint64_t cached_plan = 0;  // digest of the cached plan; 0: none
+};
+std::string encode_plan_announcement(const PlanAnnouncement& a);
+PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin);
+
+// Indices of the receiving rank's items it writes; each must be below `item_count`.
+std::string encode_write_assignment(const std::vector<uint32_t>& items);
+std::vector<uint32_t> decode_write_assignment(std::string_view bytes, size_t item_count, const std::string& origin);
+
+std::string encode_save_progress(uint64_t done);
+uint64_t decode_save_progress(std::string_view bytes, const std::string& origin);
+
+std::string encode_requested_keys(const std::set<std::string>& keys);
+std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin);
+
+std::string encode_host_name(const std::string& name);
+std::string decode_host_name(std::string_view bytes, const std::string& origin);
+
+}  // namespace distckpt::api

@@ -1,0 +1,54 @@
+// The one engine for rank-to-rank payloads (fully parallel load, tensor-aware
+// state dicts). Every rank passes the same transfers in the same order; every
+// rank walks that order, so the earliest unfinished transfer always has both
+// of its ranks ready and the exchange cannot deadlock.
+//
+// Transfers to oneself are produced and delivered locally, never sent. Extra
+// memory: one payload (point to point) or one round's contributions from
+// every rank (all-gather).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "distckpt/comm/communicator.h"
+
+namespace distckpt::comm {
+
+struct Transfer {
+  int from = 0;
+  int to = 0;
+  uint64_t bytes = 0;  // the payload's exact size
+};
+
+enum class ExchangeMode {
+  kPointToPoint,  // send_tensor/recv_tensor, one tag per transfer
+  kAllGather,     // rounds of all_gather_bytes, each rank contributing at most batch_bytes
+};
+
+struct ExchangeCallbacks {
+  // On the sender: transfer k's payload, a 1-d uint8 tensor of exactly
+  // `bytes` elements on any device, valid until the next call. For a
+  // transfer to oneself it goes to deliver as is (it may be undefined when
+  // produce already put the data in place).
+  std::function<at::Tensor(size_t k)> produce;
+  // Optional, on the receiver (point to point): a contiguous uint8 tensor of
+  // `bytes` elements on comm.tensor_device() to receive straight into, or an
+  // undefined tensor. A payload received there is not passed to deliver.
+  std::function<at::Tensor(size_t k)> landing;
+  // On the receiver: transfer k's payload (a uint8 tensor, valid during the call).
+  std::function<void(size_t k, const at::Tensor& payload)> deliver;
+};
+
+// Collective. Communication failures throw CommError; a peer whose
+// contribution does not match the transfers throws ProtocolError.
+void exchange(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& callbacks,
+              ExchangeMode mode, uint64_t batch_bytes);
+
+// A host buffer seen as a payload (no copy).
+at::Tensor payload_view(const void* data, uint64_t bytes);
+
+}  // namespace distckpt::comm

@@ -1,0 +1,104 @@
+#include "local/messages.h"
+
+#include "distckpt/fb/wire_generated.h"
+#include "plan/wire.h"
+
+namespace distckpt::local {
+namespace {
+
+std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  out.reserve(v->size());
+  for (const flatbuffers::String* s : *v) out.push_back(s->str());
+  return out;
+}
+
+}  // namespace
+
+std::string encode_structure_announcement(const StructureAnnouncement& a) {
+  flatbuffers::FlatBufferBuilder b(64);
+  b.Finish(fb::CreateStructureAnnouncement(b, a.structure_hash, a.cached_distribution));
+  return plan::message_bytes(b);
+}
+
+StructureAnnouncement decode_structure_announcement(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::StructureAnnouncement>(bytes, "structure announcement", origin);
+  return StructureAnnouncement{m.structure_hash(), m.cached_distribution()};
+}
+
+std::string encode_inventory(const std::vector<HeldCopy>& copies) {
+  flatbuffers::FlatBufferBuilder b(64 + 16 * copies.size());
+  std::vector<flatbuffers::Offset<fb::HeldCopy>> out;
+  out.reserve(copies.size());
+  for (const HeldCopy& c : copies) out.push_back(fb::CreateHeldCopy(b, c.iteration, c.owner));
+  b.Finish(fb::CreateLocalInventory(b, b.CreateVector(out)));
+  return plan::message_bytes(b);
+}
+
+std::vector<HeldCopy> decode_inventory(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::LocalInventory>(bytes, "local checkpoint list", origin);
+  std::vector<HeldCopy> out;
+  if (!m.copies()) return out;
+  out.reserve(m.copies()->size());
+  for (const fb::HeldCopy* c : *m.copies()) out.push_back(HeldCopy{c->iteration(), c->owner()});
+  return out;
+}
+
+std::string encode_copy_status(const CopyStatus& s) {
+  flatbuffers::FlatBufferBuilder b(64 + s.problem.size() + 4 * s.held_owners.size());
+  b.Finish(fb::CreateLocalCopyStatus(b, s.ok, b.CreateString(s.problem), b.CreateVector(s.held_owners)));
+  return plan::message_bytes(b);
+}
+
+CopyStatus decode_copy_status(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::LocalCopyStatus>(bytes, "local checkpoint status", origin);
+  CopyStatus s{m.ok(), str(m.problem()), {}};
+  if (m.held_owners()) s.held_owners.assign(m.held_owners()->begin(), m.held_owners()->end());
+  return s;
+}
+
+std::string encode_recovery_status(const std::string& problem) {
+  flatbuffers::FlatBufferBuilder b(64 + problem.size());
+  b.Finish(fb::CreateRecoveryStatus(b, b.CreateString(problem)));
+  return plan::message_bytes(b);
+}
+
+std::string decode_recovery_status(std::string_view bytes, const std::string& origin) {
+  return str(plan::verified_message<fb::RecoveryStatus>(bytes, "recovery status", origin).problem());
+}
+
+std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs) {
+  flatbuffers::FlatBufferBuilder b(256);
+  std::vector<flatbuffers::Offset<fb::ShardNeed>> out;
+  out.reserve(needs.size());
+  for (const ShardNeedMessage& n : needs) out.push_back(fb::CreateShardNeed(b, b.CreateString(n.identity), n.bytes));
+  b.Finish(fb::CreateShardNeeds(b, b.CreateVector(out)));
+  return plan::message_bytes(b);
+}
+
+std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::ShardNeeds>(bytes, "shard needs", origin);
+  std::vector<ShardNeedMessage> out;
+  if (!m.needs()) return out;
+  out.reserve(m.needs()->size());
+  for (const fb::ShardNeed* n : *m.needs()) out.push_back(ShardNeedMessage{n->identity()->str(), n->bytes()});
+  return out;
+}
+
+std::string encode_shard_offers(const std::vector<std::string>& identities) {
+  flatbuffers::FlatBufferBuilder b(256);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> out;
+  out.reserve(identities.size());
+  for (const std::string& id : identities) out.push_back(b.CreateString(id));
+  b.Finish(fb::CreateShardOffers(b, b.CreateVector(out)));
+  return plan::message_bytes(b);
+}
+
+std::vector<std::string> decode_shard_offers(std::string_view bytes, const std::string& origin) {
+  return strings(plan::verified_message<fb::ShardOffers>(bytes, "shard offers", origin).identities());
+}
+
+}  // namespace distckpt::local

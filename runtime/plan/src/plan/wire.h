@@ -1,0 +1,40 @@
+// Reading what another rank sent (schema/wire.fbs). Peer bytes are untrusted:
+// every buffer is verified before it is read, and any message that does not
+// verify or make sense raises ProtocolError naming the message and the rank.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::plan {
+
+// `what` from `origin` ("save plan", "rank 3") is malformed because `why`.
+[[noreturn]] inline void malformed(std::string_view what, std::string_view origin, std::string_view why) {
+  throw ProtocolError(
+      fmt::format("{} from {} is malformed ({}): a bug, or ranks running different versions of "
+                  "distckpt",
+                  what, origin, why));
+}
+
+// The verified root table T of `bytes`, or ProtocolError. `identifier`: the
+// file identifier the buffer must carry (nullptr: none).
+template <typename T>
+const T& verified_message(std::string_view bytes, std::string_view what, std::string_view origin,
+                          const char* identifier = nullptr) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
+  if (!verifier.VerifyBuffer<T>(identifier)) malformed(what, origin, "failed FlatBuffers verification");
+  return *flatbuffers::GetRoot<T>(data);
+}
+
+// A finished builder's bytes.
+inline std::string message_bytes(const flatbuffers::FlatBufferBuilder& b) {
+  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+}
+
+}  // namespace distckpt::plan

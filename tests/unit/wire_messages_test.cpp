@@ -1,0 +1,67 @@
+// The small messages ranks send each other (schema/wire.fbs): each round
+// trips, and bytes that are not one raise ProtocolError naming the rank.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/messages.h"
+#include "distckpt/core/errors.h"
+#include "local/messages.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+const std::string kGarbage = "definitely not a flatbuffer";
+
+TEST(WireMessages, ApiMessagesRoundTrip) {
+  const api::PlanAnnouncement a = api::decode_plan_announcement(api::encode_plan_announcement({7, 9}), "rank 1");
+  EXPECT_EQ(a.structure_hash, 7u);
+  EXPECT_EQ(a.cached_plan, 9u);
+  EXPECT_EQ(api::decode_write_assignment(api::encode_write_assignment({0, 2, 5}), 6, "rank 0"),
+            (std::vector<uint32_t>{0, 2, 5}));
+  EXPECT_EQ(api::decode_save_progress(api::encode_save_progress(3), "rank 2"), 3u);
+  const std::set<std::string> keys = {"a", std::string("with\0nul", 8), ""};
+  const std::vector<std::string> back = api::decode_requested_keys(api::encode_requested_keys(keys), "rank 3");
+  EXPECT_EQ(std::set<std::string>(back.begin(), back.end()), keys);
+  EXPECT_EQ(api::decode_host_name(api::encode_host_name("node-7"), "rank 4"), "node-7");
+}
+
+TEST(WireMessages, LocalMessagesRoundTrip) {
+  const auto s = local::decode_structure_announcement(local::encode_structure_announcement({1, 2}), "rank 0");
+  EXPECT_EQ(s.structure_hash, 1u);
+  EXPECT_EQ(s.cached_distribution, 2u);
+  const auto held = local::decode_inventory(local::encode_inventory({{10, 0}, {20, 3}}), "rank 0");
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[1].iteration, 20);
+  EXPECT_EQ(held[1].owner, 3);
+  const auto status = local::decode_copy_status(local::encode_copy_status({false, "gone", {1, 2}}), "rank 0");
+  EXPECT_FALSE(status.ok);
+  EXPECT_EQ(status.problem, "gone");
+  EXPECT_EQ(status.held_owners, (std::vector<int>{1, 2}));
+  EXPECT_EQ(local::decode_recovery_status(local::encode_recovery_status("why"), "rank 0"), "why");
+  const auto needs = local::decode_shard_needs(local::encode_shard_needs({{"x", 8}}), "rank 0");
+  ASSERT_EQ(needs.size(), 1u);
+  EXPECT_EQ(needs[0].identity, "x");
+  EXPECT_EQ(needs[0].bytes, 8u);
+  EXPECT_EQ(local::decode_shard_offers(local::encode_shard_offers({"x", "y"}), "rank 0"),
+            (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(WireMessages, MalformedBytesRaiseProtocolErrorNamingTheRank) {
+  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement(kGarbage, "rank 5"); },
+                                         "plan announcement from rank 5 is malformed"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement("", "rank 5"); }, "rank 5"));
+  EXPECT_TRUE(throws_with<ProtocolError>(
+      [] { api::decode_write_assignment(api::encode_write_assignment({4}), 4, "rank 0"); }, "item 4 of 4 items"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_save_progress(kGarbage.substr(0, 3), "rank 1"); }, "rank 1"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_requested_keys(kGarbage, "rank 2"); }, "requested keys"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_inventory(kGarbage, "rank 6"); }, "rank 6"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_copy_status(kGarbage, "rank 6"); }, "rank 6"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_shard_needs(kGarbage, "rank 7"); }, "shard needs"));
+}
+
+}  // namespace
+}  // namespace distckpt
