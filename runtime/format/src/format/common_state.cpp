@@ -13,9 +13,9 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
+#include "fb_support.h"
 #include "format/dtype.h"
 #include "format/metadata.h"
-#include "fb_support.h"
 
 namespace distckpt {
 namespace {
@@ -35,21 +35,6 @@ constexpr uint32_t kMaxVerifierDepth = kMaxNesting + 2;
 // "a/b/0" for messages; the root itself is "<root>".
 std::string join_path(const std::vector<std::string>& path) {
   return path.empty() ? std::string("<root>") : fmt::format("{}", fmt::join(path, "/"));
-}
-
-const char* sharded_kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kShardedTensor:
-      return "ShardedTensor";
-    case Kind::kShardedObject:
-      return "ShardedObject";
-    case Kind::kFactory:
-      return "ShardedTensorFactory";
-    case Kind::kNonPersistent:
-      return "LocalNonPersistentObject";
-    default:
-      return kind_name(kind);
-  }
 }
 
 class CommonEncoder {
@@ -74,7 +59,7 @@ class CommonEncoder {
       throw Error(
           fmt::format("common state cannot hold a {} at '{}'; sharded entries are saved separately, "
                       "split the state dict before encoding its common part",
-                      sharded_kind_name(v.kind()), join_path(path_)));
+                      kind_name(v.kind()), join_path(path_)));
     }
     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Node>>> children;
     if (v.is_container()) children = encode_children(v);
