@@ -45,7 +45,6 @@ StateDict make_state(int64_t total_mb, int64_t hidden, int rank, int world, bool
   return sd;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,8 +107,7 @@ int main(int argc, char** argv) {
       const double f2 = local_f2.median(), li = load_intact.median(), rc = recovery.median();
       fmt::print("| local save + replicas (F=2) | {:.3f} | {:.2f}x faster |\n", f2, gs / f2);
       fmt::print("| local load, intact | {:.3f} | |\n", li);
-      fmt::print("| local load after losing half the ranks (recovery) | {:.3f} | {:.2f}x intact load |\n", rc,
-                 rc / li);
+      fmt::print("| local load after losing half the ranks (recovery) | {:.3f} | {:.2f}x intact load |\n", rc, rc / li);
     }
   }
   comm->barrier();

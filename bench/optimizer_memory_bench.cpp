@@ -5,12 +5,11 @@
 // The bound to meet: peak growth during the load <= local optimizer state +
 // the largest single tensor (loading reads straight into the destination
 // tensors, merges fused tensors one at a time, and uses bounded scratch).
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <torch/optim/adam.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
-#include <ATen/Parallel.h>
 #include <fstream>
 
 #include "distckpt/distckpt.h"
@@ -70,7 +69,10 @@ int main(int argc, char** argv) {
       const Value parts = entry.as_factory().build_subtree();
       for (const auto& [part, piece] : parts.as_dict()) {
         const Shape s = piece.as_sharded_tensor().local_shape;
-        if (shape.empty()) shape = s; else shape[0] += s[0];
+        if (shape.empty())
+          shape = s;
+        else
+          shape[0] += s[0];
       }
     }
     at::Tensor p = at::randn(shape).requires_grad_(true);
@@ -110,8 +112,9 @@ int main(int argc, char** argv) {
   const auto [rss_after, peak] = rss_and_peak();
   const int64_t state_bytes = 2 * param_bytes;  // exp_avg + exp_avg_sq, now held by the optimizer
   const int64_t growth = peak - rss_before;
-  fmt::print("| parameters | Adam state (local) | largest tensor | RSS before load | peak during load | growth | "
-             "bound (state + largest) | growth / bound |\n|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| parameters | Adam state (local) | largest tensor | RSS before load | peak during load | growth | "
+      "bound (state + largest) | growth / bound |\n|---|---|---|---|---|---|---|---|\n");
   fmt::print("| {:.1f} MB | {:.1f} MB | {:.1f} MB | {:.1f} MB | {:.1f} MB | {:.1f} MB | {:.1f} MB | {:.2f} |\n",
              param_bytes / 1e6, state_bytes / 1e6, largest / 1e6, rss_before / 1e6, peak / 1e6, growth / 1e6,
              (state_bytes + largest) / 1e6, static_cast<double>(growth) / static_cast<double>(state_bytes + largest));

@@ -10,11 +10,12 @@
 // and dp = ranks / 128, so 512 ranks have dp = 4 and 4096 ranks dp = 32.
 // Peak memory is the process's high-water mark over each phase
 // (/proc/self/status VmHWM, reset through /proc/self/clear_refs).
+#include <fmt/format.h>
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <fmt/format.h>
 #include <fstream>
-#include <malloc.h>
 #include <string>
 
 #include "format/metadata.h"
@@ -134,8 +135,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers)\n", tensors, kTp, kPp);
-  fmt::print("| ranks | shard plans | chunks written | planning s | planning peak MB | metadata s | metadata peak MB | "
-             "metadata.fb MB | planning s per 1M shard plans |\n|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| ranks | shard plans | chunks written | planning s | planning peak MB | metadata s | metadata peak MB | "
+      "metadata.fb MB | planning s per 1M shard plans |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
       fmt::print(stderr, "--ranks must be multiples of {}\n", kTp * kPp);

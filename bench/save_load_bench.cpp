@@ -16,19 +16,19 @@
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers;
 // --loads-only saves once and times only the reads.
+#include <ATen/Parallel.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/serialize.h>
 #include <unistd.h>
 
-#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "bench_timer.h"
 #include "distckpt/distckpt.h"

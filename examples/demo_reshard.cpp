@@ -8,12 +8,11 @@
 //   distckpt-launch -n 4 -- distckpt-demo --tp 2 --pp 2 --save DIR
 //   distckpt-launch -n 2 -- distckpt-demo --tp 1 --pp 2 --load DIR
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
-
-#include <iostream>
-
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "distckpt/distckpt.h"
 
@@ -73,8 +72,8 @@ StateDict build(const Mesh& m, int rank, int world, int saved_world) {
   sd["decoder"]["layers"] = Value(std::move(layers));
 
   // Replicated everywhere: a tuple replica id, main copy on (tp 0, pp 0).
-  sd["final_norm"] = ShardedTensor::from_rank_offsets("final_norm.weight", global_tensor("final_norm.weight", {kHidden}),
-                                                      {}, {m.tp_rank, m.pp_rank});
+  sd["final_norm"] = ShardedTensor::from_rank_offsets(
+      "final_norm.weight", global_tensor("final_norm.weight", {kHidden}), {}, {m.tp_rank, m.pp_rank});
   // Uneven 1-D split over all ranks, some shards empty.
   const auto [start, size] = uneven_piece(kUneven, rank, world);
   sd["scale"] = ShardedTensor::from_global_offset(
@@ -83,8 +82,8 @@ StateDict build(const Mesh& m, int rank, int world, int saved_world) {
   // One object per saving rank (a loader reads the one of rank % saved_world),
   // and one replicated object.
   const int64_t owner = rank % saved_world;
-  sd["rng"] = ShardedObject{"rng_state", fmt::format("rng-of-rank-{}", owner), {saved_world}, {owner},
-                            {rank < saved_world ? 0 : 1}};
+  sd["rng"] = ShardedObject{
+      "rng_state", fmt::format("rng-of-rank-{}", owner), {saved_world}, {owner}, {rank < saved_world ? 0 : 1}};
   sd["data_state"] = ShardedObject{"data_iterator", "consumed=128000", {1}, {0}, {rank}};
 
   sd["iteration"] = 1000;
@@ -157,8 +156,8 @@ int main(int argc, char** argv) {
       const LoadResult result = load(request, load_dir, *comm, {StrictHandling::kRaiseUnexpected});
       const int checked = check(result.state_dict, mesh, rank, world, saved_world);
       comm->barrier();
-      fmt::print("rank {} (tp {}/{}, pp {}/{}): loaded {} saved by {} ranks, {} values match\n", rank, mesh.tp_rank,
-                 tp, mesh.pp_rank, pp, load_dir, saved_world, checked);
+      fmt::print("rank {} (tp {}/{}, pp {}/{}): loaded {} saved by {} ranks, {} values match\n", rank, mesh.tp_rank, tp,
+                 mesh.pp_rank, pp, load_dir, saved_world, checked);
     }
     return 0;
   } catch (const std::exception& e) {

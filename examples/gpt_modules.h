@@ -37,8 +37,8 @@ TORCH_MODULE(Weight);
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const Dims& d) {
     // Column-parallel QKV ([q; k; v] rows of this rank's heads) and row-parallel projection.
-    linear_qkv = register_module(
-        "linear_qkv", Linear((d.heads + 2 * d.kv_groups) * d.head_dim / d.tp, d.hidden, d.hidden));
+    linear_qkv =
+        register_module("linear_qkv", Linear((d.heads + 2 * d.kv_groups) * d.head_dim / d.tp, d.hidden, d.hidden));
     linear_proj = register_module("linear_proj", Linear(d.hidden, d.heads * d.head_dim / d.tp));
   }
   Linear linear_qkv{nullptr}, linear_proj{nullptr};

@@ -11,9 +11,9 @@
 // the loss is elementwise (0.5 * |p - target|^2 with a global target), so
 // training gives the same logical model whatever the layout.
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "distckpt/distckpt.h"
@@ -31,8 +31,8 @@ struct Args {
   int64_t tp = 1, pp = 1, dp = 1, ep = 1;
   int64_t layers = 4, hidden = 64, heads = 4, kv_groups = 0, ffn = 128, vocab = 256, experts = 4;
   int64_t tie_embeddings = 0, steps = 0;
-  std::string optimizer = "sgd";       // sgd (stateless), adam or adamw
-  int64_t distributed_optimizer = 1;   // ZeRO-1 layout of the optimizer state over dp
+  std::string optimizer = "sgd";      // sgd (stateless), adam or adamw
+  int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp
   std::string save_dir, load_dir;
 };
 
@@ -61,9 +61,8 @@ at::Tensor global_value(const std::string& key, const Shape& shape, double salt)
 
 // This rank's part of a layout entry's global value.
 at::Tensor local_value(const Value& entry, double salt) {
-  return layout::local_from_global(entry, [salt](const std::string& key, const Shape& shape) {
-    return global_value(key, shape, salt);
-  });
+  return layout::local_from_global(
+      entry, [salt](const std::string& key, const Shape& shape) { return global_value(key, shape, salt); });
 }
 
 template <typename Model>

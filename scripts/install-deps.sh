@@ -10,6 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev libgtest-dev
   libxxhash-dev                       # per-block chunk checksums (XXH3)
   libcli11-dev libfmt-dev             # command lines, message formatting
+  clang-format                        # style check (scripts/check-format.sh)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # baseline benchmark against PyTorch DCP
 )

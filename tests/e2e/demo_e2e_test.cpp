@@ -1,7 +1,8 @@
 // End to end with real processes: the demo under distckpt-launch saves with
 // 4 ranks and loads with 2 and 8; the CLI verifies and digests.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <fstream>
 
 #include "support/process.h"

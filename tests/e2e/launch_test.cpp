@@ -113,17 +113,23 @@ TEST(LaunchTest, RanksDieWithAKilledLauncher) {
   // A rank counts as gone once it is no process or only a zombie.
   TempDir dir("launch-orphans");
   const std::string d = dir.path();
-  const Outcome outcome = run_shell(
-      "/bin/sh -c '" + kLauncher + " -n 3 -- /bin/sh -c \"echo \\$\\$ > " + d +
-      "/pid.\\$RANK; exec sleep 600\" >/dev/null 2>&1 & L=$!; "
-      "for i in $(seq 200); do [ -f " + d + "/pid.0 ] && [ -f " + d + "/pid.1 ] && [ -f " + d +
-      "/pid.2 ] && break; sleep 0.05; done; "
-      "kill -9 $L; "
-      "alive() { s=$(cut -d\" \" -f3 /proc/$1/stat 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != Z ]; }; "
-      "for i in $(seq 200); do n=0; for p in $(cat " + d + "/pid.*); do alive $p && n=$((n+1)); done; "
-      "[ $n = 0 ] && break; sleep 0.05; done; "
-      "for p in $(cat " + d + "/pid.*); do alive $p && echo survivor $p && kill -9 $p; done; "
-      "echo ranks started: $(cat " + d + "/pid.* | wc -l)'");
+  const Outcome outcome =
+      run_shell("/bin/sh -c '" + kLauncher + " -n 3 -- /bin/sh -c \"echo \\$\\$ > " + d +
+                "/pid.\\$RANK; exec sleep 600\" >/dev/null 2>&1 & L=$!; "
+                "for i in $(seq 200); do [ -f " +
+                d + "/pid.0 ] && [ -f " + d + "/pid.1 ] && [ -f " + d +
+                "/pid.2 ] && break; sleep 0.05; done; "
+                "kill -9 $L; "
+                "alive() { s=$(cut -d\" \" -f3 /proc/$1/stat 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != Z ]; }; "
+                "for i in $(seq 200); do n=0; for p in $(cat " +
+                d +
+                "/pid.*); do alive $p && n=$((n+1)); done; "
+                "[ $n = 0 ] && break; sleep 0.05; done; "
+                "for p in $(cat " +
+                d +
+                "/pid.*); do alive $p && echo survivor $p && kill -9 $p; done; "
+                "echo ranks started: $(cat " +
+                d + "/pid.* | wc -l)'");
   EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_THAT(outcome.output, HasSubstr("ranks started: 3"));
   EXPECT_THAT(outcome.output, Not(HasSubstr("survivor")));

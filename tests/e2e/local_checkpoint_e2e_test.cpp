@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-
 #include "io/file.h"
 #include "support/process.h"
 #include "support/ranks.h"
@@ -21,7 +20,6 @@ CommandResult probe(int ranks, const std::string& args) {
   return run_command("timeout -s KILL 240 " + kLauncher + " -n " + std::to_string(ranks) + " -- " + kProbe + " " +
                      args + " 2>&1");
 }
-
 
 // Node 1 (ranks 2 and 3, two ranks per node) is replaced by an empty one.
 void lose_node_1(const std::string& root) {

@@ -2,8 +2,8 @@
 // with real processes: an interrupted run (save, load, continue) ends
 // bitwise equal to an uninterrupted one, and a load under another mesh
 // carries the optimizer state over unchanged.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/distckpt.h"
 #include "support/process.h"

@@ -1,9 +1,9 @@
 // The resharding matrix with real processes: the example trainer saves under
 // one mesh, loads under another and saves again; `distckpt digest` of both
 // checkpoints must be equal (layout-independent hashes of every tensor).
-#include <gtest/gtest.h>
-#include <fmt/format.h>
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/distckpt.h"
 #include "support/process.h"
@@ -19,9 +19,10 @@ struct Mesh {
 };
 
 std::string trainer(const Mesh& m, const std::string& flags) {
-  return fmt::format("OMP_NUM_THREADS=1 {0}/distckpt-launch -n {1} -- {0}/distckpt-gpt-trainer --tp {2} --pp {3} --dp {4} "
-                     "--ep {5} {6}",
-                     kBin, m.size(), m.tp, m.pp, m.dp, m.ep, flags);
+  return fmt::format(
+      "OMP_NUM_THREADS=1 {0}/distckpt-launch -n {1} -- {0}/distckpt-gpt-trainer --tp {2} --pp {3} --dp {4} "
+      "--ep {5} {6}",
+      kBin, m.size(), m.tp, m.pp, m.dp, m.ep, flags);
 }
 
 std::string digest(const std::string& dir) {
@@ -65,15 +66,16 @@ TEST_P(ReshardMatrix, DigestsEqualAfterReshard) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ReshardMatrix,
-    ::testing::Combine(::testing::Values(Case{"GptTp2Pp4ToTp4Pp2", {2, 4, 1, 1}, {4, 2, 1, 1}, kGpt},
-                                         Case{"GptPp8ToTp8", {1, 8, 1, 1}, {8, 1, 1, 1}, kGpt},
-                                         Case{"GptTp2Dp4ToPp8", {2, 1, 4, 1}, {1, 8, 1, 1}, kGpt},
-                                         Case{"GptOneRankToTp2Pp2Dp2", {1, 1, 1, 1}, {2, 2, 2, 1}, kGpt},
-                                         Case{"GptTiedTp2Pp2ToPp4", {2, 2, 1, 1}, {1, 4, 1, 1}, kGpt + " --tie-embeddings 1"},
-                                         Case{"MoeTp2Pp2Ep2ToEp8", {2, 2, 1, 2}, {1, 1, 1, 8}, kMoe},
-                                         Case{"MoeEp4ToTp2Pp2", {1, 1, 1, 4}, {2, 2, 1, 1}, kMoe},
-                                         Case{"MoeEp2Dp2ToTp2Pp2", {1, 1, 2, 2}, {2, 2, 1, 1}, kMoe}),
-                       ::testing::Bool()),
+    ::testing::Combine(
+        ::testing::Values(Case{"GptTp2Pp4ToTp4Pp2", {2, 4, 1, 1}, {4, 2, 1, 1}, kGpt},
+                          Case{"GptPp8ToTp8", {1, 8, 1, 1}, {8, 1, 1, 1}, kGpt},
+                          Case{"GptTp2Dp4ToPp8", {2, 1, 4, 1}, {1, 8, 1, 1}, kGpt},
+                          Case{"GptOneRankToTp2Pp2Dp2", {1, 1, 1, 1}, {2, 2, 2, 1}, kGpt},
+                          Case{"GptTiedTp2Pp2ToPp4", {2, 2, 1, 1}, {1, 4, 1, 1}, kGpt + " --tie-embeddings 1"},
+                          Case{"MoeTp2Pp2Ep2ToEp8", {2, 2, 1, 2}, {1, 1, 1, 8}, kMoe},
+                          Case{"MoeEp4ToTp2Pp2", {1, 1, 1, 4}, {2, 2, 1, 1}, kMoe},
+                          Case{"MoeEp2Dp2ToTp2Pp2", {1, 1, 2, 2}, {2, 2, 1, 1}, kMoe}),
+        ::testing::Bool()),
     [](const ::testing::TestParamInfo<ReshardMatrix::ParamType>& info) {
       return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "Zero" : "Full");
     });

@@ -1,8 +1,9 @@
 // Asynchronous saves over a real Gloo group: byte-for-byte equal to a
 // synchronous save, a snapshot taken at staging, finalize order and bounds,
 // one directory per save in flight, bounded staging memory, clean shutdown.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <thread>
 
 #include "io/buffer_pool.h"
@@ -52,7 +53,8 @@ TEST(AsyncSave, EqualsSyncSaveAndSnapshotsAtStaging) {
     request["w"] = ShardedTensor::from_rank_offsets("w", at::empty({32, 256}), {{0, comm.rank(), 2}});
     request["rng"] = ShardedObject{"rng", "", {4}, {comm.rank() + 2}};
     const LoadResult r = load(request, tmp.path() + "/async", comm);
-    EXPECT_TRUE(at::equal(r.state_dict.at("w").as_tensor(), global_tensor("w", {64, 256}).narrow(0, 32 * comm.rank(), 32) + 1));
+    EXPECT_TRUE(
+        at::equal(r.state_dict.at("w").as_tensor(), global_tensor("w", {64, 256}).narrow(0, 32 * comm.rank(), 32) + 1));
     EXPECT_EQ(r.state_dict.at("rng").as_string(), "state-" + std::to_string(comm.rank() + 2));
     EXPECT_EQ(r.state_dict.at("iteration").as_int(), 1);
   });
@@ -122,13 +124,14 @@ TEST(AsyncSave, BoundedStagingStillSavesEverything) {
     // 1 MiB of staging for 8 MiB per rank: staging waits for writes.
     AsyncCallsQueue queue(comm, AsyncQueueOptions{1, 1 << 20});
     StateDict sd = Value::dict();
-    sd["big"] = ShardedTensor::from_rank_offsets("big", global_tensor("big", {4096, 1024}).narrow(0, 2048 * comm.rank(), 2048),
-                                                 {{0, comm.rank(), 2}});
+    sd["big"] = ShardedTensor::from_rank_offsets(
+        "big", global_tensor("big", {4096, 1024}).narrow(0, 2048 * comm.rank(), 2048), {{0, comm.rank(), 2}});
     queue.save(sd, tmp.path() + "/ckpt");
     queue.close();
     EXPECT_LE(queue.pool()->peak_allocated_bytes(), uint64_t{1} << 20);
   });
-  EXPECT_TRUE(at::equal(load_plain_tensors(tmp.path() + "/ckpt").at("big").as_tensor(), global_tensor("big", {4096, 1024})));
+  EXPECT_TRUE(
+      at::equal(load_plain_tensors(tmp.path() + "/ckpt").at("big").as_tensor(), global_tensor("big", {4096, 1024})));
 }
 
 TEST(AsyncSave, ShutdownWhileSavingCommitsNothingAndKeepsThePreviousCheckpoint) {

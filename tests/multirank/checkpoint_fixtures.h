@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+
 #include <mutex>
 #include <string>
 #include <vector>

@@ -2,8 +2,8 @@
 // resharding suite: a global 8x5x40 arange tensor, TP splitting dim 0, PP
 // splitting dim 2, and DP splitting each flattened local chunk into uneven
 // slices. Saved with 8 ranks under one (tp, pp), loaded under another.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
@@ -39,9 +39,9 @@ ShardedTensor flat_shard(const Layout& l, int rank) {
   const at::Tensor chunk = global.narrow(0, tp_rank * local[0], local[0]).narrow(2, pp_rank * local[2], local[2]);
   const std::vector<int64_t> cuts = uneven_cuts(numel(local), l.dp());
   const FlatRange range{cuts[dp_rank], cuts[dp_rank + 1]};
-  return ShardedTensor::from_rank_offsets_flat(
-      "optimizer.state.exp_avg.w", chunk.flatten().slice(0, range.start, range.stop).clone(), local,
-      {{0, tp_rank, l.tp}, {2, pp_rank, l.pp}}, range);
+  return ShardedTensor::from_rank_offsets_flat("optimizer.state.exp_avg.w",
+                                               chunk.flatten().slice(0, range.start, range.stop).clone(), local,
+                                               {{0, tp_rank, l.tp}, {2, pp_rank, l.pp}}, range);
 }
 
 void save_then_load(const Layout& saved, const Layout& loaded) {

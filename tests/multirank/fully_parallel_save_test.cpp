@@ -1,8 +1,8 @@
 // Fully parallel save over a real Gloo group: balanced writers, plan cache
 // reuse and invalidation (also after a restart), and a writer failure on one
 // rank reported on every rank.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -20,7 +20,8 @@ using testing::global_tensor;
 StateDict tp2_dp4(int rank, double bump = 0) {
   const int64_t tp = rank % 2, dp = rank / 2;
   StateDict sd = Value::dict();
-  for (const auto& [key, rows] : std::vector<std::pair<std::string, int64_t>>{{"a", 8}, {"b", 4}, {"c", 2}, {"d", 16}}) {
+  for (const auto& [key, rows] :
+       std::vector<std::pair<std::string, int64_t>>{{"a", 8}, {"b", 4}, {"c", 2}, {"d", 16}}) {
     const at::Tensor g = global_tensor(key, {rows, 4}) + bump;
     sd[key] = ShardedTensor::from_rank_offsets(key, g.narrow(0, tp * rows / 2, rows / 2).clone(), {{0, tp, 2}}, {dp});
   }
@@ -124,8 +125,8 @@ TEST(FullyParallelSave, CachedPlanFollowsAMeshChange) {
   auto model = [](int rank, int64_t tp) {
     StateDict sd = Value::dict();
     const int64_t tp_rank = rank % tp;
-    sd["w"] = ShardedTensor::from_rank_offsets("w", global_tensor("w", {8, 4}).narrow(0, tp_rank * 8 / tp, 8 / tp).clone(),
-                                               {{0, tp_rank, tp}}, {rank / tp});
+    sd["w"] = ShardedTensor::from_rank_offsets(
+        "w", global_tensor("w", {8, 4}).narrow(0, tp_rank * 8 / tp, 8 / tp).clone(), {{0, tp_rank, tp}}, {rank / tp});
     return sd;
   };
   for (const auto& [name, tp, expect_reuse] : std::vector<std::tuple<std::string, int64_t, bool>>{
@@ -196,7 +197,10 @@ StateDict one_big_shard(int rank) {
   StateDict sd = Value::dict();
   const int64_t rows = rank == 1 ? 2048 : 1;
   sd["t"] = ShardedTensor::from_global_offset("t", at::ones({rows, 1024}), {2048 + 3, 1024},
-                                              {rank == 0 ? 0 : rank == 1 ? 1 : 2048 + rank - 1, 0});
+                                              {rank == 0   ? 0
+                                               : rank == 1 ? 1
+                                                           : 2048 + rank - 1,
+                                               0});
   return sd;
 }
 

@@ -1,8 +1,8 @@
 // The API generated from schema/models/gpt.shard: shapes checked against
 // the schema, replica ids and stages derived from the mesh, fused tensors
 // as factories, tied embeddings, and a save/load across meshes.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/layout/from_global.h"
 #include "gpt.shard.h"
@@ -103,9 +103,10 @@ TEST(GeneratedLayout, SettersCheckShapesAndNameTheSchemaKey) {
     m.decoder_layers(1).mlp_linear_fc2_weight(at::zeros({16, 32}));
     ADD_FAILURE();
   } catch (const ShardingError& e) {
-    EXPECT_NE(std::string(e.what()).find("'decoder.layers.mlp.linear_fc2.weight' (decoder.layers 1) expects a local "
-                                         "tensor of shape [16, 16] on this rank (tp 0/2, pp 0/2, dp 0/1), got [16, 32]"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("'decoder.layers.mlp.linear_fc2.weight' (decoder.layers 1) expects a local "
+                                   "tensor of shape [16, 16] on this rank (tp 0/2, pp 0/2, dp 0/1), got [16, 32]"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_THROW(m.output_layer_weight(at::zeros({32, 16})), Error);  // lives on the last stage
@@ -147,7 +148,8 @@ TEST(GeneratedLayout, SaveUnderOneMeshLoadWithoutAModelUnderAnother) {
     EXPECT_EQ(r.state_dict.at("consumed_samples").as_int(), 160);
     // extra_state was saved per tp rank of 2, so tp=1 shards of it (one per local layer) are not stored.
     ASSERT_EQ(r.unexpected_keys.size(), 2u);
-    EXPECT_EQ(r.unexpected_keys.begin()->rfind("decoder.layers.self_attention.core_attention._extra_state/shard_", 0), 0u);
+    EXPECT_EQ(r.unexpected_keys.begin()->rfind("decoder.layers.self_attention.core_attention._extra_state/shard_", 0),
+              0u);
   });
 }
 

@@ -1,8 +1,9 @@
 // Sharding validation, commit semantics, corruption and objects, across ranks.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
-#include <functional>
+#include <gtest/gtest.h>
+
 #include <fstream>
+#include <functional>
 
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
@@ -143,8 +144,8 @@ TEST(Integrity, ShardedObjectsRoundTripAndRanksWithOnlyCommonState) {
   run_ranks(4, [&](Communicator& comm) {
     StateDict sd = Value::dict();
     if (comm.rank() < 2) {  // ranks 2 and 3 hold only common state
-      sd["rng"] = ShardedObject{"rng", std::string("state\0of\0rank ", 14) + std::to_string(comm.rank()), {2},
-                                {comm.rank()}, {0}};
+      sd["rng"] = ShardedObject{
+          "rng", std::string("state\0of\0rank ", 14) + std::to_string(comm.rank()), {2}, {comm.rank()}, {0}};
       sd["w"] = ShardedTensor::from_rank_offsets("w", global_tensor("w", {4}).narrow(0, comm.rank() * 2, 2).clone(),
                                                  {{0, comm.rank(), 2}});
     }

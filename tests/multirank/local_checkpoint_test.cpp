@@ -2,15 +2,16 @@
 // its own rank directory standing for its node's storage): sync and async
 // round trips, completeness, clique replication and recovery after a node
 // loss, corrupt replicas, and cleanup only after a newer save is complete.
-#include <gtest/gtest.h>
-#include <fmt/format.h>
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 
 #include "distckpt/api/async.h"
 #include "distckpt/core/errors.h"
-#include "io/file.h"
 #include "distckpt/local/local_checkpoint_manager.h"
+#include "io/file.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
@@ -65,7 +66,6 @@ LocalCheckpointOptions clique(int ranks_per_node, int factor) {
   return options;
 }
 
-
 std::string file_of(const std::string& root, int holder, int64_t iteration, int owner) {
   return fmt::format("{}/rank_{}/iter_{}_owner_{}.dcl", root, holder, iteration, owner);
 }
@@ -97,7 +97,7 @@ TEST(LocalCheckpoint, SyncAndAsyncRoundTripsAndRestart) {
   run_ranks(4, [&](Communicator& comm) {
     EXPECT_TRUE(load_and_check(tmp.path(), comm, options, 20).recovered_ranks.empty());
   });
-  EXPECT_TRUE(io::exists(file_of(tmp.path(), 0, 20, 2)));  // rank 0 holds rank 2's replica
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 0, 20, 2)));   // rank 0 holds rank 2's replica
   EXPECT_FALSE(io::exists(file_of(tmp.path(), 0, 20, 1)));  // but not rank 1's (another clique)
 }
 
@@ -194,8 +194,7 @@ TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
     EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{1}));
     EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(1));
     EXPECT_TRUE(throws_with<CheckpointError>(
-        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 1), comm), 1); },
-        "not newer"));
+        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 1), comm), 1); }, "not newer"));
     // Another rank's dict is refused before anything is written.
     TensorAwareStateDict foreign = TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 3), comm);
     foreign.state().owner_rank = (comm.rank() + 1) % 4;

@@ -2,8 +2,9 @@
 // values of direct reads, pieces several ranks need are read from storage
 // once (balanced over the ranks), and a missing or corrupt piece fails every
 // rank promptly instead of leaving some waiting for bytes.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <fstream>
 
@@ -27,7 +28,8 @@ StateDict saved_model(int rank) {
     if (shape.size() == 1) {
       sd[key] = ShardedTensor::from_rank_offsets(key, g.clone(), {}, {rank});
     } else {
-      sd[key] = ShardedTensor::from_rank_offsets(key, g.narrow(0, tp * shape[0] / 2, shape[0] / 2).clone(), {{0, tp, 2}}, {dp});
+      sd[key] = ShardedTensor::from_rank_offsets(key, g.narrow(0, tp * shape[0] / 2, shape[0] / 2).clone(),
+                                                 {{0, tp, 2}}, {dp});
     }
   }
   return sd;
@@ -41,7 +43,8 @@ StateDict column_request(int rank, int64_t tp) {
     if (shape.size() == 1) {
       sd[key] = ShardedTensor::from_rank_offsets(key, at::zeros(shape), {}, {rank});
     } else {
-      sd[key] = ShardedTensor::from_rank_offsets(key, at::zeros({shape[0], shape[1] / tp}), {{1, tp_rank, tp}}, {rank / tp});
+      sd[key] =
+          ShardedTensor::from_rank_offsets(key, at::zeros({shape[0], shape[1] / tp}), {{1, tp_rank, tp}}, {rank / tp});
     }
   }
   return sd;
@@ -106,7 +109,7 @@ TEST(FullyParallelLoad, PiecesSeveralRanksNeedAreReadOnceAndBalanced) {
     if (mode == LoadExchange::kNone || mode == LoadExchange::kAuto) {  // auto: one host, its page cache shares
       EXPECT_EQ(total, 4 * stored_bytes()) << load_exchange_name(mode);
     } else {
-      EXPECT_EQ(total, stored_bytes()) << load_exchange_name(mode);  // each piece read once in the group
+      EXPECT_EQ(total, stored_bytes()) << load_exchange_name(mode);          // each piece read once in the group
       for (uint64_t b : read) EXPECT_GT(b, 0u) << load_exchange_name(mode);  // spread over the ranks
     }
   }
@@ -124,7 +127,8 @@ TEST(FullyParallelLoad, FlatZeroRangesAcrossRanksUseTheExchange) {
     LoadOptions options;
     options.exchange = LoadExchange::kBroadcast;  // threads of one process share a host: ask for it
     const LoadResult r = load(request, dir, comm, options);
-    EXPECT_TRUE(at::equal(r.state_dict.at("fc1").as_tensor(), global_tensor("fc1", {128, 32}).flatten().narrow(0, start, stop - start)));
+    EXPECT_TRUE(at::equal(r.state_dict.at("fc1").as_tensor(),
+                          global_tensor("fc1", {128, 32}).flatten().narrow(0, start, stop - start)));
   });
 }
 
@@ -149,7 +153,9 @@ TEST(FullyParallelLoad, MissingShardFailsEveryRankWithinTheTimeout) {
       std::chrono::seconds(20));
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(15));
   EXPECT_NE(messages[3].find("tensor 'ghost' is not in the checkpoint"), std::string::npos) << messages[3];
-  for (int r : {0, 1, 2}) EXPECT_NE(messages[static_cast<size_t>(r)].find("failed on rank(s) 3"), std::string::npos) << messages[static_cast<size_t>(r)];
+  for (int r : {0, 1, 2})
+    EXPECT_NE(messages[static_cast<size_t>(r)].find("failed on rank(s) 3"), std::string::npos)
+        << messages[static_cast<size_t>(r)];
 }
 
 TEST(FullyParallelLoad, CorruptPieceFailsEveryRankAndNamesTheReader) {

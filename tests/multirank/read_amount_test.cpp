@@ -1,7 +1,7 @@
 // Loads read only the stored bytes that overlap the request: exactly those
 // without verification, and whole checksum blocks around them with it.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "api/checkpoint_reader.h"
 #include "multirank/checkpoint_fixtures.h"

@@ -1,7 +1,7 @@
 // Save under one layout, load under another: prepended (stacked) axes,
 // uneven and empty shards, flat (ZeRO) ranges, padded tensors, factories.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"

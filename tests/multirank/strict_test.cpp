@@ -1,8 +1,8 @@
 // The strict-handling matrix: the checkpoint holds a, b, c; rank 0 asks for
 // a and x, rank 1 for a and y. Unexpected: x (rank 0), y (rank 1).
 // Missing (requested by no rank): b, c.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"

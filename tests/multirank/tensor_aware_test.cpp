@@ -1,8 +1,8 @@
 // Tensor-aware state dicts over a real Gloo group: the fully parallel
 // algorithm keeps each replicated shard once (cached distribution) and
 // to_state_dict brings the others back; strict handling; layout checks.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
@@ -127,8 +127,9 @@ TEST(TensorAware, DistributionIsCachedWhileTheStructureHolds) {
     // A new key on one rank changes the structure: computed again everywhere.
     StateDict changed = model(comm.rank());
     if (comm.rank() == 3) changed["extra"] = ShardedTensor::from_rank_offsets("extra", at::ones({2}), {}, {0});
-    if (comm.rank() != 3) changed["extra_" + std::to_string(comm.rank())] =
-        ShardedTensor::from_rank_offsets("extra_" + std::to_string(comm.rank()), at::ones({2}), {}, {0});
+    if (comm.rank() != 3)
+      changed["extra_" + std::to_string(comm.rank())] =
+          ShardedTensor::from_rank_offsets("extra_" + std::to_string(comm.rank()), at::ones({2}), {}, {0});
     TensorAwareStateDict::from_state_dict(changed, comm, TensorAwareAlgo::kFullyParallel, cache);
     EXPECT_EQ(cache->computed(), 2u);
   });
@@ -153,8 +154,8 @@ TEST(TensorAware, StrictHandlingAndLayoutChecks) {
     EXPECT_FALSE(r.state_dict.contains("new"));
 
     options.strict = StrictHandling::kRaiseUnexpected;
-    EXPECT_TRUE(throws_with<KeyMismatchError>([&] { tasd.to_state_dict(request, comm, options); },
-                                              "local checkpoint of rank"));
+    EXPECT_TRUE(
+        throws_with<KeyMismatchError>([&] { tasd.to_state_dict(request, comm, options); }, "local checkpoint of rank"));
     // Another layout (w split into 4 instead of 2): a clear error on every rank.
     StateDict other = Value::dict();
     other["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({1, 3}), {{0, comm.rank(), 4}});

@@ -4,12 +4,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>  // per-operator header: much faster to compile than ATen.h
+#include <distckpt/distckpt.h>
 
 #include <cstdio>
 #include <exception>
 #include <string>
-
-#include <distckpt/distckpt.h>
 
 #include "tiny.shard.h"
 

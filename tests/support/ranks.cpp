@@ -1,6 +1,5 @@
 #include "support/ranks.h"
 
-#include <functional>
 #include <ATen/Parallel.h>
 
 #include <cerrno>
@@ -8,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <system_error>

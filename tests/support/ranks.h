@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>

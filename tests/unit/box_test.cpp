@@ -130,8 +130,7 @@ void enumerate_box(const Box& parent, const Box& box, std::vector<int64_t>& out)
   const Shape strides = contiguous_strides(box.length);
   Shape coord(box.ndim());
   for (int64_t i = 0; i < n; ++i) {
-    for (size_t a = 0; a < box.ndim(); ++a)
-      coord[a] = box.offset[a] + (i / strides[a]) % box.length[a];
+    for (size_t a = 0; a < box.ndim(); ++a) coord[a] = box.offset[a] + (i / strides[a]) % box.length[a];
     out.push_back(flat_index_in(parent, coord));
   }
 }

@@ -12,7 +12,9 @@
 namespace distckpt::plan {
 namespace {
 
-OwnedBox owned(Shape offset, Shape length, int rank) { return OwnedBox{Box{std::move(offset), std::move(length)}, rank}; }
+OwnedBox owned(Shape offset, Shape length, int rank) {
+  return OwnedBox{Box{std::move(offset), std::move(length)}, rank};
+}
 
 // A rows x cols grid of equal blocks, rank = block index.
 std::vector<OwnedBox> blocks(int64_t rows, int64_t cols, int64_t block) {
@@ -32,28 +34,38 @@ TEST(Coverage, RegularAndUnevenTilingsPass) {
 
 TEST(Coverage, OverlapNamesBothRanksAndBoxes) {
   EXPECT_TRUE(throws_with<ShardingError>(
-      [] { check_exact_cover("layer.w", {8}, {owned({0}, {5}, 0), owned({4}, {4}, 3)}); },
+      [] {
+        check_exact_cover("layer.w", {8}, {owned({0}, {5}, 0), owned({4}, {4}, 3)});
+      },
       "main replicas overlap: rank 0 holds"));
   EXPECT_TRUE(throws_with<ShardingError>(
-      [] { check_exact_cover("layer.w", {8}, {owned({0}, {5}, 0), owned({4}, {4}, 3)}); }, "rank 3 holds"));
+      [] {
+        check_exact_cover("layer.w", {8}, {owned({0}, {5}, 0), owned({4}, {4}, 3)});
+      },
+      "rank 3 holds"));
 }
 
 TEST(Coverage, GapNamesTheHoleAndTheCount) {
   EXPECT_TRUE(throws_with<ShardingError>(
-      [] { check_exact_cover("b", {4, 4}, {owned({0, 0}, {4, 2}, 0)}); }, "(8 of 16 elements covered)"));
+      [] {
+        check_exact_cover("b", {4, 4}, {owned({0, 0}, {4, 2}, 0)});
+      },
+      "(8 of 16 elements covered)"));
 }
 
 TEST(Coverage, BoxesOfTheWrongRankOrOutsideAreRefused) {
-  EXPECT_TRUE(throws_with<ShardingError>([] { check_exact_cover("x", {4, 4}, {owned({0}, {4}, 2)}); },
-                                         "rank 2 holds"));
+  EXPECT_TRUE(throws_with<ShardingError>([] { check_exact_cover("x", {4, 4}, {owned({0}, {4}, 2)}); }, "rank 2 holds"));
   EXPECT_TRUE(throws_with<ShardingError>([] { check_exact_cover("x", {4}, {owned({2}, {4}, 1)}); },
                                          "outside the global shape [4]"));
 }
 
 TEST(Coverage, ScalarsNeedExactlyOneHolder) {
   EXPECT_NO_THROW(check_exact_cover("s", {}, {owned({}, {}, 0)}));
-  EXPECT_TRUE(throws_with<ShardingError>([] { check_exact_cover("s", {}, {owned({}, {}, 0), owned({}, {}, 1)}); },
-                                         "main replicas overlap"));
+  EXPECT_TRUE(throws_with<ShardingError>(
+      [] {
+        check_exact_cover("s", {}, {owned({}, {}, 0), owned({}, {}, 1)});
+      },
+      "main replicas overlap"));
   EXPECT_TRUE(throws_with<ShardingError>([] { check_exact_cover("s", {}, {}); }, "no rank holds"));
 }
 

@@ -19,9 +19,7 @@ std::vector<std::string> paths(const std::vector<Path>& ps) {
   return out;
 }
 
-ShardedTensor shard(const std::string& key) {
-  return ShardedTensor::from_rank_offsets(key, at::zeros({2}), {});
-}
+ShardedTensor shard(const std::string& key) { return ShardedTensor::from_rank_offsets(key, at::zeros({2}), {}); }
 
 // {model: {w: ShardedTensor 'model.w', b: tensor}, step: 3, rng: [obj, 1]}
 StateDict sample() {
@@ -109,8 +107,7 @@ TEST(DictUtilsTest, ExtractMatchingDropsEmptiedContainers) {
   const auto [all, none] = extract_matching(Value(List{Value(shard("a"))}), is_sharded);
   EXPECT_EQ(all.size(), 1u);
   EXPECT_TRUE(none.equals(Value::list()));
-  const auto [none_as_dict, unused] =
-      extract_matching(Value(List{Value(1)}), is_sharded, /*lists_as_dicts=*/true);
+  const auto [none_as_dict, unused] = extract_matching(Value(List{Value(1)}), is_sharded, /*lists_as_dicts=*/true);
   EXPECT_TRUE(none_as_dict.equals(Value::dict()));
 }
 

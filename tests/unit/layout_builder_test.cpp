@@ -1,8 +1,8 @@
 // The sharding rules of distckpt::layout::Builder that generated code relies
 // on: splits over a product of axes, uneven stage placement, replica ids,
 // stored keys and shape checks.
-#include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/layout/builder.h"
@@ -39,7 +39,8 @@ TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {
   const Position layer = Position{}.within(5, 8, /*axis=*/3, "layers", /*stacked_axis=*/true);
   const size_t stacked = b.add_tensor(TensorSpec("layers.norm", {4}), layer, "layers.0.norm");
   const Position keyed = Position{}.within(5, 8, 3, "blocks", /*stacked_axis=*/false);
-  const size_t per_key = b.add_tensor(TensorSpec("blocks.norm", {4}).stored_as("blocks.5.norm"), keyed, "blocks.0.norm");
+  const size_t per_key =
+      b.add_tensor(TensorSpec("blocks.norm", {4}).stored_as("blocks.5.norm"), keyed, "blocks.0.norm");
   b.set_tensor(stacked, at::zeros({4}));
   b.set_tensor(per_key, at::zeros({4}));
   const StateDict sd = b.state_dict();
@@ -54,8 +55,7 @@ TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {
 
 TEST(LayoutBuilder, ShapeAndDtypeMismatchesNameTheKey) {
   Builder b("t", mesh());
-  const size_t slot =
-      b.add_tensor(TensorSpec("w", {8, 4}).with_split(1, {0}).with_dtype("bfloat16"), Position{}, "w");
+  const size_t slot = b.add_tensor(TensorSpec("w", {8, 4}).with_split(1, {0}).with_dtype("bfloat16"), Position{}, "w");
   try {
     b.set_tensor(slot, at::zeros({8, 4}, at::kBFloat16));
     ADD_FAILURE();

@@ -36,8 +36,8 @@ TEST(LoadSchedule, SharedPiecesAreReadOnceByBalancedReaders) {
 
 TEST(LoadSchedule, PartsAreCutToSlabsAndOnlyTheirRowsAreRead) {
   std::vector<std::vector<PieceNeed>> needs(2);
-  needs[0].push_back(PieceNeed{0, 1, Box{{5, 0}, {2, 4}}});   // rows 5-6, left half
-  needs[1].push_back(PieceNeed{0, 1, Box{{5, 4}, {3, 4}}});   // rows 5-7, right half
+  needs[0].push_back(PieceNeed{0, 1, Box{{5, 0}, {2, 4}}});           // rows 5-6, left half
+  needs[1].push_back(PieceNeed{0, 1, Box{{5, 4}, {3, 4}}});           // rows 5-7, right half
   const LoadSchedule s = make_load_schedule(needs, piece, 32, true);  // one row (32 bytes) per slab
   ASSERT_EQ(s.shared.size(), 1u);
   const SharedPiece& sp = s.shared[0];

@@ -1,13 +1,14 @@
 // One rank's local checkpoint on disk: the hollow state codec and the file
 // (header, tensor bytes, metadata), with corruption of each part detected.
-#include <gtest/gtest.h>
+#include "local/local_file.h"
+
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "distckpt/core/errors.h"
+#include "distckpt/local/tensor_aware_state_dict.h"
 #include "format/local_state_codec.h"
 #include "io/file.h"
-#include "distckpt/local/tensor_aware_state_dict.h"
-#include "local/local_file.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 
@@ -18,8 +19,8 @@ namespace {
 TensorAwareStateDict sample() {
   StateDict sd = Value::dict();
   sd["w"] = ShardedTensor::from_rank_offsets("w", at::arange(24, at::kFloat).reshape({4, 6}), {{0, 1, 2}});
-  sd["flat"] = ShardedTensor::from_rank_offsets_flat("flat", at::arange(5, at::kDouble), {3, 4}, {{0, 1, 2}},
-                                                     FlatRange{2, 7});
+  sd["flat"] =
+      ShardedTensor::from_rank_offsets_flat("flat", at::arange(5, at::kDouble), {3, 4}, {{0, 1, 2}}, FlatRange{2, 7});
   sd["rng"] = ShardedObject{"rng", std::string("\0bytes", 6), {2}, {1}};
   sd["iteration"] = 7;
   sd["lr"] = 0.5;
@@ -29,7 +30,6 @@ TensorAwareStateDict sample() {
   tasd.state().world_size = 2;
   return tasd;
 }
-
 
 TEST(LocalState, HollowFormRoundTripsEveryField) {
   TensorAwareStateDict tasd = sample();
@@ -116,7 +116,8 @@ TEST(LocalFile, EveryCorruptionIsDetected) {
   local::write_local_file(tasd, 1, data);
   flip_byte(data, 4096 + 5);
   EXPECT_TRUE(local::probe_local_file(data).has_value());  // the cheap check cannot see it...
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { local::read_local_file(data); }, "tensor 'flat'"));  // ...the read does
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { local::read_local_file(data); }, "tensor 'flat'"));  // ...the read does
   // In the metadata.
   const std::string meta = tmp.file("meta.dcl");
   const uint64_t size = local::write_local_file(tasd, 1, meta);

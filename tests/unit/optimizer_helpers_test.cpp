@@ -19,8 +19,7 @@ namespace {
 // Three parameters: w [4, 3] and b [4] in group 0, e [5, 2] in group 1 (so ids
 // run over groups). Values are fixed, so two calls give equal parameters.
 std::vector<at::Tensor> make_params() {
-  return {at::arange(12, at::kFloat).reshape({4, 3}).div(10).requires_grad_(),
-          at::linspace(-1, 1, 4).requires_grad_(),
+  return {at::arange(12, at::kFloat).reshape({4, 3}).div(10).requires_grad_(), at::linspace(-1, 1, 4).requires_grad_(),
           at::arange(10, at::kFloat).reshape({5, 2}).sub(4).div(3).requires_grad_()};
 }
 
@@ -120,7 +119,8 @@ void expect_round_trip(bool amsgrad) {
   EXPECT_DOUBLE_EQ(static_cast<const Options&>(fresh.param_groups()[1].options()).weight_decay(), 0.1);
   // A tensor laid out like its parameter is adopted (as PyTorch 2's .to()
   // does); another dtype is copied into the parameter's.
-  EXPECT_TRUE(state_of<ParamState>(fresh, copies[0]).exp_avg().is_same(sd.at("state").at("0").at("exp_avg").as_tensor()));
+  EXPECT_TRUE(
+      state_of<ParamState>(fresh, copies[0]).exp_avg().is_same(sd.at("state").at("0").at("exp_avg").as_tensor()));
   EXPECT_EQ(state_of<ParamState>(fresh, copies[1]).exp_avg().scalar_type(), at::kFloat);
 
   step(opt, params, 2, 2);
@@ -220,8 +220,8 @@ TEST(OptimizerHelpersShardedState, ParamIdsMatchModelEntriesByIdentity) {
 TEST(OptimizerHelpersShardedState, MakeShardedOptimizerTensor) {
   const auto params = make_params();
   const StateDict model = model_state(params);
-  const Value st =
-      make_sharded_optimizer_tensor(model.at("layer").at("w"), at::ones({4, 3}, at::kDouble), "optimizer.state.exp_avg");
+  const Value st = make_sharded_optimizer_tensor(model.at("layer").at("w"), at::ones({4, 3}, at::kDouble),
+                                                 "optimizer.state.exp_avg");
   EXPECT_EQ(st.as_sharded_tensor().key, "optimizer.state.exp_avg.layer.w");
   EXPECT_EQ(st.as_sharded_tensor().dtype, at::kDouble);  // the optimizer tensor's own precision
   EXPECT_EQ(st.as_sharded_tensor().global_shape, (Shape{8, 3}));
@@ -236,8 +236,8 @@ TEST(OptimizerHelpersShardedState, MakeShardedOptimizerTensor) {
   EXPECT_EQ(built.at("b").as_sharded_tensor().key, "optimizer.state.exp_avg_sq.emb.b");
   EXPECT_EQ(built.at("b").as_sharded_tensor().replica_id, (ReplicaId{0, 1}));
   EXPECT_TRUE(at::equal(built.at("a").as_sharded_tensor().data, moment.narrow(0, 0, 2)));
-  EXPECT_TRUE(throws_with<Error>([&] { make_sharded_optimizer_tensor(Value(1), moment, "p"); },
-                                 "the model entry is a int"));
+  EXPECT_TRUE(
+      throws_with<Error>([&] { make_sharded_optimizer_tensor(Value(1), moment, "p"); }, "the model entry is a int"));
 }
 
 TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
@@ -255,8 +255,8 @@ TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
   EXPECT_EQ(exp_avg.local_shape, (Shape{4, 3}));
   EXPECT_EQ(exp_avg.global_shape, (Shape{8, 3}));
   EXPECT_TRUE(exp_avg.data.is_same(state_of<torch::optim::AdamParamState>(opt, params[0]).exp_avg()));
-  EXPECT_EQ(w.at("step").as_int(), 2);                       // scalars stay common state
-  EXPECT_EQ(w.at("exp_avg_sq").kind(), Kind::kTensor);       // excluded: stays plain
+  EXPECT_EQ(w.at("step").as_int(), 2);                  // scalars stay common state
+  EXPECT_EQ(w.at("exp_avg_sq").kind(), Kind::kTensor);  // excluded: stays plain
   EXPECT_EQ(sd.at("state").at("1").at("exp_avg").as_sharded_tensor().key, "optimizer.state.exp_avg.layer.b");
   EXPECT_EQ(sd.at("state").at("2").at("exp_avg").as_factory().key, "optimizer.state.exp_avg.emb");
   EXPECT_TRUE(sd.at("param_groups").equals(groups_before));

@@ -2,9 +2,10 @@
 #include "distckpt/core/sharded_tensor.h"
 
 #include <ATen/ATen.h>
-#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/core/sharded_object.h"
@@ -32,9 +33,7 @@ std::string sharding_error(F&& f) {
 }
 
 // A valid 2-D shard to corrupt field by field.
-ShardedTensor valid_shard() {
-  return ShardedTensor::from_rank_offsets("w", iota({4, 6}), {{0, 1, 2}});
-}
+ShardedTensor valid_shard() { return ShardedTensor::from_rank_offsets("w", iota({4, 6}), {{0, 1, 2}}); }
 
 TEST(ShardedTensorTest, FromRankOffsetsComputesGlobalPlacement) {
   const auto st = ShardedTensor::from_rank_offsets("dec.w", iota({4, 6}), {{1, 2, 3}}, {0, 1});
@@ -51,8 +50,8 @@ TEST(ShardedTensorTest, FromRankOffsetsComputesGlobalPlacement) {
 }
 
 TEST(ShardedTensorTest, FromRankOffsetsWithPrependedAxis) {
-  const auto st = ShardedTensor::from_rank_offsets("layers.w", iota({4, 6}, at::kBFloat16),
-                                                   {{0, 3, 8}, {1, 1, 2}}, {0}, 1);
+  const auto st =
+      ShardedTensor::from_rank_offsets("layers.w", iota({4, 6}, at::kBFloat16), {{0, 3, 8}, {1, 1, 2}}, {0}, 1);
   EXPECT_EQ(st.global_shape, (Shape{8, 8, 6}));
   EXPECT_EQ(st.global_offset, (Shape{3, 4, 0}));
   EXPECT_EQ(st.axis_fragmentations, (Shape{8, 2, 1}));
@@ -84,8 +83,8 @@ TEST(ShardedTensorTest, FromRankOffsetsArgumentErrors) {
 }
 
 TEST(ShardedTensorTest, FromRankOffsetsFlat) {
-  const auto st = ShardedTensor::from_rank_offsets_flat("opt.w", at::zeros({5}, at::kDouble),
-                                                        {4, 6}, {{0, 1, 2}}, {7, 12}, {2});
+  const auto st =
+      ShardedTensor::from_rank_offsets_flat("opt.w", at::zeros({5}, at::kDouble), {4, 6}, {{0, 1, 2}}, {7, 12}, {2});
   EXPECT_EQ(st.local_shape, (Shape{4, 6}));
   EXPECT_EQ(st.global_shape, (Shape{8, 6}));
   EXPECT_EQ(st.global_offset, (Shape{4, 0}));
@@ -122,8 +121,7 @@ TEST(ShardedTensorTest, ValidationErrorsNameKeyAndValues) {
   };
   const std::vector<Case> cases = {
       {"empty key", [](ShardedTensor& s) { s.key.clear(); }, "the key is empty"},
-      {"dtype", [](ShardedTensor& s) { s.dtype = at::kHalf; },
-       "data has dtype float32 but the metadata says float16"},
+      {"dtype", [](ShardedTensor& s) { s.dtype = at::kHalf; }, "data has dtype float32 but the metadata says float16"},
       {"data shape",
        [](ShardedTensor& s) {
          s.local_shape = {4, 5};
@@ -220,8 +218,7 @@ TEST(ShardedTensorTest, NarrowSplitsAFusedTensorIntoShardsOfNarrowerTensors) {
 }
 
 TEST(ShardedTensorTest, NarrowAlongInnerDimWithPrependedAxis) {
-  const auto st =
-      ShardedTensor::from_rank_offsets("qkv", iota({2, 6}), {{0, 5, 8}, {2, 1, 3}}, {0}, 1);
+  const auto st = ShardedTensor::from_rank_offsets("qkv", iota({2, 6}), {{0, 5, 8}, {2, 1, 3}}, {0}, 1);
   const auto part = st.narrow(1, 2, 2);
   ASSERT_EQ(part.size(), 1u);
   EXPECT_EQ(part[0].global_shape, (Shape{8, 2, 6}));
@@ -236,11 +233,9 @@ TEST(ShardedTensorTest, NarrowErrors) {
               HasSubstr("global extent 10 and offset 0 are not multiples of the local extent 3"));
   const auto st = valid_shard();
   EXPECT_THAT(sharding_error([&] { st.narrow(2, 0, 1); }), HasSubstr("narrow dim 2 is outside"));
-  EXPECT_THAT(sharding_error([&] { st.narrow(0, 3, 2); }),
-              HasSubstr("narrow(0, 3, 2) leaves the local extent 4"));
+  EXPECT_THAT(sharding_error([&] { st.narrow(0, 3, 2); }), HasSubstr("narrow(0, 3, 2) leaves the local extent 4"));
   const auto flat = ShardedTensor::from_rank_offsets_flat("f", at::zeros({3}), {2, 3}, {}, {1, 4});
-  EXPECT_THAT(sharding_error([&] { flat.narrow(1, 0, 1); }),
-              HasSubstr("only be narrowed along dim 0"));
+  EXPECT_THAT(sharding_error([&] { flat.narrow(1, 0, 1); }), HasSubstr("only be narrowed along dim 0"));
 }
 
 TEST(ShardedTensorTest, NarrowFlatKeepsTheHeldPartOfTheRows) {
@@ -268,8 +263,7 @@ TEST(ShardedTensorTest, NarrowFlatKeepsTheHeldPartOfTheRows) {
 }
 
 TEST(ShardedTensorTest, DescribeAndReplicaStrings) {
-  const auto flat =
-      ShardedTensor::from_rank_offsets_flat("f", at::zeros({3}), {2, 3}, {}, {1, 4}, {0, 2});
+  const auto flat = ShardedTensor::from_rank_offsets_flat("f", at::zeros({3}), {2, 3}, {}, {1, 4}, {0, 2});
   EXPECT_EQ(flat.describe(),
             "ShardedTensor(key='f', dtype=float32, local_shape=[2, 3], global_shape=[2, 3], "
             "global_offset=[0, 0], replica_id=(0, 2), flattened_range=[1, 4))");
@@ -291,16 +285,13 @@ TEST(ShardedObjectTest, UniqueKeyAndValidation) {
   EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }),
               HasSubstr("on axis 0 the shard index 2 is outside [0, 2)"));
   obj.global_offset = {0};
-  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }),
-              HasSubstr("different ranks"));
+  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }), HasSubstr("different ranks"));
   obj.global_offset = {0, 0};
   obj.replica_id = {-1};
-  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }),
-              HasSubstr("negative entry"));
+  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }), HasSubstr("negative entry"));
   obj.replica_id = {0};
   obj.key.clear();
-  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }),
-              HasSubstr("the key is empty"));
+  EXPECT_THAT(sharding_error([&] { obj.validate_metadata_integrity(); }), HasSubstr("the key is empty"));
 }
 
 TEST(ShardedObjectTest, FactoryBuildsItsSubtree) {

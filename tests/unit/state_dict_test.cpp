@@ -1,11 +1,12 @@
 // Value: construction of every kind, typed access and its errors, equality.
 #include "distckpt/core/state_dict.h"
 
-#include <fmt/format.h>
 #include <ATen/ATen.h>
-#include <functional>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "distckpt/core/errors.h"
 
@@ -84,16 +85,12 @@ TEST(StateDictTest, AccessorsThrowNamingBothKinds) {
   EXPECT_EQ(error_of([] { Value().as_dict(); }), "expected dict but the value is None");
   EXPECT_EQ(error_of([] { Value::dict().as_list(); }), "expected list but the value is dict");
   EXPECT_EQ(error_of([] { Value(true).as_tensor(); }), "expected tensor but the value is bool");
-  EXPECT_EQ(error_of([] { Value(1.0).as_sharded_tensor(); }),
-            "expected ShardedTensor but the value is float");
+  EXPECT_EQ(error_of([] { Value(1.0).as_sharded_tensor(); }), "expected ShardedTensor but the value is float");
   EXPECT_EQ(error_of([] { Value(1).as_bool(); }), "expected bool but the value is int");
   EXPECT_EQ(error_of([] { Value("1").as_float(); }), "expected float but the value is string");
-  EXPECT_EQ(error_of([] { Value(1).as_factory(); }),
-            "expected ShardedTensorFactory but the value is int");
-  EXPECT_EQ(error_of([] { Value(1).as_non_persistent(); }),
-            "expected LocalNonPersistentObject but the value is int");
-  EXPECT_EQ(error_of([] { Value(1).as_sharded_object(); }),
-            "expected ShardedObject but the value is int");
+  EXPECT_EQ(error_of([] { Value(1).as_factory(); }), "expected ShardedTensorFactory but the value is int");
+  EXPECT_EQ(error_of([] { Value(1).as_non_persistent(); }), "expected LocalNonPersistentObject but the value is int");
+  EXPECT_EQ(error_of([] { Value(1).as_sharded_object(); }), "expected ShardedObject but the value is int");
 }
 
 TEST(StateDictTest, IntsReadAsFloats) { EXPECT_EQ(Value(3).as_float(), 3.0); }
@@ -128,8 +125,7 @@ TEST(StateDictTest, AtNamesTheMissingKeyAndSomeAvailableKeys) {
   StateDict sd;
   sd["alpha"] = 1;
   sd["beta"] = 2;
-  EXPECT_EQ(error_of([&] { sd.at("gamma"); }),
-            "key 'gamma' not found; the dict has 2 keys: [alpha, beta]");
+  EXPECT_EQ(error_of([&] { sd.at("gamma"); }), "key 'gamma' not found; the dict has 2 keys: [alpha, beta]");
 
   StateDict big;
   for (int i = 0; i < 12; ++i) big[fmt::format("k{:02d}", i)] = i;
@@ -148,8 +144,7 @@ TEST(StateDictTest, ListAccess) {
   list[0] = 10;
   EXPECT_EQ(static_cast<const Value&>(list)[0].as_int(), 10);
   EXPECT_EQ(error_of([&] { list[2]; }), "list index 2 is out of range for a list of 2 elements");
-  EXPECT_EQ(error_of([] { Value(1).size(); }),
-            "size() needs a dict or a list, but the value is int");
+  EXPECT_EQ(error_of([] { Value(1).size(); }), "size() needs a dict or a list, but the value is int");
   EXPECT_EQ(error_of([] { Value::dict().push_back(1); }), "expected list but the value is dict");
 }
 
@@ -210,16 +205,15 @@ TEST(StateDictTest, ShardedLeavesEquality) {
   f.key = "fac";
   f.data = at::ones({2});
   ShardedTensorFactory g = f;
-  g.build = [](const std::string&, const at::Tensor&, const ReplicaId&,
-               const std::optional<FlatRange>&) { return Value(); };
+  g.build = [](const std::string&, const at::Tensor&, const ReplicaId&, const std::optional<FlatRange>&) {
+    return Value();
+  };
   EXPECT_TRUE(Value(f).equals(Value(g)));  // functions are not compared
   g.flattened_range = FlatRange{0, 1};
   EXPECT_FALSE(Value(f).equals(Value(g)));
 
-  EXPECT_TRUE(
-      Value(LocalNonPersistentObject(Value(3))).equals(Value(LocalNonPersistentObject(Value(3)))));
-  EXPECT_FALSE(
-      Value(LocalNonPersistentObject(Value(3))).equals(Value(LocalNonPersistentObject(Value(4)))));
+  EXPECT_TRUE(Value(LocalNonPersistentObject(Value(3))).equals(Value(LocalNonPersistentObject(Value(3)))));
+  EXPECT_FALSE(Value(LocalNonPersistentObject(Value(3))).equals(Value(LocalNonPersistentObject(Value(4)))));
 }
 
 }  // namespace

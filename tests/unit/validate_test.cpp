@@ -66,21 +66,35 @@ TEST(ValidatePlan, FlatRangesMustTileTheirChunk) {
     return rank_plan(rank, {s});
   };
   EXPECT_NO_THROW(validate_global_plan({flat(0, 0, 3), flat(1, 3, 8)}));
-  EXPECT_TRUE(throws_with<ShardingError>([&] { validate_global_plan({flat(0, 0, 4), flat(1, 3, 8)}); },
-                                         "flattened ranges [0, 4) on rank 0 and [3, 8) on rank 1 overlap"));
-  EXPECT_TRUE(throws_with<ShardingError>([&] { validate_global_plan({flat(0, 0, 3), flat(1, 4, 8)}); },
-                                         "flattened range [3, 4) of the chunk"));
-  EXPECT_TRUE(throws_with<ShardingError>([&] { validate_global_plan({flat(0, 0, 3), flat(1, 3, 7)}); },
-                                         "flattened range [7, 8) of the chunk"));
+  EXPECT_TRUE(throws_with<ShardingError>(
+      [&] {
+        validate_global_plan({flat(0, 0, 4), flat(1, 3, 8)});
+      },
+      "flattened ranges [0, 4) on rank 0 and [3, 8) on rank 1 overlap"));
+  EXPECT_TRUE(throws_with<ShardingError>(
+      [&] {
+        validate_global_plan({flat(0, 0, 3), flat(1, 4, 8)});
+      },
+      "flattened range [3, 4) of the chunk"));
+  EXPECT_TRUE(throws_with<ShardingError>(
+      [&] {
+        validate_global_plan({flat(0, 0, 3), flat(1, 3, 7)});
+      },
+      "flattened range [7, 8) of the chunk"));
 }
 
 TEST(ValidatePlan, ObjectsNeedExactlyOneMainReplica) {
-  EXPECT_NO_THROW(validate_global_plan({rank_plan(0, {}, {object("rng", {0})}), rank_plan(1, {}, {object("rng", {1})})}));
+  EXPECT_NO_THROW(
+      validate_global_plan({rank_plan(0, {}, {object("rng", {0})}), rank_plan(1, {}, {object("rng", {1})})}));
   EXPECT_TRUE(throws_with<ShardingError>(
-      [] { validate_global_plan({rank_plan(0, {}, {object("rng", {0})}), rank_plan(1, {}, {object("rng", {0})})}); },
+      [] {
+        validate_global_plan({rank_plan(0, {}, {object("rng", {0})}), rank_plan(1, {}, {object("rng", {0})})});
+      },
       "has a main replica on rank 0 and on rank 1"));
   EXPECT_TRUE(throws_with<ShardingError>(
-      [] { validate_global_plan({rank_plan(0, {}, {object("rng", {1})}), rank_plan(1, {}, {object("rng", {2})})}); },
+      [] {
+        validate_global_plan({rank_plan(0, {}, {object("rng", {1})}), rank_plan(1, {}, {object("rng", {2})})});
+      },
       "has no main replica"));
 }
 

@@ -25,7 +25,8 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
 }
 
 WriteItem item_of(const std::vector<uint8_t>& bytes) {
-  return WriteItem{bytes.size(), [&bytes](uint64_t off, uint64_t n, uint8_t* dst) { std::memcpy(dst, bytes.data() + off, n); }};
+  return WriteItem{bytes.size(),
+                   [&bytes](uint64_t off, uint64_t n, uint8_t* dst) { std::memcpy(dst, bytes.data() + off, n); }};
 }
 
 TEST(BufferPool, ReusesBuffersAndHonoursItsCapacity) {
@@ -99,9 +100,7 @@ TEST(FileWriteJob, DestroyingARunningJobCancelsIt) {
   TempDir tmp("write-job-cancel");
   const auto big = pattern(32 << 20, 4);
   auto pool = BufferPool::create({uint64_t{2} << 20, false});
-  {
-    FileWriteJob job(tmp.file("f.bin"), {item_of(big)}, pool, {});
-  }  // joins without hanging
+  { FileWriteJob job(tmp.file("f.bin"), {item_of(big)}, pool, {}); }  // joins without hanging
   EXPECT_EQ(pool->in_use_bytes(), 0u);
 }
 

@@ -22,7 +22,8 @@ std::vector<LocalPlan> tp2_dp4_plans() {
     const int tp = rank % 2, dp = rank / 2;
     LocalPlan& p = plans[static_cast<size_t>(rank)];
     p.rank = rank;
-    for (const auto& [key, rows] : std::vector<std::pair<std::string, int64_t>>{{"a", 8}, {"b", 4}, {"c", 2}, {"d", 16}}) {
+    for (const auto& [key, rows] :
+         std::vector<std::pair<std::string, int64_t>>{{"a", 8}, {"b", 4}, {"c", 2}, {"d", 16}}) {
       ShardPlan s;
       s.key = key;
       s.global_shape = {rows, 4};
@@ -57,7 +58,8 @@ TEST(WriterDistribution, BalancedTp2Dp4ExactAssignments) {
   // Largest first to the least-loaded holder, ties to the lowest rank:
   // d0->0, d1->1, a0->2, a1->3, b0->4, b1->5, c0->6, c1->7, then e (every
   // rank holds it) to the least loaded: rank 6 (16 bytes, lower than 7).
-  const std::vector<std::vector<std::string>> expected{{"d0"}, {"d1"}, {"a0"}, {"a1"}, {"b0"}, {"b1"}, {"c0", "e"}, {"c1"}};
+  const std::vector<std::vector<std::string>> expected{{"d0"}, {"d1"}, {"a0"},      {"a1"},
+                                                       {"b0"}, {"b1"}, {"c0", "e"}, {"c1"}};
   for (int r = 0; r < 8; ++r) EXPECT_EQ(written(plans, a, r), expected[static_cast<size_t>(r)]) << "rank " << r;
   const GlobalSavePlan global = make_global_save_plan(plans, WriterPolicy::kBalanced);
   EXPECT_EQ(global.bytes_per_rank, (std::vector<uint64_t>{128, 128, 64, 64, 32, 32, 32, 16}));
@@ -178,7 +180,8 @@ TEST(WriterDistribution, PlanRecoveredFromMetadataMatchesTheOriginal) {
   const GlobalSavePlan back = global_plan_from_metadata(g.skeleton);
   EXPECT_EQ(back.bytes_per_rank, g.bytes_per_rank);
   for (int r = 0; r < 8; ++r) {
-    EXPECT_EQ(local_assignment_from_metadata(g.skeleton, plans[static_cast<size_t>(r)], r), g.assignments[static_cast<size_t>(r)])
+    EXPECT_EQ(local_assignment_from_metadata(g.skeleton, plans[static_cast<size_t>(r)], r),
+              g.assignments[static_cast<size_t>(r)])
         << "rank " << r;
     ASSERT_EQ(back.slots[static_cast<size_t>(r)].size(), g.slots[static_cast<size_t>(r)].size());
   }

@@ -1,7 +1,7 @@
 // distckpt: inspect, verify and digest checkpoints from the command line.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 // async_save and AsyncCallsQueue: the save pipeline cut after staging.
-#include <fmt/format.h>
 #include <ATen/Context.h>
+#include <fmt/format.h>
 
 #include "api/messages.h"
 #include "api/save_finalize.h"
@@ -52,7 +52,8 @@ SaveReport AsyncRequest::finalize(Communicator& comm) {
   if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
   impl_->finalized = true;  // whatever happens next, it is not retried
   if (!impl_->prepared) return impl_->finalize(comm);
-  return api::finalize_save(*impl_->prepared, [&] { return impl_->job->wait(); }, comm);
+  return api::finalize_save(
+      *impl_->prepared, [&] { return impl_->job->wait(); }, comm);
 }
 
 AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
@@ -89,8 +90,7 @@ void AsyncCallsQueue::check_open(const char* what) const {
   if (closed_) throw Error(fmt::format("AsyncCallsQueue::{}: the queue is closed", what));
 }
 
-int64_t AsyncCallsQueue::save(const StateDict& sharded_state_dict, const std::string& dir,
-                              const SaveOptions& options) {
+int64_t AsyncCallsQueue::save(const StateDict& sharded_state_dict, const std::string& dir, const SaveOptions& options) {
   check_open("save");
   // Finalize first, so the new save's staging can reuse the old one's buffers.
   if (pending_.size() >= options_.max_in_flight) finalize_front(pending_.size() - options_.max_in_flight + 1);

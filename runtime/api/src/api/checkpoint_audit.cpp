@@ -1,8 +1,8 @@
 // verify and digest: whole-checkpoint audits used by the CLI and tests.
-#include "api/checkpoint_reader.h"
-
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
+#include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
 #include "format/dtype.h"
 #include "io/checksum.h"
@@ -13,9 +13,9 @@ namespace {
 constexpr uint64_t kDigestWindowBytes = uint64_t{32} << 20;
 
 // Checks the blocks of one stored byte range; appends a line per bad block.
-void verify_range(const CheckpointMetadata& md, const std::string& dir, uint32_t file, uint64_t offset,
-                  uint64_t length, const std::vector<uint64_t>& checksums, const std::string& what,
-                  std::vector<uint8_t>& buffer, std::vector<std::string>& problems) {
+void verify_range(const CheckpointMetadata& md, const std::string& dir, uint32_t file, uint64_t offset, uint64_t length,
+                  const std::vector<uint64_t>& checksums, const std::string& what, std::vector<uint8_t>& buffer,
+                  std::vector<std::string>& problems) {
   const std::string path = io::safe_join(dir, md.files[file].path);
   io::File f(path, io::File::Mode::kRead);
   const uint64_t block = md.checksum_block_size;

@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
 #include <cstring>
 
 #include "distckpt/core/errors.h"
@@ -99,8 +100,8 @@ void CheckpointReader::read_chunk_bytes(const TensorRecord& record, uint32_t chu
 }
 
 void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_t length,
-                                     const std::vector<uint64_t>& checksums, uint64_t begin, uint64_t end,
-                                     uint8_t* out, const std::string& what) {
+                                     const std::vector<uint64_t>& checksums, uint64_t begin, uint64_t end, uint8_t* out,
+                                     const std::string& what) {
   const std::shared_ptr<io::File> handle = file(file_index);
   const io::File& f = *handle;
   if (!verify_) {
@@ -145,8 +146,8 @@ void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_
   }
 }
 
-void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece,
-                                            const Box& part, at::Tensor dest) {
+void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
+                                            at::Tensor dest) {
   const ChunkRecord& chunk = record.chunks[piece.chunk];
   const uint64_t element = dtype_size(record.dtype);
   const auto [first, last] = element_span(piece.box, part);
@@ -162,8 +163,8 @@ void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const pl
   }
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(end - begin);
-  read_verified(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums, begin, end,
-                scratch.data(), what);
+  read_verified(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums, begin, end, scratch.data(),
+                what);
   const Shape strides = contiguous_strides(piece.box.length);
   at::Tensor source = at::from_blob(scratch.data(), part.length, strides, at::TensorOptions().dtype(record.dtype));
   dest.copy_(source);
@@ -210,9 +211,9 @@ void CheckpointReader::read_region(const TensorRecord& record, const Box& region
     covered += part.numel();
   }
   if (covered != region.numel()) {
-    throw CheckpointError(fmt::format(
-        "the checkpoint '{}' does not hold all of '{}' {}: {} of {} elements are stored (global shape {})", dir_,
-        record.key, to_string(region), covered, region.numel(), to_string(record.global_shape)));
+    throw CheckpointError(
+        fmt::format("the checkpoint '{}' does not hold all of '{}' {}: {} of {} elements are stored (global shape {})",
+                    dir_, record.key, to_string(region), covered, region.numel(), to_string(record.global_shape)));
   }
 }
 

@@ -56,8 +56,7 @@ class CheckpointReader {
 
  private:
   std::shared_ptr<io::File> file(uint32_t index);
-  void copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
-                  at::Tensor dest);
+  void copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part, at::Tensor dest);
   void copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                             at::Tensor dest);
   // Reads bytes [begin, end) of a stored byte range (a chunk or object) into

@@ -1,6 +1,7 @@
 // Reading checkpoints without a model or a job: common state, tensor
 // metadata, objects, whole tensors; and removing tensors from a checkpoint.
 #include <ATen/Functions.h>
+
 #include <set>
 
 #include "api/checkpoint_reader.h"
@@ -14,9 +15,7 @@
 
 namespace distckpt {
 
-StateDict load_common_state_dict(const std::string& dir) {
-  return api::CheckpointReader(dir).read_common_state();
-}
+StateDict load_common_state_dict(const std::string& dir) { return api::CheckpointReader(dir).read_common_state(); }
 
 StateDict load_tensors_metadata(const std::string& dir) {
   const api::CheckpointReader reader(dir);

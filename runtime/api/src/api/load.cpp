@@ -8,8 +8,8 @@
 #include "api/read_engine.h"
 #include "api/state_dict_split.h"
 #include "api/strict_keys.h"
-#include "distckpt/api/checkpoint.h"
 #include "comm/agreement.h"
+#include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
 
 namespace distckpt {

@@ -17,10 +17,10 @@ void check_compatible(const CheckpointReader& reader, const TensorRecord& stored
   }
   if (stored.global_shape.size() != request.global_shape.size() ||
       (stored.global_shape != request.global_shape && !request.allow_shape_mismatch)) {
-    throw ShardingError(fmt::format(
-        "'{}' has global shape {} in '{}' but {} was requested; set allow_shape_mismatch on tensors whose "
-        "padding may change (e.g. padded vocabularies), otherwise fix the layout",
-        request.key, to_string(stored.global_shape), reader.dir(), to_string(request.global_shape)));
+    throw ShardingError(
+        fmt::format("'{}' has global shape {} in '{}' but {} was requested; set allow_shape_mismatch on tensors whose "
+                    "padding may change (e.g. padded vocabularies), otherwise fix the layout",
+                    request.key, to_string(stored.global_shape), reader.dir(), to_string(request.global_shape)));
   }
 }
 
@@ -34,8 +34,8 @@ void plan_region(CheckpointReader& reader, const TensorRecord& stored, const Box
   for (const plan::StoredPiece* piece : pieces) {
     const Box part = region.ndim() == 0 ? region : *intersect(region, piece->box);
     const auto piece_index = static_cast<uint32_t>(piece - index.pieces().data());
-    reads.push_back(TensorRead{plan::PieceNeed{reader.tensor_index(stored), piece_index, part},
-                               sub_view(view, region, part)});
+    reads.push_back(
+        TensorRead{plan::PieceNeed{reader.tensor_index(stored), piece_index, part}, sub_view(view, region, part)});
     covered += part.numel();
   }
   if (covered != region.numel()) {

@@ -4,8 +4,8 @@
 
 namespace distckpt::api {
 
-LoadResult assemble_load_result(Value common, const SplitStateDict& split, const Value& request,
-                                KeyMismatch mismatch, StrictHandling strict) {
+LoadResult assemble_load_result(Value common, const SplitStateDict& split, const Value& request, KeyMismatch mismatch,
+                                StrictHandling strict) {
   LoadResult result;
   result.state_dict = common.is_dict() ? std::move(common) : Value::dict();
   merge(result.state_dict, split.sharded);

@@ -10,7 +10,7 @@
 namespace distckpt::api {
 
 // `split.sharded` holds the loaded values in place of the requested leaves.
-LoadResult assemble_load_result(Value common, const SplitStateDict& split, const Value& request,
-                                KeyMismatch mismatch, StrictHandling strict);
+LoadResult assemble_load_result(Value common, const SplitStateDict& split, const Value& request, KeyMismatch mismatch,
+                                StrictHandling strict);
 
 }  // namespace distckpt::api

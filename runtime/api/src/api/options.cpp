@@ -1,6 +1,7 @@
 #include "distckpt/api/options.h"
 
 #include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>

@@ -1,12 +1,12 @@
 #include "api/read_engine.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <mutex>
 #include <thread>
-
-#include <unistd.h>
 
 #include "api/exchange.h"
 #include "api/messages.h"
@@ -68,7 +68,8 @@ bool dense_in(const Box& piece, const Box& part) {
 uint64_t first_element(const Box& piece, const Box& part) {
   const Shape strides = contiguous_strides(piece.length);
   uint64_t first = 0;
-  for (size_t d = 0; d < piece.ndim(); ++d) first += static_cast<uint64_t>((part.offset[d] - piece.offset[d]) * strides[d]);
+  for (size_t d = 0; d < piece.ndim(); ++d)
+    first += static_cast<uint64_t>((part.offset[d] - piece.offset[d]) * strides[d]);
   return first;
 }
 
@@ -91,7 +92,8 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
   for (size_t i = 0; i < order.size();) {
     size_t j = i;
     const plan::PieceNeed& first = reads[order[i]].need;
-    while (j < order.size() && reads[order[j]].need.tensor == first.tensor && reads[order[j]].need.piece == first.piece) ++j;
+    while (j < order.size() && reads[order[j]].need.tensor == first.tensor && reads[order[j]].need.piece == first.piece)
+      ++j;
     const TensorRecord& record = m.tensors[first.tensor];
     const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
     const uint64_t element = dtype_size(record.dtype);
@@ -122,7 +124,8 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
         for (const TensorRead* r : group) parts.push_back(&r->need.part);
         const auto rows = plan::row_span(piece.box, parts);
         thread_local std::vector<uint8_t> buffer;
-        for (const Box& slab : plan::cut_slabs(piece.box, rows.first, rows.second, dtype_size(record.dtype), slab_bytes)) {
+        for (const Box& slab :
+             plan::cut_slabs(piece.box, rows.first, rows.second, dtype_size(record.dtype), slab_bytes)) {
           buffer.resize(static_cast<size_t>(slab.numel()) * dtype_size(record.dtype));
           read_slab(reader, record, piece, slab, buffer.data());
           for (const TensorRead* r : group) copy_slab_to_dest(buffer.data(), slab, record.dtype, r->need.part, r->dest);
@@ -142,9 +145,10 @@ void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& n
     const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
     if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
         !contains((*pieces)[n.piece].box, n.part)) {
-      throw CommError(fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
-                                  "rank; every rank must load the same checkpoint",
-                                  rank, to_string(n.part)));
+      throw CommError(
+          fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
+                      "rank; every rank must load the same checkpoint",
+                      rank, to_string(n.part)));
     }
   }
 }
@@ -178,7 +182,8 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
   };
   plan::LoadSchedule schedule;
   if (share) {
-    const std::vector<std::string> gathered = comm.all_gather_bytes(plan::encode_needs(me, needs[static_cast<size_t>(me)]));
+    const std::vector<std::string> gathered =
+        comm.all_gather_bytes(plan::encode_needs(me, needs[static_cast<size_t>(me)]));
     run_agreed(comm, "plan the fully parallel load", [&] {
       for (size_t r = 0; r < gathered.size(); ++r) {
         if (static_cast<int>(r) == me) continue;

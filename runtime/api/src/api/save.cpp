@@ -14,9 +14,9 @@ SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Com
   return api::finalize_save(
       *prepared,
       [&] {
-        job = std::make_unique<io::FileWriteJob>(io::safe_join(prepared->paths.staging, plan::rank_file_path(comm.rank())),
-                                                 api::make_write_items(*prepared), api::sync_write_pool(),
-                                                 api::file_write_options(options));
+        job = std::make_unique<io::FileWriteJob>(
+            io::safe_join(prepared->paths.staging, plan::rank_file_path(comm.rank())), api::make_write_items(*prepared),
+            api::sync_write_pool(), api::file_write_options(options));
         return job->wait();
       },
       comm);

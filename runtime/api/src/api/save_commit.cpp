@@ -1,6 +1,7 @@
 #include "api/save_commit.h"
 
 #include <fmt/format.h>
+
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -63,10 +64,10 @@ std::shared_ptr<InFlightClaim> prepare_directory(const SavePaths& paths, bool ov
         paths.target));
   }
   if (!committed && io::exists(paths.target) && !io::is_empty_dir(paths.target)) {
-    throw CheckpointError(fmt::format(
-        "'{}' exists, is not empty and holds no committed distckpt checkpoint; remove it or choose another "
-        "directory",
-        paths.target));
+    throw CheckpointError(
+        fmt::format("'{}' exists, is not empty and holds no committed distckpt checkpoint; remove it or choose another "
+                    "directory",
+                    paths.target));
   }
   if (io::exists(paths.old)) {
     if (!committed) {

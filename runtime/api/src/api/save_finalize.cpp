@@ -54,7 +54,8 @@ SaveReport finalize_save(PreparedSave& p, const std::function<io::FileWritten()>
     report.items_written = file.items.size();
     for (const io::ItemWritten& w : file.items) report.bytes_written += w.byte_length;
     report.direct_io = file.direct;
-    const std::vector<std::string> gathered = comm.gather_bytes(plan::encode_write_results(to_results(p.rank, file)), 0);
+    const std::vector<std::string> gathered =
+        comm.gather_bytes(plan::encode_write_results(to_results(p.rank, file)), 0);
     run_agreed(comm, "commit the checkpoint", [&] {
       if (!comm.is_coordinator()) return;
       commit_checkpoint(p.paths, final_metadata(p, gathered), p.common_state, p.options.overwrite);

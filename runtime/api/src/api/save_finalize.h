@@ -13,8 +13,7 @@
 namespace distckpt::api {
 
 // Collective. `written` blocks until this rank's file is durable (or throws).
-SaveReport finalize_save(PreparedSave& prepared, const std::function<io::FileWritten()>& written,
-                         Communicator& comm);
+SaveReport finalize_save(PreparedSave& prepared, const std::function<io::FileWritten()>& written, Communicator& comm);
 
 // The write options a save's file uses.
 io::FileWriteOptions file_write_options(const SaveOptions& options);

@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
 #include <cstring>
 
 #include "distckpt/core/errors.h"
@@ -21,8 +22,8 @@ io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
   }
   at::Tensor data = tensor.data.detach();
   if (data.numel() != tensor.held_numel() || data.scalar_type() != tensor.dtype) {
-    throw ShardingError(fmt::format("rank {} cannot save {}: its data has {} elements of {}, expected {} of {}",
-                                    rank, tensor.describe(), data.numel(), dtype_name(data.scalar_type()),
+    throw ShardingError(fmt::format("rank {} cannot save {}: its data has {} elements of {}, expected {} of {}", rank,
+                                    tensor.describe(), data.numel(), dtype_name(data.scalar_type()),
                                     tensor.held_numel(), dtype_name(tensor.dtype)));
   }
   return tensor_write_item(data);

@@ -1,8 +1,8 @@
 #include "api/save_plan.h"
 
 #include <fmt/format.h>
-#include "api/messages.h"
 
+#include "api/messages.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "format/common_state.h"

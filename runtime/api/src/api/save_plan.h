@@ -20,10 +20,10 @@ namespace distckpt {
 
 struct SavePlanCache::State {
   bool valid = false;
-  std::vector<uint64_t> hashes;     // each rank's structure hash the plan was made for
-  std::vector<uint32_t> assignment;  // this rank's items, canonical order
+  std::vector<uint64_t> hashes;                        // each rank's structure hash the plan was made for
+  std::vector<uint32_t> assignment;                    // this rank's items, canonical order
   std::shared_ptr<const plan::GlobalSavePlan> global;  // coordinator only
-  std::shared_ptr<const CheckpointMetadata> seed;       // from_checkpoint, until used
+  std::shared_ptr<const CheckpointMetadata> seed;      // from_checkpoint, until used
   uint64_t made = 0;
   uint64_t reused = 0;
 
@@ -44,12 +44,12 @@ struct PreparedSave {
   SaveOptions options;
   int rank = 0;
   int world_size = 1;
-  SplitStateDict split;                      // owns the leaves below
+  SplitStateDict split;                       // owns the leaves below
   std::vector<const ShardedTensor*> tensors;  // local plan items 0 .. n-1
   std::vector<const ShardedObject*> objects;  // local plan items n ..
   std::vector<uint32_t> assignment;           // items this rank writes, canonical order
   bool plan_reused = false;
-  std::vector<uint64_t> plan_hashes;          // every rank's structure hash
+  std::vector<uint64_t> plan_hashes;  // every rank's structure hash
   // Coordinator only:
   std::shared_ptr<const plan::GlobalSavePlan> global;
   std::string common_state;  // encoded when planned, so later changes do not leak in

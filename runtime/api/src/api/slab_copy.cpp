@@ -53,7 +53,8 @@ uint64_t unpack_to_dest(const uint8_t* in, const Box& slab, at::ScalarType dtype
                         const at::Tensor& dest) {
   const std::optional<Box> cut = cut_of(part, slab);
   if (!cut) return 0;
-  sub_view(dest, part, *cut).copy_(at::from_blob(const_cast<uint8_t*>(in), cut->length, at::TensorOptions().dtype(dtype)));
+  sub_view(dest, part, *cut)
+      .copy_(at::from_blob(const_cast<uint8_t*>(in), cut->length, at::TensorOptions().dtype(dtype)));
   return bytes_of(*cut, dtype);
 }
 

@@ -23,8 +23,7 @@ void read_slab(CheckpointReader& reader, const TensorRecord& record, const plan:
 // (0 when part and slab do not meet).
 uint64_t copy_slab_to_dest(const uint8_t* slab_data, const Box& slab, at::ScalarType dtype, const Box& part,
                            const at::Tensor& dest);
-uint64_t pack_from_slab(const uint8_t* slab_data, const Box& slab, at::ScalarType dtype, const Box& part,
-                        uint8_t* out);
+uint64_t pack_from_slab(const uint8_t* slab_data, const Box& slab, at::ScalarType dtype, const Box& part, uint8_t* out);
 uint64_t unpack_to_dest(const uint8_t* in, const Box& slab, at::ScalarType dtype, const Box& part,
                         const at::Tensor& dest);
 

@@ -44,8 +44,7 @@ SplitStateDict split_state_dict(const Value& state_dict) {
       extract_matching(sharded, [](const Value& v) { return v.kind() == Kind::kNonPersistent; });
   for (const Value* leaf : nested_values(rest)) {
     if (leaf->kind() == Kind::kFactory) {
-      throw Error(fmt::format("factory '{}' was not applied before splitting the state dict",
-                              leaf->as_factory().key));
+      throw Error(fmt::format("factory '{}' was not applied before splitting the state dict", leaf->as_factory().key));
     }
   }
   out.sharded = std::move(rest);

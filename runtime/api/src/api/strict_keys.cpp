@@ -1,8 +1,8 @@
 #include "api/strict_keys.h"
 
 #include <fmt/format.h>
-#include "api/messages.h"
 
+#include "api/messages.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
@@ -14,7 +14,6 @@ namespace {
 std::string match_key(const Value& leaf) {
   return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().unique_key();
 }
-
 
 std::string list_keys(const std::set<std::string>& keys) {
   constexpr size_t kShown = 20;
@@ -74,15 +73,14 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
     }
   }
 
-  const std::string unexpected_msg =
-      found.unexpected.empty()
-          ? ""
-          : fmt::format("unexpected keys (requested on rank {} but not in {}): {}", comm.rank(), stored.where,
-                        list_keys(found.unexpected));
+  const std::string unexpected_msg = found.unexpected.empty()
+                                         ? ""
+                                         : fmt::format("unexpected keys (requested on rank {} but not in {}): {}",
+                                                       comm.rank(), stored.where, list_keys(found.unexpected));
   const std::string missing_msg =
-      found.missing.empty() ? ""
-                            : fmt::format("missing keys (in {} but requested by no rank): {}", stored.where,
-                                          list_keys(found.missing));
+      found.missing.empty()
+          ? ""
+          : fmt::format("missing keys (in {} but requested by no rank): {}", stored.where, list_keys(found.missing));
   switch (mode) {
     case StrictHandling::kRaiseAll:
       if (!found.missing.empty() || !found.unexpected.empty()) {
@@ -103,9 +101,8 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
       break;
   }
   if (!found.unexpected.empty()) {
-    sharded = extract_matching(sharded, [&](const Value& leaf) {
-                return !found.unexpected.count(match_key(leaf));
-              }).first;
+    sharded =
+        extract_matching(sharded, [&](const Value& leaf) { return !found.unexpected.count(match_key(leaf)); }).first;
   }
   return found;
 }

@@ -150,8 +150,7 @@ std::vector<FlatPiece> decompose_flat_range(const Box& parent, FlatRange range) 
 Shape contiguous_strides(const Shape& shape) {
   // Like LibTorch, a zero extent counts as 1 so strides stay distinct.
   Shape strides(shape.size(), 1);
-  for (size_t a = shape.size(); a-- > 1;)
-    strides[a - 1] = strides[a] * std::max<int64_t>(shape[a], 1);
+  for (size_t a = shape.size(); a-- > 1;) strides[a - 1] = strides[a] * std::max<int64_t>(shape[a], 1);
   return strides;
 }
 

@@ -65,8 +65,7 @@ struct Split {
   Side rest;
 };
 
-Split split_tree(const Value& x, const std::function<bool(const Value&)>& predicate,
-                 bool lists_as_dicts);
+Split split_tree(const Value& x, const std::function<bool(const Value&)>& predicate, bool lists_as_dicts);
 
 // Collects children into the two sides. An input container that was already
 // empty goes to the non-matching side so the split loses nothing.
@@ -108,8 +107,7 @@ class SplitBuilder {
   Value rest_;
 };
 
-Split split_tree(const Value& x, const std::function<bool(const Value&)>& predicate,
-                 bool lists_as_dicts) {
+Split split_tree(const Value& x, const std::function<bool(const Value&)>& predicate, bool lists_as_dicts) {
   if (x.is_dict()) {
     SplitBuilder builder(/*as_dict=*/true);
     for (const auto& [key, v] : x.as_dict()) {
@@ -204,10 +202,14 @@ void walk_leaves(V& x, Path& path, const Visit& visit) {
 // The checkpoint key of a sharded leaf, or null for leaves without one.
 std::string* sharding_key(Value& v) {
   switch (v.kind()) {
-    case Kind::kShardedTensor: return &v.as_sharded_tensor().key;
-    case Kind::kShardedObject: return &v.as_sharded_object().key;
-    case Kind::kFactory: return &v.as_factory().key;
-    default: return nullptr;
+    case Kind::kShardedTensor:
+      return &v.as_sharded_tensor().key;
+    case Kind::kShardedObject:
+      return &v.as_sharded_object().key;
+    case Kind::kFactory:
+      return &v.as_factory().key;
+    default:
+      return nullptr;
   }
 }
 
@@ -217,9 +219,7 @@ void for_each_sharding_key(Value& x, const std::function<void(std::string&)>& f)
   });
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 }  // namespace
 
@@ -229,8 +229,7 @@ DiffResult diff(const Value& left, const Value& right) {
   return out;
 }
 
-std::pair<Value, Value> extract_matching(const Value& x,
-                                         const std::function<bool(const Value&)>& predicate,
+std::pair<Value, Value> extract_matching(const Value& x, const std::function<bool(const Value&)>& predicate,
                                          bool lists_as_dicts) {
   Split split = split_tree(x, predicate, lists_as_dicts);
   // An empty side keeps the root's container kind so callers can still index it.
@@ -251,9 +250,7 @@ void map_inplace(Value& x, const std::function<void(Value&)>& f) {
   walk_leaves(x, path, [&](Value& leaf, const Path&) { f(leaf); });
 }
 
-Value map_outplace(const Value& x, const std::function<Value(const Value&)>& f) {
-  return map_copy(x, f);
-}
+Value map_outplace(const Value& x, const std::function<Value(const Value&)>& f) { return map_copy(x, f); }
 
 std::vector<const Value*> nested_values(const Value& x) {
   std::vector<const Value*> out;
@@ -291,9 +288,8 @@ void replace_prefix_for_sharding(Value& sharded_state_dict, const std::string& o
                       key, old_prefix));
     }
   });
-  for_each_sharding_key(sharded_state_dict, [&](std::string& key) {
-    key = new_prefix + key.substr(old_prefix.size());
-  });
+  for_each_sharding_key(sharded_state_dict,
+                        [&](std::string& key) { key = new_prefix + key.substr(old_prefix.size()); });
 }
 
 void apply_prefix_mapping(Value& sharded_state_dict,

@@ -9,8 +9,7 @@
 namespace distckpt {
 
 std::string ShardedObject::unique_key() const {
-  return fmt::format("{}/shard_{}_{}", key, fmt::join(global_offset, "."),
-                     fmt::join(global_shape, "."));
+  return fmt::format("{}/shard_{}_{}", key, fmt::join(global_offset, "."), fmt::join(global_shape, "."));
 }
 
 ShardedObject ShardedObject::without_data() const {
@@ -21,10 +20,10 @@ ShardedObject ShardedObject::without_data() const {
 
 void ShardedObject::validate_metadata_integrity() const {
   auto fail = [this](const std::string& problem) {
-    throw ShardingError(fmt::format(
-        "ShardedObject '{}': {} (global_shape {}, global_offset {}, "
-        "replica_id {})",
-        key, problem, to_string(global_shape), to_string(global_offset), to_string(replica_id)));
+    throw ShardingError(
+        fmt::format("ShardedObject '{}': {} (global_shape {}, global_offset {}, "
+                    "replica_id {})",
+                    key, problem, to_string(global_shape), to_string(global_offset), to_string(replica_id)));
   };
   if (key.empty()) fail("the key is empty; every sharded object needs a checkpoint key");
   if (global_shape.size() != global_offset.size()) {
@@ -32,8 +31,7 @@ void ShardedObject::validate_metadata_integrity() const {
   }
   for (size_t a = 0; a < global_shape.size(); ++a) {
     if (global_offset[a] < 0 || global_offset[a] >= global_shape[a]) {
-      fail(fmt::format("on axis {} the shard index {} is outside [0, {})", a, global_offset[a],
-                       global_shape[a]));
+      fail(fmt::format("on axis {} the shard index {} is outside [0, {})", a, global_offset[a], global_shape[a]));
     }
   }
   if (replica_id.empty()) fail("replica_id is empty; use {0} for the main replica");
@@ -52,7 +50,6 @@ Value ShardedTensorFactory::build_subtree() const {
   return build(key, data, replica_id, flattened_range);
 }
 
-LocalNonPersistentObject::LocalNonPersistentObject(Value v)
-    : value(std::make_shared<Value>(std::move(v))) {}
+LocalNonPersistentObject::LocalNonPersistentObject(Value v) : value(std::make_shared<Value>(std::move(v))) {}
 
 }  // namespace distckpt

@@ -21,19 +21,32 @@ namespace {
 // layer owns the on-disk names; core cannot depend on it.
 std::string dtype_label(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(t);
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    case at::kComplexFloat:
+      return "complex64";
+    case at::kComplexDouble:
+      return "complex128";
+    default:
+      return c10::toString(t);
   }
 }
 
@@ -53,8 +66,7 @@ at::Tensor require_data(const std::string& key, at::Tensor data, const char* fac
 void place_on_grid(ShardedTensor& st, const std::vector<RankOffset>& rank_offsets) {
   const int64_t prepend = st.prepend_axis_num;
   if (prepend < 0) {
-    throw ShardingError(
-        fmt::format("ShardedTensor '{}': prepend_axis_num {} is negative", st.key, prepend));
+    throw ShardingError(fmt::format("ShardedTensor '{}': prepend_axis_num {} is negative", st.key, prepend));
   }
   const int64_t ndim = prepend + static_cast<int64_t>(st.local_shape.size());
   Shape local_extent(static_cast<size_t>(prepend), 1);
@@ -66,27 +78,25 @@ void place_on_grid(ShardedTensor& st, const std::vector<RankOffset>& rank_offset
   std::vector<bool> seen(static_cast<size_t>(ndim), false);
   for (const RankOffset& ro : rank_offsets) {
     if (ro.axis < 0 || ro.axis >= ndim) {
-      throw ShardingError(fmt::format(
-          "ShardedTensor '{}': rank offset axis {} is outside the {} axes of the global tensor "
-          "(local_shape {} plus {} prepended axes)",
-          st.key, ro.axis, ndim, to_string(st.local_shape), prepend));
+      throw ShardingError(
+          fmt::format("ShardedTensor '{}': rank offset axis {} is outside the {} axes of the global tensor "
+                      "(local_shape {} plus {} prepended axes)",
+                      st.key, ro.axis, ndim, to_string(st.local_shape), prepend));
     }
     const auto axis = static_cast<size_t>(ro.axis);
     if (seen[axis]) {
-      throw ShardingError(fmt::format(
-          "ShardedTensor '{}': axis {} appears twice in rank_offsets; give each axis once", st.key,
-          ro.axis));
+      throw ShardingError(fmt::format("ShardedTensor '{}': axis {} appears twice in rank_offsets; give each axis once",
+                                      st.key, ro.axis));
     }
     seen[axis] = true;
     if (ro.fragments < 1) {
-      throw ShardingError(fmt::format(
-          "ShardedTensor '{}': axis {} has {} fragments; the number of fragments must be >= 1",
-          st.key, ro.axis, ro.fragments));
+      throw ShardingError(
+          fmt::format("ShardedTensor '{}': axis {} has {} fragments; the number of fragments must be >= 1", st.key,
+                      ro.axis, ro.fragments));
     }
     if (ro.rank_offset < 0 || ro.rank_offset >= ro.fragments) {
-      throw ShardingError(
-          fmt::format("ShardedTensor '{}': rank offset {} on axis {} is outside [0, {}) fragments",
-                      st.key, ro.rank_offset, ro.axis, ro.fragments));
+      throw ShardingError(fmt::format("ShardedTensor '{}': rank offset {} on axis {} is outside [0, {}) fragments",
+                                      st.key, ro.rank_offset, ro.axis, ro.fragments));
     }
     st.global_shape[axis] = local_extent[axis] * ro.fragments;
     st.global_offset[axis] = local_extent[axis] * ro.rank_offset;
@@ -97,9 +107,8 @@ void place_on_grid(ShardedTensor& st, const std::vector<RankOffset>& rank_offset
 }  // namespace
 
 ShardedTensor ShardedTensor::from_rank_offsets(std::string key, at::Tensor data,
-                                               const std::vector<RankOffset>& rank_offsets,
-                                               ReplicaId replica_id, int64_t prepend_axis_num,
-                                               bool allow_shape_mismatch) {
+                                               const std::vector<RankOffset>& rank_offsets, ReplicaId replica_id,
+                                               int64_t prepend_axis_num, bool allow_shape_mismatch) {
   ShardedTensor st;
   st.key = std::move(key);
   st.data = require_data(st.key, std::move(data), "from_rank_offsets");
@@ -113,8 +122,7 @@ ShardedTensor ShardedTensor::from_rank_offsets(std::string key, at::Tensor data,
   return st;
 }
 
-ShardedTensor ShardedTensor::from_rank_offsets_flat(std::string key, at::Tensor flat_data,
-                                                    Shape local_shape,
+ShardedTensor ShardedTensor::from_rank_offsets_flat(std::string key, at::Tensor flat_data, Shape local_shape,
                                                     const std::vector<RankOffset>& rank_offsets,
                                                     FlatRange flattened_range, ReplicaId replica_id,
                                                     int64_t prepend_axis_num) {
@@ -131,9 +139,8 @@ ShardedTensor ShardedTensor::from_rank_offsets_flat(std::string key, at::Tensor 
   return st;
 }
 
-ShardedTensor ShardedTensor::from_global_offset(std::string key, at::Tensor data,
-                                                Shape global_shape, Shape global_offset,
-                                                ReplicaId replica_id, int64_t prepend_axis_num,
+ShardedTensor ShardedTensor::from_global_offset(std::string key, at::Tensor data, Shape global_shape,
+                                                Shape global_offset, ReplicaId replica_id, int64_t prepend_axis_num,
                                                 bool allow_shape_mismatch) {
   ShardedTensor st;
   st.key = std::move(key);
@@ -155,18 +162,17 @@ void ShardedTensor::validate_metadata_integrity() const {
   };
   if (key.empty()) fail("the key is empty; every sharded tensor needs a checkpoint key");
   if (data.defined() && data.scalar_type() != dtype) {
-    fail(fmt::format("data has dtype {} but the metadata says {}", dtype_label(data.scalar_type()),
-                     dtype_label(dtype)));
+    fail(
+        fmt::format("data has dtype {} but the metadata says {}", dtype_label(data.scalar_type()), dtype_label(dtype)));
   }
   if (data.defined() && !flattened_range && shape_of(data) != local_shape) {
-    fail(fmt::format("data has shape {} but local_shape is {}", to_string(shape_of(data)),
-                     to_string(local_shape)));
+    fail(fmt::format("data has shape {} but local_shape is {}", to_string(shape_of(data)), to_string(local_shape)));
   }
   if (flattened_range) {
     const FlatRange& r = *flattened_range;
     if (r.start < 0 || r.start > r.stop || r.stop > numel(local_shape)) {
-      fail(fmt::format("flattened_range [{}, {}) is not inside [0, {}] of local_shape {}", r.start,
-                       r.stop, numel(local_shape), to_string(local_shape)));
+      fail(fmt::format("flattened_range [{}, {}) is not inside [0, {}] of local_shape {}", r.start, r.stop,
+                       numel(local_shape), to_string(local_shape)));
     }
     if (data.defined() && (data.dim() != 1 || data.numel() != r.size())) {
       fail(fmt::format("flattened data must be 1-D with {} elements, got shape {}", r.size(),
@@ -178,8 +184,8 @@ void ShardedTensor::validate_metadata_integrity() const {
   }
   if (prepend_axis_num < 0) fail(fmt::format("prepend_axis_num {} is negative", prepend_axis_num));
   if (global_shape.size() != global_offset.size()) {
-    fail(fmt::format("global_shape {} and global_offset {} have different ranks",
-                     to_string(global_shape), to_string(global_offset)));
+    fail(fmt::format("global_shape {} and global_offset {} have different ranks", to_string(global_shape),
+                     to_string(global_offset)));
   }
   if (local_shape.size() + static_cast<size_t>(prepend_axis_num) != global_shape.size()) {
     fail(
@@ -193,11 +199,11 @@ void ShardedTensor::validate_metadata_integrity() const {
       fail(fmt::format("axis {} has a negative extent or offset", a));
     }
     const bool prepended = a < static_cast<size_t>(prepend_axis_num);
-    const bool fits = prepended ? global_offset[a] < global_shape[a]
-                                : global_offset[a] + box.length[a] <= global_shape[a];
+    const bool fits =
+        prepended ? global_offset[a] < global_shape[a] : global_offset[a] + box.length[a] <= global_shape[a];
     if (!fits) {
-      fail(fmt::format("on axis {} the chunk [{}, {}) exceeds the global extent {}", a,
-                       global_offset[a], global_offset[a] + box.length[a], global_shape[a]));
+      fail(fmt::format("on axis {} the chunk [{}, {}) exceeds the global extent {}", a, global_offset[a],
+                       global_offset[a] + box.length[a], global_shape[a]));
     }
   }
   if (!axis_fragmentations.empty()) {
@@ -239,10 +245,10 @@ std::vector<ShardedTensor> ShardedTensor::narrow(int64_t dim, int64_t start, int
                     key, dim, start, length, extent, dim));
   }
   if (extent == 0 || global_shape[g] % extent != 0 || global_offset[g] % extent != 0) {
-    throw ShardingError(fmt::format(
-        "ShardedTensor '{}': narrow needs a regular split along dim {}, but the global extent {} "
-        "and offset {} are not multiples of the local extent {}",
-        key, dim, global_shape[g], global_offset[g], extent));
+    throw ShardingError(
+        fmt::format("ShardedTensor '{}': narrow needs a regular split along dim {}, but the global extent {} "
+                    "and offset {} are not multiples of the local extent {}",
+                    key, dim, global_shape[g], global_offset[g], extent));
   }
   if (flattened_range && dim != 0) {
     throw ShardingError(
@@ -299,19 +305,16 @@ Shape ShardedTensor::local_chunk_offset_in_global() const {
   return chunk;
 }
 
-int64_t ShardedTensor::held_numel() const {
-  return flattened_range ? flattened_range->size() : numel(local_shape);
-}
+int64_t ShardedTensor::held_numel() const { return flattened_range ? flattened_range->size() : numel(local_shape); }
 
 std::string ShardedTensor::describe() const {
   const std::string flat =
-      flattened_range ? fmt::format("[{}, {})", flattened_range->start, flattened_range->stop)
-                      : std::string("None");
+      flattened_range ? fmt::format("[{}, {})", flattened_range->start, flattened_range->stop) : std::string("None");
   return fmt::format(
       "ShardedTensor(key='{}', dtype={}, local_shape={}, global_shape={}, global_offset={}, "
       "replica_id={}, flattened_range={})",
-      key, dtype_label(dtype), to_string(local_shape), to_string(global_shape),
-      to_string(global_offset), to_string(replica_id), flat);
+      key, dtype_label(dtype), to_string(local_shape), to_string(global_shape), to_string(global_offset),
+      to_string(replica_id), flat);
 }
 
 }  // namespace distckpt

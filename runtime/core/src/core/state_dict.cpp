@@ -10,18 +10,30 @@ namespace distckpt {
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "string";
-    case Kind::kTensor: return "tensor";
-    case Kind::kShardedTensor: return "ShardedTensor";
-    case Kind::kShardedObject: return "ShardedObject";
-    case Kind::kFactory: return "ShardedTensorFactory";
-    case Kind::kNonPersistent: return "LocalNonPersistentObject";
-    case Kind::kDict: return "dict";
-    case Kind::kList: return "list";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "string";
+    case Kind::kTensor:
+      return "tensor";
+    case Kind::kShardedTensor:
+      return "ShardedTensor";
+    case Kind::kShardedObject:
+      return "ShardedObject";
+    case Kind::kFactory:
+      return "ShardedTensorFactory";
+    case Kind::kNonPersistent:
+      return "LocalNonPersistentObject";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kList:
+      return "list";
   }
   return "unknown";
 }
@@ -29,8 +41,7 @@ const char* kind_name(Kind kind) {
 namespace {
 
 [[noreturn]] void wrong_kind(Kind expected, Kind actual) {
-  throw Error(
-      fmt::format("expected {} but the value is {}", kind_name(expected), kind_name(actual)));
+  throw Error(fmt::format("expected {} but the value is {}", kind_name(expected), kind_name(actual)));
 }
 
 // Checked std::get: a wrong kind becomes a distckpt::Error naming both kinds.
@@ -49,17 +60,16 @@ bool tensors_equal(const at::Tensor& a, const at::Tensor& b) {
 }
 
 bool equal_leaves(const ShardedTensor& a, const ShardedTensor& b) {
-  return a.key == b.key && a.dtype == b.dtype && a.local_shape == b.local_shape &&
-         a.global_shape == b.global_shape && a.global_offset == b.global_offset &&
-         a.axis_fragmentations == b.axis_fragmentations && a.replica_id == b.replica_id &&
-         a.prepend_axis_num == b.prepend_axis_num &&
-         a.allow_shape_mismatch == b.allow_shape_mismatch &&
-         a.flattened_range == b.flattened_range && tensors_equal(a.data, b.data);
+  return a.key == b.key && a.dtype == b.dtype && a.local_shape == b.local_shape && a.global_shape == b.global_shape &&
+         a.global_offset == b.global_offset && a.axis_fragmentations == b.axis_fragmentations &&
+         a.replica_id == b.replica_id && a.prepend_axis_num == b.prepend_axis_num &&
+         a.allow_shape_mismatch == b.allow_shape_mismatch && a.flattened_range == b.flattened_range &&
+         tensors_equal(a.data, b.data);
 }
 
 bool equal_leaves(const ShardedObject& a, const ShardedObject& b) {
-  return a.key == b.key && a.data == b.data && a.global_shape == b.global_shape &&
-         a.global_offset == b.global_offset && a.replica_id == b.replica_id;
+  return a.key == b.key && a.data == b.data && a.global_shape == b.global_shape && a.global_offset == b.global_offset &&
+         a.replica_id == b.replica_id;
 }
 
 // Build/merge functions cannot be compared; the described tensor can.
@@ -80,8 +90,10 @@ bool Value::is_sharded() const {
     case Kind::kShardedTensor:
     case Kind::kShardedObject:
     case Kind::kFactory:
-    case Kind::kNonPersistent: return true;
-    default: return false;
+    case Kind::kNonPersistent:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -94,19 +106,13 @@ double Value::as_float() const {
 const std::string& Value::as_string() const { return get_checked<Kind::kString>(v_); }
 const at::Tensor& Value::as_tensor() const { return get_checked<Kind::kTensor>(v_); }
 at::Tensor& Value::as_tensor() { return get_checked<Kind::kTensor>(v_); }
-const ShardedTensor& Value::as_sharded_tensor() const {
-  return get_checked<Kind::kShardedTensor>(v_);
-}
+const ShardedTensor& Value::as_sharded_tensor() const { return get_checked<Kind::kShardedTensor>(v_); }
 ShardedTensor& Value::as_sharded_tensor() { return get_checked<Kind::kShardedTensor>(v_); }
-const ShardedObject& Value::as_sharded_object() const {
-  return get_checked<Kind::kShardedObject>(v_);
-}
+const ShardedObject& Value::as_sharded_object() const { return get_checked<Kind::kShardedObject>(v_); }
 ShardedObject& Value::as_sharded_object() { return get_checked<Kind::kShardedObject>(v_); }
 const ShardedTensorFactory& Value::as_factory() const { return get_checked<Kind::kFactory>(v_); }
 ShardedTensorFactory& Value::as_factory() { return get_checked<Kind::kFactory>(v_); }
-const LocalNonPersistentObject& Value::as_non_persistent() const {
-  return get_checked<Kind::kNonPersistent>(v_);
-}
+const LocalNonPersistentObject& Value::as_non_persistent() const { return get_checked<Kind::kNonPersistent>(v_); }
 const Dict& Value::as_dict() const& { return get_checked<Kind::kDict>(v_); }
 Dict& Value::as_dict() & { return get_checked<Kind::kDict>(v_); }
 Dict Value::as_dict() && { return std::move(get_checked<Kind::kDict>(v_)); }
@@ -130,30 +136,24 @@ const Value& Value::at(const std::string& key) const {
   for (auto k = dict.begin(); k != dict.end() && shown.size() < kShownKeys; ++k) {
     shown.push_back(k->first);
   }
-  const std::string more =
-      dict.size() > kShownKeys ? fmt::format(", ... ({} more)", dict.size() - kShownKeys) : "";
-  throw Error(fmt::format("key '{}' not found; the dict has {} keys: [{}{}]", key, dict.size(),
-                          fmt::join(shown, ", "), more));
+  const std::string more = dict.size() > kShownKeys ? fmt::format(", ... ({} more)", dict.size() - kShownKeys) : "";
+  throw Error(
+      fmt::format("key '{}' not found; the dict has {} keys: [{}{}]", key, dict.size(), fmt::join(shown, ", "), more));
 }
 
-Value& Value::at(const std::string& key) {
-  return const_cast<Value&>(static_cast<const Value&>(*this).at(key));
-}
+Value& Value::at(const std::string& key) { return const_cast<Value&>(static_cast<const Value&>(*this).at(key)); }
 
 bool Value::contains(const std::string& key) const {
   if (is_none()) return false;  // None is an empty dict-to-be (see operator[])
   return as_dict().count(key) != 0;
 }
 
-Value& Value::operator[](size_t index) {
-  return const_cast<Value&>(static_cast<const Value&>(*this)[index]);
-}
+Value& Value::operator[](size_t index) { return const_cast<Value&>(static_cast<const Value&>(*this)[index]); }
 
 const Value& Value::operator[](size_t index) const {
   const List& list = as_list();
   if (index >= list.size()) {
-    throw Error(
-        fmt::format("list index {} is out of range for a list of {} elements", index, list.size()));
+    throw Error(fmt::format("list index {} is out of range for a list of {} elements", index, list.size()));
   }
   return list[index];
 }
@@ -172,16 +172,26 @@ size_t Value::size() const {
 bool Value::equals(const Value& other) const {
   if (kind() != other.kind()) return false;
   switch (kind()) {
-    case Kind::kNone: return true;
-    case Kind::kBool: return as_bool() == other.as_bool();
-    case Kind::kInt: return as_int() == other.as_int();
-    case Kind::kFloat: return std::get<double>(v_) == std::get<double>(other.v_);
-    case Kind::kString: return as_string() == other.as_string();
-    case Kind::kTensor: return tensors_equal(as_tensor(), other.as_tensor());
-    case Kind::kShardedTensor: return equal_leaves(as_sharded_tensor(), other.as_sharded_tensor());
-    case Kind::kShardedObject: return equal_leaves(as_sharded_object(), other.as_sharded_object());
-    case Kind::kFactory: return equal_leaves(as_factory(), other.as_factory());
-    case Kind::kNonPersistent: return equal_leaves(as_non_persistent(), other.as_non_persistent());
+    case Kind::kNone:
+      return true;
+    case Kind::kBool:
+      return as_bool() == other.as_bool();
+    case Kind::kInt:
+      return as_int() == other.as_int();
+    case Kind::kFloat:
+      return std::get<double>(v_) == std::get<double>(other.v_);
+    case Kind::kString:
+      return as_string() == other.as_string();
+    case Kind::kTensor:
+      return tensors_equal(as_tensor(), other.as_tensor());
+    case Kind::kShardedTensor:
+      return equal_leaves(as_sharded_tensor(), other.as_sharded_tensor());
+    case Kind::kShardedObject:
+      return equal_leaves(as_sharded_object(), other.as_sharded_object());
+    case Kind::kFactory:
+      return equal_leaves(as_factory(), other.as_factory());
+    case Kind::kNonPersistent:
+      return equal_leaves(as_non_persistent(), other.as_non_persistent());
     case Kind::kDict: {
       const Dict& a = as_dict();
       const Dict& b = other.as_dict();

@@ -1,13 +1,12 @@
 // The hollow tensor-aware state dict as FlatBuffers (schema/local.fbs).
-#include "format/local_state_codec.h"
-
 #include <fmt/format.h>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/local_generated.h"
+#include "fb_support.h"
 #include "format/common_state.h"
 #include "format/dtype.h"
-#include "fb_support.h"
+#include "format/local_state_codec.h"
 
 namespace distckpt {
 namespace {
@@ -36,15 +35,13 @@ flatbuffers::Offset<fb::LocalTensorRecord> encode_tensor(flatbuffers::FlatBuffer
   const auto replica = vec<int64_t>(fbb, t.replica_id);
   const auto device = fbb.CreateString(e.device);
   const auto checksums = vec(fbb, e.block_checksums);
-  return fb::CreateLocalTensorRecord(fbb, key, dtype, local_shape, global_shape, global_offset, fragments, replica,
-                                     t.prepend_axis_num, t.allow_shape_mismatch,
-                                     t.flattened_range ? t.flattened_range->start : -1,
-                                     t.flattened_range ? t.flattened_range->stop : -1, e.held, device,
-                                     e.byte_offset, e.byte_length, checksums);
+  return fb::CreateLocalTensorRecord(
+      fbb, key, dtype, local_shape, global_shape, global_offset, fragments, replica, t.prepend_axis_num,
+      t.allow_shape_mismatch, t.flattened_range ? t.flattened_range->start : -1,
+      t.flattened_range ? t.flattened_range->stop : -1, e.held, device, e.byte_offset, e.byte_length, checksums);
 }
 
-flatbuffers::Offset<fb::LocalObjectRecord> encode_object(flatbuffers::FlatBufferBuilder& fbb,
-                                                         const ShardedObject& o) {
+flatbuffers::Offset<fb::LocalObjectRecord> encode_object(flatbuffers::FlatBufferBuilder& fbb, const ShardedObject& o) {
   fb_support::ensure_room(fbb, 128 + o.key.size() + o.data.size(), "the local state");
   const auto key = fbb.CreateString(o.key);
   const auto shape = vec(fbb, o.global_shape);
@@ -95,7 +92,8 @@ class Decoder {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw CorruptionError(fmt::format("{}: invalid local checkpoint metadata: {}; the file is corrupted", origin_, what));
+    throw CorruptionError(
+        fmt::format("{}: invalid local checkpoint metadata: {}; the file is corrupted", origin_, what));
   }
 
   std::string str(const flatbuffers::String* s, const char* field) {
@@ -195,8 +193,7 @@ std::string encode_local_state(const LocalState& state) {
   const auto objects_offset = fbb.CreateVector(objects);
   const auto algorithm = fbb.CreateString(state.algorithm);
   fbb.Finish(fb::CreateLocalState(fbb, kLocalFormatVersion, state.owner_rank, state.world_size, state.iteration,
-                                  algorithm, state.checksum_block_size, tensors_offset, objects_offset,
-                                  common_offset),
+                                  algorithm, state.checksum_block_size, tensors_offset, objects_offset, common_offset),
              kLocalIdentifier);
   return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
 }

@@ -16,9 +16,9 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
+#include "fb_support.h"
 #include "format/dtype.h"
 #include "io/file.h"
-#include "fb_support.h"
 
 namespace distckpt {
 namespace {
@@ -366,10 +366,9 @@ std::string encode_metadata(const CheckpointMetadata& metadata) {
   ensure_room(fbb, 8 * metadata.plan_hashes.size() + metadata.writer_policy.size(), "the checkpoint metadata");
   const auto hashes = metadata.plan_hashes.empty() ? 0 : fbb.CreateVector(metadata.plan_hashes);
   const auto policy = metadata.writer_policy.empty() ? 0 : fbb.CreateString(metadata.writer_policy);
-  const auto root =
-      fb::CreateCheckpointMetadata(fbb, metadata.format_version, metadata.world_size, metadata.checksum_block_size,
-                                   tensors_vec, objects_vec, files_vec, common, name, fingerprint, schema, hashes,
-                                   policy);
+  const auto root = fb::CreateCheckpointMetadata(fbb, metadata.format_version, metadata.world_size,
+                                                 metadata.checksum_block_size, tensors_vec, objects_vec, files_vec,
+                                                 common, name, fingerprint, schema, hashes, policy);
   fb::FinishCheckpointMetadataBuffer(fbb, root);
   return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
 }

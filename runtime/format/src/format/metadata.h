@@ -23,9 +23,9 @@ constexpr const char* kFormatName = "distckpt";
 struct ChunkRecord {
   Box box;
   std::optional<FlatRange> flat;
-  uint32_t file = 0;          // index into CheckpointMetadata::files
-  uint64_t byte_offset = 0;   // in that file
-  uint64_t byte_length = 0;   // = stored elements * dtype size
+  uint32_t file = 0;                      // index into CheckpointMetadata::files
+  uint64_t byte_offset = 0;               // in that file
+  uint64_t byte_length = 0;               // = stored elements * dtype size
   std::vector<uint64_t> block_checksums;  // one per block_size bytes
   int64_t stored_numel() const { return flat ? flat->size() : box.numel(); }
 };
@@ -61,7 +61,7 @@ struct CheckpointMetadata {
   std::vector<TensorRecord> tensors;  // sorted by key, unique keys
   std::vector<ObjectRecord> objects;  // sorted by unique key
   std::vector<FileRecord> files;
-  std::string common_file;            // relative path of the common state ("" = none)
+  std::string common_file;  // relative path of the common state ("" = none)
   // Which layout wrote it (filled by the generated API; free-form otherwise).
   std::string layout_name;
   std::string layout_fingerprint;

@@ -1,7 +1,7 @@
 #include "io/buffer_pool.h"
 
-#include <ATen/Context.h>
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <fmt/format.h>
 
 #include <cstdlib>

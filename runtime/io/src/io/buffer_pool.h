@@ -40,7 +40,8 @@ class BufferPool {
 
    private:
     friend class BufferPool;
-    Buffer(std::shared_ptr<BufferPool> pool, uint8_t* data, uint64_t size) : pool_(std::move(pool)), data_(data), size_(size) {}
+    Buffer(std::shared_ptr<BufferPool> pool, uint8_t* data, uint64_t size)
+        : pool_(std::move(pool)), data_(data), size_(size) {}
     void release();
     std::shared_ptr<BufferPool> pool_;
     uint8_t* data_ = nullptr;
@@ -65,7 +66,7 @@ class BufferPool {
   // Blocks until try_acquire succeeds.
   Buffer acquire(uint64_t bytes);
 
-  uint64_t allocated_bytes() const;   // held by the pool, in use or free
+  uint64_t allocated_bytes() const;  // held by the pool, in use or free
   uint64_t peak_allocated_bytes() const;
   uint64_t in_use_bytes() const;
   uint64_t capacity_bytes() const { return options_.capacity_bytes; }
@@ -83,7 +84,7 @@ class BufferPool {
   std::weak_ptr<BufferPool> self_;
   mutable std::mutex mutex_;
   std::condition_variable released_;
-  std::map<uint64_t, std::vector<uint8_t*>> free_;  // by size class
+  std::map<uint64_t, std::vector<uint8_t*>> free_;           // by size class
   std::map<uint8_t*, std::shared_ptr<void>> pinned_owners_;  // keeps pinned allocations alive
   uint64_t allocated_ = 0;
   uint64_t peak_ = 0;

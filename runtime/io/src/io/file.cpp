@@ -93,8 +93,10 @@ File::File(const std::string& path, Mode mode) : path_(path) {
                                             : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = open_retrying(path.c_str(), flags, 0644);
   if (!fd_.valid()) {
-    throw_errno(mode == Mode::kRead ? "open for reading" : mode == Mode::kUpdate ? "open for writing" : "create", path,
-                errno);
+    throw_errno(mode == Mode::kRead     ? "open for reading"
+                : mode == Mode::kUpdate ? "open for writing"
+                                        : "create",
+                path, errno);
   }
 }
 

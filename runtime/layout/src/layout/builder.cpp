@@ -108,8 +108,8 @@ TensorSpec& TensorSpec::tied_to(std::string stored_key) {
 
 int64_t exact_div(int64_t a, int64_t b, const char* expression) {
   if (b == 0 || a % b != 0) {
-    throw Error(fmt::format("schema expression '{}' is {} / {}, not an exact division; fix the config", expression,
-                            a, b));
+    throw Error(
+        fmt::format("schema expression '{}' is {} / {}, not an exact division; fix the config", expression, a, b));
   }
   return a / b;
 }
@@ -141,9 +141,10 @@ void ConfigChecker::done() const {
 
 size_t Builder::held(const std::optional<size_t>& slot, const char* key) const {
   if (slot) return *slot;
-  throw Error(fmt::format("layout {}: '{}' is not held by this rank ({}): it lives on another stage or its condition "
-                          "is off; check holds_...() first",
-                          layout_name_, key, mesh_.describe()));
+  throw Error(
+      fmt::format("layout {}: '{}' is not held by this rank ({}): it lives on another stage or its condition "
+                  "is off; check holds_...() first",
+                  layout_name_, key, mesh_.describe()));
 }
 
 std::string MeshCoords::describe() const {
@@ -158,9 +159,10 @@ std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, cons
   const bool uneven = first >= 0 || last >= 0;
   if (!uneven) {
     if (count % stages != 0) {
-      throw Error(fmt::format("{}: {} elements cannot be spread evenly over {} stages; declare first(n)/last(n) in "
-                              "the schema or change the mesh",
-                              what, count, stages));
+      throw Error(
+          fmt::format("{}: {} elements cannot be spread evenly over {} stages; declare first(n)/last(n) in "
+                      "the schema or change the mesh",
+                      what, count, stages));
     }
     const int64_t per = count / stages;
     return {stage * per, (stage + 1) * per};
@@ -170,9 +172,10 @@ std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, cons
   const int64_t middle_stages = stages - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
   const int64_t rest = count - head - tail;
   if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
-    throw Error(fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {} "
-                            "stages",
-                            what, count, head, tail, stages));
+    throw Error(
+        fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {} "
+                    "stages",
+                    what, count, head, tail, stages));
   }
   const int64_t per = middle_stages ? rest / middle_stages : 0;
   auto size_of = [&](int64_t s) {
@@ -185,7 +188,8 @@ std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, cons
   return {begin, begin + size_of(stage)};
 }
 
-Builder::Builder(std::string layout_name, MeshCoords mesh) : layout_name_(std::move(layout_name)), mesh_(std::move(mesh)) {
+Builder::Builder(std::string layout_name, MeshCoords mesh)
+    : layout_name_(std::move(layout_name)), mesh_(std::move(mesh)) {
   for (size_t i = 0; i < mesh_.coords.size(); ++i) {
     const AxisCoord& c = mesh_.coords[i];
     if (c.size < 1 || c.rank < 0 || c.rank >= c.size) {
@@ -261,10 +265,10 @@ void Builder::set_tensor(size_t slot, at::Tensor tensor) {
   TensorSlot& t = tensors_.at(slot);
   const Shape want = local_shape(slot);
   if (!tensor.defined() || Shape(tensor.sizes().begin(), tensor.sizes().end()) != want) {
-    throw ShardingError(fmt::format(
-        "layout {}: '{}'{} expects a local tensor of shape {} on this rank ({}), got {}", layout_name_,
-        t.spec.schema_key, t.position.describe, to_string(want), mesh_.describe(),
-        tensor.defined() ? to_string(Shape(tensor.sizes().begin(), tensor.sizes().end())) : "no tensor"));
+    throw ShardingError(
+        fmt::format("layout {}: '{}'{} expects a local tensor of shape {} on this rank ({}), got {}", layout_name_,
+                    t.spec.schema_key, t.position.describe, to_string(want), mesh_.describe(),
+                    tensor.defined() ? to_string(Shape(tensor.sizes().begin(), tensor.sizes().end())) : "no tensor"));
   }
   if (!t.spec.dtype.empty() && dtype_name(tensor.scalar_type()) != t.spec.dtype) {
     throw ShardingError(fmt::format("layout {}: '{}'{} is declared {} but the tensor is {}", layout_name_,
@@ -297,9 +301,10 @@ void Builder::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
     set_tensor(it->second, tensor);
   }
   if (!unknown.empty()) {
-    throw Error(fmt::format("layout {}: {} module parameter(s) match no tensor this rank holds ({}): {}. Declare them "
-                            "in the schema or map their names",
-                            layout_name_, unknown.size(), mesh_.describe(), list_names(unknown)));
+    throw Error(
+        fmt::format("layout {}: {} module parameter(s) match no tensor this rank holds ({}): {}. Declare them "
+                    "in the schema or map their names",
+                    layout_name_, unknown.size(), mesh_.describe(), list_names(unknown)));
   }
 }
 
@@ -314,9 +319,9 @@ ReplicaId Builder::replica_id(const std::vector<int>& not_replicating, bool tied
 }
 
 Value Builder::entry(const TensorSlot& slot, bool with_data, at::ScalarType default_dtype) const {
-  const at::ScalarType dtype = slot.data.defined() ? slot.data.scalar_type()
-                                                   : (slot.spec.dtype.empty() ? default_dtype
-                                                                              : dtype_from_name(slot.spec.dtype));
+  const at::ScalarType dtype = slot.data.defined()
+                                   ? slot.data.scalar_type()
+                                   : (slot.spec.dtype.empty() ? default_dtype : dtype_from_name(slot.spec.dtype));
   return make_entry(slot, slot.spec.key, with_data ? slot.data : at::Tensor(), dtype, std::nullopt, -1);
 }
 
@@ -381,9 +386,9 @@ Value Builder::build(bool with_data, at::ScalarType default_dtype) const {
       if (!o.data) missing.push_back(o.name);
     }
     if (!missing.empty()) {
-      throw Error(fmt::format("layout {}: cannot build the state dict, {} declared entr{} not set on this rank ({}): {}",
-                              layout_name_, missing.size(), missing.size() == 1 ? "y is" : "ies are",
-                              mesh_.describe(), list_names(missing)));
+      throw Error(fmt::format(
+          "layout {}: cannot build the state dict, {} declared entr{} not set on this rank ({}): {}", layout_name_,
+          missing.size(), missing.size() == 1 ? "y is" : "ies are", mesh_.describe(), list_names(missing)));
     }
   }
   StateDict sd = Value::dict();

@@ -27,9 +27,8 @@ at::Tensor slice(const ShardedTensor& t, const GlobalTensorFn& global) {
 at::Tensor local_from_global(const Value& entry, const GlobalTensorFn& global) {
   if (entry.kind() == Kind::kShardedTensor) return slice(entry.as_sharded_tensor(), global);
   const ShardedTensorFactory& factory = entry.as_factory();
-  return factory.merge(map_outplace(factory.build_subtree(), [&](const Value& leaf) {
-    return Value(slice(leaf.as_sharded_tensor(), global));
-  }));
+  return factory.merge(map_outplace(factory.build_subtree(),
+                                    [&](const Value& leaf) { return Value(slice(leaf.as_sharded_tensor(), global)); }));
 }
 
 }  // namespace distckpt::layout

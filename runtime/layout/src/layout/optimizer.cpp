@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
@@ -21,9 +22,10 @@ std::vector<size_t> slots_of(const Builder& model, const std::vector<at::Tensor>
   for (size_t id = 0; id < params.size(); ++id) {
     auto it = by_impl.find(params[id].unsafeGetTensorImpl());
     if (it == by_impl.end()) {
-      throw Error(fmt::format("optimizer parameter {} (shape {}) is not bound to the layout: bind the module's "
-                              "parameters to the model before asking for its optimizer state",
-                              id, to_string(Shape(params[id].sizes().begin(), params[id].sizes().end()))));
+      throw Error(
+          fmt::format("optimizer parameter {} (shape {}) is not bound to the layout: bind the module's "
+                      "parameters to the model before asking for its optimizer state",
+                      id, to_string(Shape(params[id].sizes().begin(), params[id].sizes().end()))));
     }
     slots.push_back(it->second);
   }
@@ -95,9 +97,9 @@ StateDict optimizer_load_request(const Builder& model, const std::vector<std::st
     if (!param.defined()) continue;
     Value& entries = state[model.parameter_name(slot)];
     for (const std::string& name : state_names) {
-      entries[name] = model.derived_entry(slot, std::string(kPrefix) + "." + name,
-                                          at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt,
-                                          -1);
+      entries[name] =
+          model.derived_entry(slot, std::string(kPrefix) + "." + name,
+                              at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt, -1);
     }
   }
   StateDict out = Value::dict();

@@ -7,8 +7,8 @@ namespace distckpt {
 
 void CliqueReplication::validate(int world_size) const {
   if (ranks_per_node < 1 || factor < 1) {
-    throw Error(fmt::format("CliqueReplication: ranks_per_node ({}) and factor ({}) must be at least 1",
-                            ranks_per_node, factor));
+    throw Error(fmt::format("CliqueReplication: ranks_per_node ({}) and factor ({}) must be at least 1", ranks_per_node,
+                            factor));
   }
   const int64_t group = int64_t{ranks_per_node} * factor;
   if (world_size % group != 0) {

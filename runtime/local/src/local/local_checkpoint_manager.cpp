@@ -96,9 +96,10 @@ std::vector<int64_t> LocalCheckpointManager::local_iterations() const {
 
 void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64_t iteration) const {
   if (state.state().owner_rank != comm_.rank() || state.state().world_size != comm_.size()) {
-    throw Error(fmt::format("rank {} of {} was given the tensor-aware state dict of rank {} of {}; build it with "
-                            "TensorAwareStateDict::from_state_dict on this rank's communicator",
-                            comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
+    throw Error(
+        fmt::format("rank {} of {} was given the tensor-aware state dict of rank {} of {}; build it with "
+                    "TensorAwareStateDict::from_state_dict on this rank's communicator",
+                    comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
   }
   if (iteration <= last_complete_) {
     throw CheckpointError(fmt::format("local checkpoint iteration {} is not newer than the last complete one ({})",
@@ -253,9 +254,10 @@ std::optional<int64_t> LocalCheckpointManager::find_latest() {
 TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iteration) {
   if (!iteration) iteration = find_latest();
   if (!iteration) {
-    throw CheckpointError(fmt::format("no local checkpoint under '{}' is complete on all {} ranks; load the global "
-                                      "checkpoint instead",
-                                      root_, comm_.size()));
+    throw CheckpointError(
+        fmt::format("no local checkpoint under '{}' is complete on all {} ranks; load the global "
+                    "checkpoint instead",
+                    root_, comm_.size()));
   }
   recovery_ = LocalRecovery{*iteration, {}, {}};
   std::optional<TensorAwareStateDict> mine;

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "api/save_items.h"
 #include "distckpt/api/options.h"
 #include "distckpt/core/errors.h"
 #include "format/local_state_codec.h"
 #include "io/checksum.h"
 #include "io/file.h"
 #include "io/file_write_job.h"
-#include "api/save_items.h"
 
 namespace distckpt::local {
 namespace {
@@ -68,9 +68,10 @@ RawHeader read_header(const io::File& f) {
 uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, const std::string& path) {
   if (state.is_hollow()) throw Error("write_local_file: the tensor-aware state dict is hollow");
   if (io::exists(path)) {
-    throw CheckpointError(fmt::format("{} already holds a complete local checkpoint; it is never overwritten — save "
-                                      "a later iteration or remove it first",
-                                      path));
+    throw CheckpointError(
+        fmt::format("{} already holds a complete local checkpoint; it is never overwritten — save "
+                    "a later iteration or remove it first",
+                    path));
   }
   const std::string tmp = path + ".tmp";
   LocalState meta = state.state();
@@ -79,9 +80,8 @@ uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, 
   try {
     // The tensor bytes as the global save writes them (writer threads,
     // O_DIRECT, checksums); item 0 reserves the header's place.
-    std::vector<io::WriteItem> items{io::WriteItem{kHeaderSize, [](uint64_t, uint64_t n, uint8_t* dst) {
-                                                     std::memset(dst, 0, n);
-                                                   }}};
+    std::vector<io::WriteItem> items{
+        io::WriteItem{kHeaderSize, [](uint64_t, uint64_t n, uint8_t* dst) { std::memset(dst, 0, n); }}};
     std::vector<size_t> record_of_item{0};
     for (size_t i = 0; i < meta.tensors.size(); ++i) {
       LocalTensorEntry& e = meta.tensors[i];
@@ -167,8 +167,8 @@ TensorAwareStateDict read_local_file(const std::string& path) {
     if (e.byte_length > 0) {
       f.pread_all(t.data_ptr(), e.byte_length, e.byte_offset);
       if (io::block_checksums(t.data_ptr(), e.byte_length, meta.checksum_block_size) != e.block_checksums) {
-        throw CorruptionError(fmt::format("{}: the bytes of tensor '{}' ({}) do not match their checksums", path,
-                                          m.key, m.describe()));
+        throw CorruptionError(
+            fmt::format("{}: the bytes of tensor '{}' ({}) do not match their checksums", path, m.key, m.describe()));
       }
     }
     tensors[i] = std::move(t);

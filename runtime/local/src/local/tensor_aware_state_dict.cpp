@@ -232,8 +232,7 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
     std::vector<bool> kept;
     std::vector<uint64_t> hashes;
     run_agreed(comm, "distribute the replicated shards", [&] {
-      std::optional<std::vector<bool>> fresh =
-          kept_shards(local, comm, cache ? &cache->hashes_ : nullptr, &hashes);
+      std::optional<std::vector<bool>> fresh = kept_shards(local, comm, cache ? &cache->hashes_ : nullptr, &hashes);
       if (!fresh) {
         kept = cache->kept_;
         ++cache->reused_;
@@ -257,7 +256,9 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
 TensorAwareAlgo TensorAwareStateDict::algorithm() const { return parse_tensor_aware_algo(state_.algorithm); }
 
 void TensorAwareStateDict::check_not_hollow(const char* what) const {
-  if (hollow_) throw Error(fmt::format("TensorAwareStateDict::{}: the dict is hollow; insert_tensors() or init_tensors() first", what));
+  if (hollow_)
+    throw Error(
+        fmt::format("TensorAwareStateDict::{}: the dict is hollow; insert_tensors() or init_tensors() first", what));
 }
 
 std::vector<at::Tensor> TensorAwareStateDict::pop_tensors() {
@@ -289,7 +290,8 @@ void TensorAwareStateDict::insert_tensors(std::vector<at::Tensor> tensors) {
     tensors_[i] = std::move(tensors[next++]);
   }
   if (next != tensors.size()) {
-    throw Error(fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, {} are kept", tensors.size(), next));
+    throw Error(
+        fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, {} are kept", tensors.size(), next));
   }
   hollow_ = false;
 }

@@ -39,14 +39,14 @@ Shape expected_shape(const ShardedTensor& st) {
   return st.local_shape;
 }
 
-void check_shape(const std::string& model_key, const Shape& model_shape,
-                 const std::string& optim_key, const at::Tensor& optimizer_tensor) {
+void check_shape(const std::string& model_key, const Shape& model_shape, const std::string& optim_key,
+                 const at::Tensor& optimizer_tensor) {
   const Shape got = shape_of(optimizer_tensor);
   if (got != model_shape) {
-    throw ShardingError(fmt::format(
-        "optimizer tensor '{}' has shape {} but the model parameter '{}' whose sharding it takes "
-        "has shape {}; optimizer state must have the shape of the parameter's local shard",
-        optim_key, to_string(got), model_key, to_string(model_shape)));
+    throw ShardingError(
+        fmt::format("optimizer tensor '{}' has shape {} but the model parameter '{}' whose sharding it takes "
+                    "has shape {}; optimizer state must have the shape of the parameter's local shard",
+                    optim_key, to_string(got), model_key, to_string(model_shape)));
   }
 }
 
@@ -56,10 +56,10 @@ int64_t parse_param_id(const std::string& text) {
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, id);
   if (text.empty() || ec != std::errc() || ptr != end || id < 0) {
-    throw Error(fmt::format(
-        "optimizer state key '{}' is not a param id; \"state\" must be keyed by the decimal "
-        "position of each parameter over all param groups",
-        text));
+    throw Error(
+        fmt::format("optimizer state key '{}' is not a param id; \"state\" must be keyed by the decimal "
+                    "position of each parameter over all param groups",
+                    text));
   }
   return id;
 }
@@ -73,9 +73,8 @@ std::string known_ids(const std::map<int64_t, Value>& id_to_sharded_param) {
     ids.push_back(entry.first);
   }
   if (ids.empty()) return "none";
-  const std::string more = id_to_sharded_param.size() > kShown
-                               ? fmt::format(", ... ({} in all)", id_to_sharded_param.size())
-                               : "";
+  const std::string more =
+      id_to_sharded_param.size() > kShown ? fmt::format(", ... ({} in all)", id_to_sharded_param.size()) : "";
   return fmt::format("{}{}", fmt::join(ids, ", "), more);
 }
 
@@ -146,17 +145,15 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
     factory.data = optimizer_tensor;
     return Value(std::move(factory));
   }
-  throw Error(fmt::format(
-      "make_sharded_optimizer_tensor(prefix '{}'): the model entry is a {}, but only a "
-      "ShardedTensor or a ShardedTensorFactory describes how a parameter is sharded",
-      prefix, kind_name(model_param.kind())));
+  throw Error(
+      fmt::format("make_sharded_optimizer_tensor(prefix '{}'): the model entry is a {}, but only a "
+                  "ShardedTensor or a ShardedTensorFactory describes how a parameter is sharded",
+                  prefix, kind_name(model_param.kind())));
 }
 
-void optim_state_to_sharding_state(Value& optim_state_dict,
-                                   const std::map<int64_t, Value>& id_to_sharded_param,
+void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64_t, Value>& id_to_sharded_param,
                                    const std::set<std::string>& exclude_keys) {
-  if (!optim_state_dict.is_dict() || !optim_state_dict.contains("state") ||
-      !optim_state_dict.at("state").is_dict()) {
+  if (!optim_state_dict.is_dict() || !optim_state_dict.contains("state") || !optim_state_dict.at("state").is_dict()) {
     throw Error(
         "optim_state_to_sharding_state needs a PyTorch-format optimizer state dict: a dict whose "
         "\"state\" entry is a dict of per-parameter states keyed by param id");
@@ -168,15 +165,15 @@ void optim_state_to_sharding_state(Value& optim_state_dict,
     const int64_t id = parse_param_id(id_text);
     const auto model = id_to_sharded_param.find(id);
     if (model == id_to_sharded_param.end()) {
-      throw Error(fmt::format(
-          "optimizer state of param id {} matches no sharded parameter of the model (ids with "
-          "one: {}); build the map with param_id_to_sharded_param over the optimizer's "
-          "parameters, and make sure the model sharded state dict holds every optimized tensor",
-          id, known_ids(id_to_sharded_param)));
+      throw Error(
+          fmt::format("optimizer state of param id {} matches no sharded parameter of the model (ids with "
+                      "one: {}); build the map with param_id_to_sharded_param over the optimizer's "
+                      "parameters, and make sure the model sharded state dict holds every optimized tensor",
+                      id, known_ids(id_to_sharded_param)));
     }
     if (!param_state.is_dict()) {
-      throw Error(fmt::format("optimizer state of param id {} is a {}, expected a dict of named values",
-                              id, kind_name(param_state.kind())));
+      throw Error(fmt::format("optimizer state of param id {} is a {}, expected a dict of named values", id,
+                              kind_name(param_state.kind())));
     }
     for (auto& [name, value] : param_state.as_dict()) {
       // Scalars such as "step" have no sharding: they stay common state.

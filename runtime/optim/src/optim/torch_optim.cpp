@@ -109,15 +109,15 @@ at::Tensor restore_tensor(const Value& entry, const std::string& name, const at:
   }
   const at::Tensor& src = v.as_tensor();
   if (!src.sizes().equals(param.sizes())) {
-    throw Error(fmt::format(
-        "optimizer state dict: \"{}\" of param id {} has shape {} but the parameter has shape {}; "
-        "was the state saved for a different model or parallel layout?",
-        name, id, shape_str(src), shape_str(param)));
+    throw Error(
+        fmt::format("optimizer state dict: \"{}\" of param id {} has shape {} but the parameter has shape {}; "
+                    "was the state saved for a different model or parallel layout?",
+                    name, id, shape_str(src), shape_str(param)));
   }
   // Like PyTorch (value.to(param's dtype and device)): a tensor that already
   // matches is adopted, not copied, so loading state costs no second copy.
-  if (src.scalar_type() == param.scalar_type() && src.device() == param.device() &&
-      src.strides() == param.strides() && !src.requires_grad()) {
+  if (src.scalar_type() == param.scalar_type() && src.device() == param.device() && src.strides() == param.strides() &&
+      !src.requires_grad()) {
     return src;
   }
   at::NoGradGuard no_grad;
@@ -145,16 +145,16 @@ void load_into(Optimizer& opt, const StateDict& sd) {
     const Value& ids = field(saved, "params", where);
     const auto& params = groups[g].params();
     if (!ids.is_list() || ids.size() != params.size()) {
-      throw Error(fmt::format("optimizer state dict: param group {} has {} params but the optimizer's group has {}",
-                              g, ids.is_list() ? fmt::to_string(ids.size()) : "no list of", params.size()));
+      throw Error(fmt::format("optimizer state dict: param group {} has {} params but the optimizer's group has {}", g,
+                              ids.is_list() ? fmt::to_string(ids.size()) : "no list of", params.size()));
     }
     const auto& options = static_cast<const Options&>(groups[g].options());
     const bool amsgrad = field(saved, "amsgrad", where).as_bool();
     if (amsgrad != options.amsgrad()) {
-      throw Error(fmt::format(
-          "optimizer state dict: param group {} was saved with amsgrad={} but the optimizer's group has "
-          "amsgrad={}; the max_exp_avg_sq state exists only with amsgrad, so both must agree",
-          g, amsgrad, options.amsgrad()));
+      throw Error(
+          fmt::format("optimizer state dict: param group {} was saved with amsgrad={} but the optimizer's group has "
+                      "amsgrad={}; the max_exp_avg_sq state exists only with amsgrad, so both must agree",
+                      g, amsgrad, options.amsgrad()));
     }
     for (size_t i = 0; i < params.size(); ++i) {
       const int64_t id = ids[i].as_int();
@@ -189,8 +189,8 @@ void load_into(Optimizer& opt, const StateDict& sd) {
     if (amsgrad) {
       s->max_exp_avg_sq(restore_tensor(entry, "max_exp_avg_sq", param, id));
     } else if (entry.contains("max_exp_avg_sq")) {
-      throw Error(fmt::format(
-          "optimizer state dict: param id {} has \"max_exp_avg_sq\" but its group has amsgrad=false", id));
+      throw Error(
+          fmt::format("optimizer state dict: param id {} has \"max_exp_avg_sq\" but its group has amsgrad=false", id));
     }
     restored.emplace_back(state_key<StateMap>(param), std::move(s));
   }

@@ -1,7 +1,8 @@
 #include "plan/coverage.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <set>
 
 #include "distckpt/core/errors.h"
@@ -11,20 +12,19 @@ namespace {
 
 [[noreturn]] void throw_overlap(const std::string& key, const Shape& global_shape, const OwnedBox& a,
                                 const OwnedBox& b) {
-  throw ShardingError(fmt::format(
-      "invalid sharding of '{}' (global shape {}): main replicas overlap: rank {} holds {} and rank {} "
-      "holds {}. Every element must have exactly one main replica (replica_id all zeros); give the copies "
-      "non-zero replica ids or fix their offsets.",
-      key, to_string(global_shape), a.rank, to_string(a.box), b.rank, to_string(b.box)));
+  throw ShardingError(
+      fmt::format("invalid sharding of '{}' (global shape {}): main replicas overlap: rank {} holds {} and rank {} "
+                  "holds {}. Every element must have exactly one main replica (replica_id all zeros); give the copies "
+                  "non-zero replica ids or fix their offsets.",
+                  key, to_string(global_shape), a.rank, to_string(a.box), b.rank, to_string(b.box)));
 }
 
-[[noreturn]] void throw_gap(const std::string& key, const Shape& global_shape, const Box& hole,
-                            int64_t covered, int64_t total) {
+[[noreturn]] void throw_gap(const std::string& key, const Shape& global_shape, const Box& hole, int64_t covered,
+                            int64_t total) {
   throw ShardingError(fmt::format(
       "invalid sharding of '{}' (global shape {}): no rank holds a main replica of {} ({} of {} elements "
       "covered). Check the offsets/fragments of that tensor on every rank.",
-      key, to_string(global_shape), hole.ndim() ? to_string(hole) : std::string("some elements"), covered,
-      total));
+      key, to_string(global_shape), hole.ndim() ? to_string(hole) : std::string("some elements"), covered, total));
 }
 
 // Sorted distinct cut coordinates per axis.
@@ -49,8 +49,8 @@ size_t cut_index(const std::vector<int64_t>& cuts, int64_t v) {
 
 // Calls f(cell) for every cell of the sub-grid [lo, hi) (row-major order).
 template <typename F>
-void for_each_cell(const std::vector<size_t>& lo, const std::vector<size_t>& hi,
-                   const std::vector<size_t>& strides, F&& f) {
+void for_each_cell(const std::vector<size_t>& lo, const std::vector<size_t>& hi, const std::vector<size_t>& strides,
+                   F&& f) {
   const size_t nd = lo.size();
   for (size_t d = 0; d < nd; ++d) {
     if (lo[d] >= hi[d]) return;
@@ -72,8 +72,7 @@ void for_each_cell(const std::vector<size_t>& lo, const std::vector<size_t>& hi,
 // Marks every grid cell each box covers; the first cell marked twice is an
 // overlap, the first cell never marked is a gap.
 void check_on_grid(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes,
-                   const std::vector<std::vector<int64_t>>& cuts, size_t cells, int64_t covered,
-                   int64_t total) {
+                   const std::vector<std::vector<int64_t>>& cuts, size_t cells, int64_t covered, int64_t total) {
   const size_t nd = global_shape.size();
   std::vector<size_t> dims(nd), strides(nd);
   size_t stride = 1;
@@ -110,8 +109,8 @@ void check_on_grid(const std::string& key, const Shape& global_shape, const std:
 
 // Sweep along axis 0: boxes sorted by start; each is compared only with the
 // still-open boxes whose axis-0 range reaches it.
-void check_by_sweep(const std::string& key, const Shape& global_shape, std::vector<OwnedBox> boxes,
-                    int64_t covered, int64_t total) {
+void check_by_sweep(const std::string& key, const Shape& global_shape, std::vector<OwnedBox> boxes, int64_t covered,
+                    int64_t total) {
   std::sort(boxes.begin(), boxes.end(),
             [](const OwnedBox& a, const OwnedBox& b) { return a.box.offset[0] < b.box.offset[0]; });
   std::multiset<std::pair<int64_t, size_t>> open;  // (axis-0 end, index)
@@ -134,13 +133,13 @@ void check_exact_cover(const std::string& key, const Shape& global_shape, const 
   const Box whole{Shape(global_shape.size(), 0), global_shape};
   for (const OwnedBox& b : all) {
     if (b.box.ndim() != global_shape.size()) {
-      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {} but the global shape is {}",
-                                      key, b.rank, to_string(b.box), to_string(global_shape)));
+      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {} but the global shape is {}", key,
+                                      b.rank, to_string(b.box), to_string(global_shape)));
     }
     if (b.box.empty()) continue;
     if (!contains(whole, b.box)) {
-      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}, outside the global shape {}",
-                                      key, b.rank, to_string(b.box), to_string(global_shape)));
+      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}, outside the global shape {}", key,
+                                      b.rank, to_string(b.box), to_string(global_shape)));
     }
     boxes.push_back(b);
   }

@@ -20,7 +20,6 @@ struct OwnedBox {
 // all box boundaries when that grid is at most a small multiple of n (every
 // regular or uneven-but-aligned layout); otherwise a sweep over axis 0 that
 // compares only boxes whose axis-0 ranges overlap.
-void check_exact_cover(const std::string& key, const Shape& global_shape,
-                       const std::vector<OwnedBox>& boxes);
+void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes);
 
 }  // namespace distckpt::plan

@@ -1,7 +1,7 @@
 #include "plan/global_plan.h"
 
-#include <fmt/format.h>
 #include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
 
 #include <string_view>
 #include <unordered_map>

@@ -62,7 +62,8 @@ uint64_t SharedPiece::message_bytes(const std::vector<std::vector<PieceNeed>>& n
   uint64_t bytes = 0;
   for (uint32_t i : needer.needs) {
     const Box& part = needs[static_cast<size_t>(needer.rank)][i].part;
-    if (const auto cut = intersect(part, slabs[slab])) bytes += static_cast<uint64_t>(cut->numel()) * geometry.element_size;
+    if (const auto cut = intersect(part, slabs[slab]))
+      bytes += static_cast<uint64_t>(cut->numel()) * geometry.element_size;
   }
   return bytes;
 }
@@ -102,7 +103,8 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
       for (size_t k = i; k < j;) {
         size_t m = k;
         std::vector<const Box*> parts;
-        for (; m < j && refs[m].rank == refs[k].rank; ++m) parts.push_back(&needs[static_cast<size_t>(refs[m].rank)][refs[m].index].part);
+        for (; m < j && refs[m].rank == refs[k].rank; ++m)
+          parts.push_back(&needs[static_cast<size_t>(refs[m].rank)][refs[m].index].part);
         schedule.read_bytes[static_cast<size_t>(refs[k].rank)] += span_bytes(g, row_span(g.box, parts));
         k = m;
       }
@@ -115,10 +117,12 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     shared.geometry = g;
     std::vector<const Box*> parts;
     for (size_t k = i; k < j; ++k) {
-      if (shared.needers.empty() || shared.needers.back().rank != refs[k].rank) shared.needers.push_back({refs[k].rank, {}});
+      if (shared.needers.empty() || shared.needers.back().rank != refs[k].rank)
+        shared.needers.push_back({refs[k].rank, {}});
       shared.needers.back().needs.push_back(refs[k].index);
       parts.push_back(&needs[static_cast<size_t>(refs[k].rank)][refs[k].index].part);
-      schedule.shared_slot[static_cast<size_t>(refs[k].rank)][refs[k].index] = static_cast<int32_t>(schedule.shared.size());
+      schedule.shared_slot[static_cast<size_t>(refs[k].rank)][refs[k].index] =
+          static_cast<int32_t>(schedule.shared.size());
     }
     const auto rows = row_span(g.box, parts);
     shared.slabs = cut_slabs(g.box, rows.first, rows.second, g.element_size, slab_bytes);
@@ -144,7 +148,8 @@ std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
   std::vector<flatbuffers::Offset<fb::PieceNeed>> out;
   out.reserve(needs.size());
   for (const PieceNeed& n : needs) {
-    out.push_back(fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
+    out.push_back(
+        fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
   }
   b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out)));
   return message_bytes(b);
@@ -156,8 +161,9 @@ std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& o
   if (!root->needs()) return needs;
   needs.reserve(root->needs()->size());
   for (const fb::PieceNeed* n : *root->needs()) {
-    PieceNeed need{n->tensor(), n->piece(),
-                   Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
+    PieceNeed need{
+        n->tensor(), n->piece(),
+        Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
     if (need.part.offset.size() != need.part.length.size()) {
       malformed("load needs", origin, "a part has offsets and lengths of different ranks");
     }

@@ -1,7 +1,7 @@
 #include "plan/local_plan.h"
 
-#include <fmt/format.h>
 #include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
@@ -12,9 +12,7 @@
 namespace distckpt::plan {
 namespace {
 
-Shape to_shape(const flatbuffers::Vector<int64_t>* v) {
-  return v ? Shape(v->begin(), v->end()) : Shape{};
-}
+Shape to_shape(const flatbuffers::Vector<int64_t>* v) { return v ? Shape(v->begin(), v->end()) : Shape{}; }
 
 }  // namespace
 
@@ -124,8 +122,7 @@ std::string encode_local_plan(const LocalPlan& plan) {
   objects.reserve(plan.objects.size());
   for (const ObjectPlan& o : plan.objects) {
     objects.push_back(fb::CreateObjectPlan(b, b.CreateString(o.key), b.CreateVector(o.global_shape),
-                                           b.CreateVector(o.global_offset),
-                                           b.CreateVector(o.replica_id), o.byte_size));
+                                           b.CreateVector(o.global_offset), b.CreateVector(o.replica_id), o.byte_size));
   }
   b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects)),
            fb::LocalPlanIdentifier());
@@ -160,8 +157,8 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
   if (root->objects()) {
     plan.objects.reserve(root->objects()->size());
     for (const fb::ObjectPlan* o : *root->objects()) {
-      plan.objects.push_back(ObjectPlan{o->key()->str(), to_shape(o->global_shape()),
-                                        to_shape(o->global_offset()), to_shape(o->replica_id()), o->byte_size()});
+      plan.objects.push_back(ObjectPlan{o->key()->str(), to_shape(o->global_shape()), to_shape(o->global_offset()),
+                                        to_shape(o->replica_id()), o->byte_size()});
     }
   }
   return plan;

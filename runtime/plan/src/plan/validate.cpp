@@ -18,25 +18,25 @@ void check_consistent(const std::vector<ShardRef>& group) {
   const ShardRef& first = group.front();
   for (const ShardRef& r : group) {
     if (r.shard->dtype != first.shard->dtype) {
-      throw ShardingError(fmt::format("'{}' has dtype {} on rank {} but {} on rank {}; every rank must save the "
-                                      "same dtype for one key",
-                                      first.shard->key, dtype_name(first.shard->dtype), first.rank,
-                                      dtype_name(r.shard->dtype), r.rank));
+      throw ShardingError(fmt::format(
+          "'{}' has dtype {} on rank {} but {} on rank {}; every rank must save the "
+          "same dtype for one key",
+          first.shard->key, dtype_name(first.shard->dtype), first.rank, dtype_name(r.shard->dtype), r.rank));
     }
     if (r.shard->global_shape != first.shard->global_shape) {
-      throw ShardingError(fmt::format("'{}' has global shape {} on rank {} but {} on rank {}; every rank must "
-                                      "agree on the global shape of a key",
-                                      first.shard->key, to_string(first.shard->global_shape), first.rank,
-                                      to_string(r.shard->global_shape), r.rank));
+      throw ShardingError(
+          fmt::format("'{}' has global shape {} on rank {} but {} on rank {}; every rank must "
+                      "agree on the global shape of a key",
+                      first.shard->key, to_string(first.shard->global_shape), first.rank,
+                      to_string(r.shard->global_shape), r.rank));
     }
   }
 }
 
 // Flat (ZeRO) main replicas of one chunk box must tile [0, box.numel()).
 void check_flat_ranges(const std::string& key, const Box& box, std::vector<ShardRef> parts) {
-  std::sort(parts.begin(), parts.end(), [](const ShardRef& a, const ShardRef& b) {
-    return a.shard->flat->start < b.shard->flat->start;
-  });
+  std::sort(parts.begin(), parts.end(),
+            [](const ShardRef& a, const ShardRef& b) { return a.shard->flat->start < b.shard->flat->start; });
   int64_t expected = 0;
   const ShardRef* previous = nullptr;
   for (const ShardRef& p : parts) {
@@ -51,16 +51,16 @@ void check_flat_ranges(const std::string& key, const Box& box, std::vector<Shard
     }
     if (r.start > expected) {
       throw ShardingError(fmt::format(
-          "invalid sharding of '{}': flattened range [{}, {}) of the chunk {} is held by no rank (main replicas)",
-          key, expected, r.start, to_string(box)));
+          "invalid sharding of '{}': flattened range [{}, {}) of the chunk {} is held by no rank (main replicas)", key,
+          expected, r.start, to_string(box)));
     }
     expected = r.stop;
     previous = &p;
   }
   if (expected != box.numel()) {
     throw ShardingError(fmt::format(
-        "invalid sharding of '{}': flattened range [{}, {}) of the chunk {} is held by no rank (main replicas)",
-        key, expected, box.numel(), to_string(box)));
+        "invalid sharding of '{}': flattened range [{}, {}) of the chunk {} is held by no rank (main replicas)", key,
+        expected, box.numel(), to_string(box)));
   }
 }
 
@@ -106,16 +106,18 @@ void validate_objects(const std::vector<LocalPlan>& plans) {
     for (; j < refs.size() && refs[j].unique_key == refs[i].unique_key; ++j) {
       if (!refs[j].object->is_main()) continue;
       if (main) {
-        throw ShardingError(fmt::format("sharded object '{}' has a main replica on rank {} and on rank {}; give "
-                                        "the copies non-zero replica ids",
-                                        refs[i].unique_key, main->rank, refs[j].rank));
+        throw ShardingError(
+            fmt::format("sharded object '{}' has a main replica on rank {} and on rank {}; give "
+                        "the copies non-zero replica ids",
+                        refs[i].unique_key, main->rank, refs[j].rank));
       }
       main = &refs[j];
     }
     if (!main) {
-      throw ShardingError(fmt::format("sharded object '{}' has no main replica (held by rank {} with replica id "
-                                      "{}); one copy must have replica_id all zeros",
-                                      refs[i].unique_key, refs[i].rank, to_string(refs[i].object->replica_id)));
+      throw ShardingError(
+          fmt::format("sharded object '{}' has no main replica (held by rank {} with replica id "
+                      "{}); one copy must have replica_id all zeros",
+                      refs[i].unique_key, refs[i].rank, to_string(refs[i].object->replica_id)));
     }
     i = j;
   }

@@ -14,10 +14,10 @@
 namespace distckpt {
 
 struct SaveReport {
-  bool plan_reused = false;     // planning skipped: every rank matched SaveOptions::plan_cache
-  uint64_t bytes_written = 0;   // payload bytes this rank wrote
-  size_t items_written = 0;     // tensor chunks and objects this rank wrote
-  bool direct_io = false;       // this rank's file was written with O_DIRECT
+  bool plan_reused = false;    // planning skipped: every rank matched SaveOptions::plan_cache
+  uint64_t bytes_written = 0;  // payload bytes this rank wrote
+  size_t items_written = 0;    // tensor chunks and objects this rank wrote
+  bool direct_io = false;      // this rank's file was written with O_DIRECT
 };
 
 // Collective: every rank of `comm` calls it with its own sharded state dict.
@@ -31,7 +31,7 @@ SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Com
                 const SaveOptions& options = {});
 
 struct LoadResult {
-  StateDict state_dict;                 // common state merged with the loaded entries
+  StateDict state_dict;                   // common state merged with the loaded entries
   std::set<std::string> missing_keys;     // stored but requested by no rank (*_ALL modes)
   std::set<std::string> unexpected_keys;  // requested here but not stored
   uint64_t bytes_read = 0;                // from storage by this rank (whole checksum blocks when verifying)
@@ -74,7 +74,7 @@ struct TensorDigest {
   std::string key;
   std::string dtype;  // "float32"
   Shape shape;
-  uint64_t hash;      // XXH3-64 of the logical tensor's row-major bytes
+  uint64_t hash;             // XXH3-64 of the logical tensor's row-major bytes
   std::string line() const;  // "KEY DTYPE [2,3] 0123456789abcdef"
 };
 // One digest per stored tensor, sorted by key. The hash covers the logical

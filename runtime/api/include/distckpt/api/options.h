@@ -60,7 +60,7 @@ enum class LoadExchange {
   // kBroadcast when the ranks run on more than one host; kNone when they
   // share one (their shared page cache already reads each piece once).
   kAuto,
-  kNone,       // every rank reads everything it needs itself
+  kNone,  // every rank reads everything it needs itself
   // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
   // every other rank that needs part of it exactly that part, point to point.
   kBroadcast,

@@ -32,13 +32,12 @@ class SavePlanCache {
   SavePlanCache(const SavePlanCache&) = delete;
   SavePlanCache& operator=(const SavePlanCache&) = delete;
 
-  uint64_t plans_made() const;     // saves that planned from scratch
-  uint64_t plans_reused() const;   // saves that reused the cached plan
-  void invalidate();               // the next save plans from scratch
-
+  uint64_t plans_made() const;    // saves that planned from scratch
+  uint64_t plans_reused() const;  // saves that reused the cached plan
+  void invalidate();              // the next save plans from scratch
 
  private:
-  struct State;                      // defined by the runtime
+  struct State;                       // defined by the runtime
   friend struct SavePlanCacheAccess;  // the runtime's planner
   SavePlanCache();
   std::unique_ptr<State> state_;

@@ -2,10 +2,10 @@
 // of LibTorch 2.x. The only place that knows the LibTorch version.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
 #include <chrono>
 #include <memory>
-
-#include <c10/util/intrusive_ptr.h>
 #include <string>
 
 #include "distckpt/comm/communicator.h"
@@ -34,14 +34,12 @@ std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& o
 // Over a store the caller owns (e.g. a HashStore shared by threads in tests).
 // Uses keys under "distckpt/"; give each further communicator on the same
 // store its own c10d::PrefixStore.
-std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c10d::Store>& store,
-                                                      int rank, int world_size,
-                                                      const ProcessGroupOptions& options = {});
+std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                      int world_size, const ProcessGroupOptions& options = {});
 
 // From a process group the caller already has (both bytes and tensors go over
 // it; with a NCCL-only group, bytes are staged through the current GPU).
-std::shared_ptr<Communicator> communicator_from_process_group(
-    const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+std::shared_ptr<Communicator> communicator_from_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
 
 // Environment as torchrun provides it.
 struct LaunchEnv {

@@ -29,9 +29,7 @@ struct Box {
   bool empty() const { return numel() == 0; }
   bool operator==(const Box& o) const { return offset == o.offset && length == o.length; }
   bool operator!=(const Box& o) const { return !(*this == o); }
-  bool operator<(const Box& o) const {
-    return offset != o.offset ? offset < o.offset : length < o.length;
-  }
+  bool operator<(const Box& o) const { return offset != o.offset ? offset < o.offset : length < o.length; }
 };
 
 int64_t numel(const Shape& shape);

@@ -24,8 +24,7 @@ DiffResult diff(const Value& left, const Value& right);
 // Splits `x` into (matching, non-matching) leaves, keeping the tree shape.
 // Containers left empty are dropped. With lists_as_dicts, lists become dicts
 // keyed by index so positions survive the split.
-std::pair<Value, Value> extract_matching(const Value& x,
-                                         const std::function<bool(const Value&)>& predicate,
+std::pair<Value, Value> extract_matching(const Value& x, const std::function<bool(const Value&)>& predicate,
                                          bool lists_as_dicts = false);
 
 // Merges `src` into `dst` in place: dicts key by key (recursively), lists

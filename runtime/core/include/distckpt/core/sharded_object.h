@@ -37,8 +37,7 @@ struct ShardedObject {
 // ShardedTensors/Objects before save (and to describe what to load); `merge`
 // turns the loaded sub-tree back into one tensor after load.
 struct ShardedTensorFactory {
-  using BuildFn = std::function<Value(const std::string& key, const at::Tensor& data,
-                                      const ReplicaId& replica_id,
+  using BuildFn = std::function<Value(const std::string& key, const at::Tensor& data, const ReplicaId& replica_id,
                                       const std::optional<FlatRange>& flattened_range)>;
   using MergeFn = std::function<at::Tensor(const Value& loaded_subtree)>;
 

@@ -38,11 +38,11 @@ struct RankOffset {
 class ShardedTensor {
  public:
   std::string key;
-  at::Tensor data;          // may be undefined: metadata only (see without_data)
+  at::Tensor data;  // may be undefined: metadata only (see without_data)
   at::ScalarType dtype = at::kFloat;
-  Shape local_shape;        // shape of the (non-flat) local chunk, prepended axes excluded
-  Shape global_shape;       // includes prepended axes
-  Shape global_offset;      // includes prepended axes
+  Shape local_shape;          // shape of the (non-flat) local chunk, prepended axes excluded
+  Shape global_shape;         // includes prepended axes
+  Shape global_offset;        // includes prepended axes
   Shape axis_fragmentations;  // empty: chunk grid unknown (irregular splits)
   ReplicaId replica_id{0};
   int64_t prepend_axis_num = 0;
@@ -50,26 +50,19 @@ class ShardedTensor {
   std::optional<FlatRange> flattened_range;  // data is this slice of the flattened chunk
 
   // Builds a tensor sharded on a regular grid; checks metadata integrity.
-  static ShardedTensor from_rank_offsets(std::string key, at::Tensor data,
-                                         const std::vector<RankOffset>& rank_offsets,
-                                         ReplicaId replica_id = {0},
-                                         int64_t prepend_axis_num = 0,
+  static ShardedTensor from_rank_offsets(std::string key, at::Tensor data, const std::vector<RankOffset>& rank_offsets,
+                                         ReplicaId replica_id = {0}, int64_t prepend_axis_num = 0,
                                          bool allow_shape_mismatch = false);
 
   // Same, where `data` is the slice `flattened_range` of the flattened local
   // chunk whose shape is `local_shape` (ZeRO-style distributed optimizers).
-  static ShardedTensor from_rank_offsets_flat(std::string key, at::Tensor flat_data,
-                                              Shape local_shape,
-                                              const std::vector<RankOffset>& rank_offsets,
-                                              FlatRange flattened_range,
-                                              ReplicaId replica_id = {0},
-                                              int64_t prepend_axis_num = 0);
+  static ShardedTensor from_rank_offsets_flat(std::string key, at::Tensor flat_data, Shape local_shape,
+                                              const std::vector<RankOffset>& rank_offsets, FlatRange flattened_range,
+                                              ReplicaId replica_id = {0}, int64_t prepend_axis_num = 0);
 
   // Explicit placement: any box, irregular splits allowed (no fragmentations).
-  static ShardedTensor from_global_offset(std::string key, at::Tensor data,
-                                          Shape global_shape, Shape global_offset,
-                                          ReplicaId replica_id = {0},
-                                          int64_t prepend_axis_num = 0,
+  static ShardedTensor from_global_offset(std::string key, at::Tensor data, Shape global_shape, Shape global_offset,
+                                          ReplicaId replica_id = {0}, int64_t prepend_axis_num = 0,
                                           bool allow_shape_mismatch = false);
 
   // Throws ShardingError naming the key and what is inconsistent.

@@ -105,8 +105,8 @@ class Value {
   bool equals(const Value& other) const;
 
  private:
-  std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, ShardedTensor,
-               ShardedObject, ShardedTensorFactory, LocalNonPersistentObject, Dict, List>
+  std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, ShardedTensor, ShardedObject,
+               ShardedTensorFactory, LocalNonPersistentObject, Dict, List>
       v_;
 };
 

@@ -83,7 +83,7 @@ class LocalCheckpointManager {
   const LocalRecovery& last_recovery() const { return recovery_; }
 
   const std::string& root() const { return root_; }
-  std::string rank_dir(int rank) const;                    // root/rank_<R>
+  std::string rank_dir(int rank) const;  // root/rank_<R>
   std::string file_path(int holder, int64_t iteration, int owner) const;
   // Iterations this rank's directory holds complete files of (any owner), ascending.
   std::vector<int64_t> local_iterations() const;

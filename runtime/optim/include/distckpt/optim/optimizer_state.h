@@ -53,8 +53,7 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
 // stay plain values, i.e. common state; "param_groups" is left untouched.
 // Throws Error naming the id when a param id in "state" has no entry in
 // `id_to_sharded_param`; the state dict is unchanged when anything throws.
-void optim_state_to_sharding_state(Value& optim_state_dict,
-                                   const std::map<int64_t, Value>& id_to_sharded_param,
+void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64_t, Value>& id_to_sharded_param,
                                    const std::set<std::string>& exclude_keys = {});
 
 }  // namespace distckpt
