@@ -110,11 +110,13 @@ TEST(LaunchTest, RanksIgnoringSigtermAreKilled) {
 
 TEST(LaunchTest, RanksDieWithAKilledLauncher) {
   // kill -9 gives the launcher no chance to stop its ranks; the kernel must.
-  // A rank counts as gone once it is no process or only a zombie.
+  // A rank counts as gone once it is no process or only a zombie. Each rank
+  // publishes its pid by rename, so a pid file is never seen half-written.
   TempDir dir("launch-orphans");
   const std::string d = dir.path();
   const Outcome outcome =
-      run_shell("/bin/sh -c '" + kLauncher + " -n 3 -- /bin/sh -c \"echo \\$\\$ > " + d +
+      run_shell("/bin/sh -c '" + kLauncher + " -n 3 -- /bin/sh -c \"echo \\$\\$ > " + d + "/tmp.\\$RANK && mv " + d +
+                "/tmp.\\$RANK " + d +
                 "/pid.\\$RANK; exec sleep 600\" >/dev/null 2>&1 & L=$!; "
                 "for i in $(seq 200); do [ -f " +
                 d + "/pid.0 ] && [ -f " + d + "/pid.1 ] && [ -f " + d +
