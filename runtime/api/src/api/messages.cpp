@@ -54,12 +54,7 @@ std::string encode_requested_keys(const std::set<std::string>& keys) {
 }
 
 std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin) {
-  const auto& m = plan::verified_message<fb::RequestedKeys>(bytes, "requested keys", origin);
-  std::vector<std::string> keys;
-  if (!m.keys()) return keys;
-  keys.reserve(m.keys()->size());
-  for (const flatbuffers::String* k : *m.keys()) keys.push_back(k->str());
-  return keys;
+  return plan::strings(plan::verified_message<fb::RequestedKeys>(bytes, "requested keys", origin).keys());
 }
 
 std::string encode_host_name(const std::string& name) {
@@ -69,8 +64,7 @@ std::string encode_host_name(const std::string& name) {
 }
 
 std::string decode_host_name(std::string_view bytes, const std::string& origin) {
-  const auto& m = plan::verified_message<fb::HostName>(bytes, "host name", origin);
-  return m.name() ? m.name()->str() : std::string();
+  return plan::string_or_empty(plan::verified_message<fb::HostName>(bytes, "host name", origin).name());
 }
 
 }  // namespace distckpt::api

@@ -4,19 +4,9 @@
 #include "plan/wire.h"
 
 namespace distckpt::local {
-namespace {
 
-std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
-
-std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
-  std::vector<std::string> out;
-  if (!v) return out;
-  out.reserve(v->size());
-  for (const flatbuffers::String* s : *v) out.push_back(s->str());
-  return out;
-}
-
-}  // namespace
+using plan::string_or_empty;
+using plan::strings;
 
 std::string encode_structure_announcement(const StructureAnnouncement& a) {
   flatbuffers::FlatBufferBuilder b(64);
@@ -55,7 +45,7 @@ std::string encode_copy_status(const CopyStatus& s) {
 
 CopyStatus decode_copy_status(std::string_view bytes, const std::string& origin) {
   const auto& m = plan::verified_message<fb::LocalCopyStatus>(bytes, "local checkpoint status", origin);
-  CopyStatus s{m.ok(), str(m.problem()), {}};
+  CopyStatus s{m.ok(), string_or_empty(m.problem()), {}};
   if (m.held_owners()) s.held_owners.assign(m.held_owners()->begin(), m.held_owners()->end());
   return s;
 }
@@ -67,7 +57,7 @@ std::string encode_recovery_status(const std::string& problem) {
 }
 
 std::string decode_recovery_status(std::string_view bytes, const std::string& origin) {
-  return str(plan::verified_message<fb::RecoveryStatus>(bytes, "recovery status", origin).problem());
+  return string_or_empty(plan::verified_message<fb::RecoveryStatus>(bytes, "recovery status", origin).problem());
 }
 
 std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs) {

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "distckpt/core/errors.h"
 
@@ -30,6 +31,18 @@ const T& verified_message(std::string_view bytes, std::string_view what, std::st
   flatbuffers::Verifier verifier(data, bytes.size(), 64, 1u << 30);
   if (!verifier.VerifyBuffer<T>(identifier)) malformed(what, origin, "failed FlatBuffers verification");
   return *flatbuffers::GetRoot<T>(data);
+}
+
+// An optional string field ("" when absent).
+inline std::string string_or_empty(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+// An optional vector of strings (empty when absent).
+inline std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  out.reserve(v->size());
+  for (const flatbuffers::String* s : *v) out.push_back(s->str());
+  return out;
 }
 
 // A finished builder's bytes.
