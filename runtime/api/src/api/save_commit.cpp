@@ -14,8 +14,6 @@
 namespace distckpt::api {
 namespace {
 
-constexpr const char* kCommonFile = "common.fb";
-
 std::mutex& claims_mutex() {
   static std::mutex m;
   return m;
@@ -87,9 +85,12 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
                        bool overwrite) {
   io::write_file_atomic(paths.staging + "/" + kCommonFile, common_state);
   metadata.common_file = kCommonFile;
-  io::write_file_atomic(paths.staging + "/" + kMetadataFile, encode_metadata(metadata));
+  const std::string encoded = encode_metadata(metadata);
+  io::write_file_atomic(paths.staging + "/" + kMetadataFile, encoded);
   io::fsync_dir(paths.staging + "/data");
   CheckpointConfig config;
+  config.metadata = record_file(kMetadataFile, encoded);
+  config.common = record_file(kCommonFile, common_state);
   config.format = kFormatName;
   config.version = static_cast<int>(kFormatVersion);
   config.sharded_backend = "distckpt-fb";
