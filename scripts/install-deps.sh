@@ -13,6 +13,7 @@ PACKAGES=(
   clang-format                        # style check (scripts/check-format.sh)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # baseline benchmark against PyTorch DCP
+  iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
 )
 
 missing=()

@@ -72,6 +72,25 @@ TEST(LaunchTest, EachRankSeesItsEnvironment) {
   }
 }
 
+// One launcher per machine: node K of M starts ranks K*N .. K*N+N-1.
+TEST(LaunchTest, NodeRankOffsetsTheRanks) {
+  TempDir dir("launch-nodes");
+  const Outcome outcome =
+      run_shell(kLauncher + " --nnodes 3 --node-rank 1 -n 2 --master-port 29998 --tag-output -- /bin/sh -c " +
+                "'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE\" > " + dir.path() + "/rank_$RANK.txt'");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_EQ(read_file(dir.file("rank_2.txt")), "2 6 0 2\n");
+  EXPECT_EQ(read_file(dir.file("rank_3.txt")), "3 6 1 2\n");
+  EXPECT_FALSE(std::ifstream(dir.file("rank_0.txt")).good());
+
+  const Outcome no_port = run_shell(kLauncher + " --nnodes 2 --node-rank 0 -n 1 -- true");
+  EXPECT_EQ(no_port.exit_code, 2);
+  EXPECT_THAT(no_port.output, HasSubstr("--nnodes 2 needs --master-port (the same on every node)"));
+  const Outcome bad_node = run_shell(kLauncher + " --nnodes 2 --node-rank 2 -n 1 --master-port 29998 -- true");
+  EXPECT_EQ(bad_node.exit_code, 2);
+  EXPECT_THAT(bad_node.output, HasSubstr("--node-rank 2 must be below --nnodes 2"));
+}
+
 TEST(LaunchTest, ExplicitMasterAddressAndPortArePassedOn) {
   TempDir dir("launch-port");
   const Outcome outcome = run_shell(kLauncher + " -n 2 --master-addr localhost --master-port=29999 -- /bin/sh -c " +

@@ -21,8 +21,9 @@ struct ProcessGroupOptions {
   std::string backend = "gloo";  // "gloo" or "nccl" (CUDA builds only)
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Host name or address the Gloo device binds to. Empty: the interface named
-  // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR (falling back to this
-  // machine's host name where MASTER_ADDR is not local), else loopback.
+  // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR where it is local, else
+  // the local address of the route to MASTER_ADDR (then this machine's host
+  // name), else loopback.
   std::string gloo_hostname;
 };
 
