@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -100,8 +101,20 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
 
   const std::string parent = std::filesystem::path(paths.target).parent_path().string();
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
-  if (replacing) std::filesystem::rename(paths.target, paths.old);
-  std::filesystem::rename(paths.staging, paths.target);  // also replaces an empty target directory
+  if (replacing) io::rename_path(paths.target, paths.old);
+  try {
+    io::rename_path(paths.staging, paths.target);  // also replaces an empty target directory
+  } catch (const std::exception& e) {
+    if (!replacing) throw;
+    // The previous checkpoint goes back where it was: a failed save loses nothing.
+    try {
+      io::rename_path(paths.old, paths.target);
+    } catch (const std::exception& restore) {
+      throw CheckpointError(fmt::format("{}; the previous checkpoint is kept in '{}' (moving it back failed: {})",
+                                        e.what(), paths.old, restore.what()));
+    }
+    throw;
+  }
   io::fsync_dir(parent.empty() ? "." : parent);
   if (replacing) io::remove_tree(paths.old);
 }
