@@ -361,6 +361,28 @@ TEST(CommLaunchEnvTest, RejectsMalformedValues) {
   }
 }
 
+TEST(CommGlooTest, APointToPointTimeoutSaysSoToo) {
+  // The exchange engine moves loads over send/recv: those time out the same way.
+  try {
+    run_ranks(
+        2,
+        [](Communicator& comm) {
+          at::Tensor t = at::zeros({4});
+          if (comm.rank() == 0) {
+            comm.recv_tensor(t, 1, 7);
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+            comm.send_tensor(t, 0, 7);
+          }
+        },
+        std::chrono::seconds(1));
+    FAIL() << "rank 0 must time out";
+  } catch (const CommError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("recv_tensor from rank 1 (tag 7) timed out after 1 s on rank 0 of 2"));
+    EXPECT_THAT(e.what(), HasSubstr("a peer rank is probably hung"));
+  }
+}
+
 TEST(CommLaunchEnvTest, ReadsTheTimeoutInIntegerOrDecimalSeconds) {
   ScopedEnv env(launch_vars("0", "2", "29500"));
   {
