@@ -120,6 +120,12 @@ TEST_F(IoFaultTest, FailedRenameIntoPlacePutsThePreviousCheckpointBack) {
                                "rename of '" + staging + "' to '" + ckpt_ + "' failed: No space left on device");
 }
 
+TEST_F(IoFaultTest, FailedFsyncAfterTheRenamesPutsThePreviousCheckpointBack) {
+  // The renames are in place but not durable: the commit must be undone.
+  expect_failed_save_contained(strace_inject("fsync", dir_, "error=EIO"), dir_,
+                               "fsync of directory '" + dir_ + "' failed: Input/output error");
+}
+
 TEST_F(IoFaultTest, ShortWritesStillWriteACorrectCheckpoint) {
   // Every write into the staging directory moves at most 1000 bytes (not a
   // multiple of the O_DIRECT alignment either): the writer must loop.
