@@ -11,9 +11,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
+#include "distckpt/distckpt.h"
+#include "probes/fault_state.h"
 #include "support/fault_jobs.h"
 #include "support/ranks.h"
 
@@ -25,12 +28,23 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::SizeIs;
 
-// Seed 1 saved once into a directory the tests copy: each test starts from
-// the same committed checkpoint without paying for its save.
+// Seed 1 saved once, by ranks as threads (cheaper than a launched job), into
+// a directory the tests copy: each starts from the same committed checkpoint.
 struct Seed1 {
-  Seed1() : saved(run_bounded(probe_job(dir.file("ckpt"), "save", 1))), digest_text(digest(dir.file("ckpt"))) {}
+  Seed1() {
+    try {
+      run_ranks(2, [&](distckpt::Communicator& comm) {
+        distckpt::SaveOptions options;
+        options.overwrite = true;
+        distckpt::save(fault_state(comm.rank(), comm.size(), 1, 4, true), dir.file("ckpt"), comm, options);
+      });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    digest_text = digest(dir.file("ckpt"));
+  }
   TempDir dir{"io-fault-seed1"};  // removed at exit
-  CommandResult saved;
+  std::string error;
   std::string digest_text;
 };
 
@@ -43,7 +57,7 @@ class IoFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (auto why = strace_unavailable()) GTEST_SKIP() << *why;
-    ASSERT_EQ(seed1().saved.exit_code, 0) << seed1().saved.output;
+    ASSERT_EQ(seed1().error, "");
     ASSERT_THAT(seed1().digest_text, HasSubstr("w float32 ")) << seed1().digest_text;
     ASSERT_EQ(run_command("cp -a " + shell_quote(seed1().dir.file("ckpt")) + " " + shell_quote(ckpt_)).exit_code, 0);
   }

@@ -12,38 +12,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
 
 #include "distckpt/distckpt.h"
-
-namespace {
+#include "probes/fault_state.h"
 
 using namespace distckpt;
-
-constexpr int64_t kColumns = 256;
-
-at::Tensor values(int64_t seed, at::IntArrayRef shape) {
-  at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
-  return at::rand(shape, gen);
-}
-
-// Each rank holds its rows of "w" (about `mb` MiB in all) and every rank a
-// replica of "bias"; the values depend only on the seed and the rank.
-StateDict state(int rank, int world, int64_t seed, int64_t mb, bool with_data) {
-  const int64_t rows = std::max<int64_t>(1, mb * (int64_t{1} << 20) / (kColumns * 4) / world);
-  at::Tensor w = values(1000 * seed + rank, {rows, kColumns});
-  at::Tensor bias = values(seed, {kColumns});
-  StateDict sd = Value::dict();
-  sd["w"] = ShardedTensor::from_rank_offsets("w", with_data ? w : at::zeros_like(w), {{0, rank, world}});
-  sd["bias"] = ShardedTensor::from_rank_offsets("bias", with_data ? bias : at::zeros_like(bias), {}, {rank});
-  sd["seed"] = seed;
-  return sd;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"I/O fault probe"};
@@ -63,12 +39,12 @@ int main(int argc, char** argv) {
     if (action == "save") {
       SaveOptions options;
       options.overwrite = true;
-      save(state(rank, comm->size(), seed, mb, true), dir, *comm, options);
+      save(fault_state(rank, comm->size(), seed, mb, true), dir, *comm, options);
       std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
       return 0;
     }
-    const LoadResult r = load(state(rank, comm->size(), seed, mb, false), dir, *comm);
-    const StateDict expected = state(rank, comm->size(), seed, mb, true);
+    const LoadResult r = load(fault_state(rank, comm->size(), seed, mb, false), dir, *comm);
+    const StateDict expected = fault_state(rank, comm->size(), seed, mb, true);
     const bool equal = at::equal(r.state_dict.at("w").as_tensor(), expected.at("w").as_sharded_tensor().data) &&
                        at::equal(r.state_dict.at("bias").as_tensor(), expected.at("bias").as_sharded_tensor().data);
     std::cout << fmt::format("rank {} loaded seed {} {}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT");
