@@ -127,6 +127,25 @@ TEST(LaunchTest, RanksIgnoringSigtermAreKilled) {
   EXPECT_THAT(outcome.output, HasSubstr("rank 0 exited with code 4"));
 }
 
+TEST(LaunchTest, StoppedRanksAreContinuedSoTheyCanActOnSigterm) {
+  // Rank 1 stops itself (SIGSTOP); once it is stopped, rank 0 fails. Only if
+  // the launcher continues it after SIGTERM does its trap run and leave a
+  // file; otherwise it is killed (SIGKILL) at the end of the grace period.
+  TempDir dir("launch-stopped");
+  const std::string stopped = dir.file("stopped");
+  const std::string termed = dir.file("termed");
+  const Outcome outcome =
+      run_shell(kLauncher + " -n 2 -- /bin/sh -c 'if [ \"$RANK\" = 0 ]; then while [ ! -f " + stopped +
+                " ]; do sleep 0.05; done; "
+                "while [ \"$(cut -d\" \" -f3 /proc/$(cat " +
+                stopped + ")/stat)\" != T ]; do sleep 0.05; done; exit 4; fi; trap \"touch " + termed +
+                "; exit 7\" TERM; echo $$ > " + stopped + ".tmp && mv " + stopped + ".tmp " + stopped +
+                "; kill -STOP $$; sleep 600'");
+  EXPECT_EQ(outcome.exit_code, 4) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("rank 0 exited with code 4"));
+  EXPECT_TRUE(std::ifstream(termed).good()) << "rank 1 never ran its SIGTERM trap: " << outcome.output;
+}
+
 TEST(LaunchTest, RanksDieWithAKilledLauncher) {
   // kill -9 gives the launcher no chance to stop its ranks; the kernel must.
   // A rank counts as gone once it is no process or only a zombie. Each rank

@@ -416,7 +416,11 @@ class Supervisor {
 
   void signal_all(int signal_number) {
     for (const Rank& rank : ranks_) {
-      if (rank.running) kill(-rank.pid, signal_number);  // the rank's whole process group
+      if (!rank.running) continue;
+      kill(-rank.pid, signal_number);  // the rank's whole process group
+      // A stopped (SIGSTOP) rank acts on the signal only once continued;
+      // otherwise it would sit out the grace period until SIGKILL.
+      if (signal_number != SIGKILL) kill(-rank.pid, SIGCONT);
     }
   }
 

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <set>
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 #include "format/commit.h"
 #include "io/file.h"
 
@@ -101,10 +103,34 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
 
   const std::string parent = std::filesystem::path(paths.target).parent_path().string();
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
-  if (replacing) std::filesystem::rename(paths.target, paths.old);
-  std::filesystem::rename(paths.staging, paths.target);  // also replaces an empty target directory
-  io::fsync_dir(parent.empty() ? "." : parent);
-  if (replacing) io::remove_tree(paths.old);
+  if (replacing) io::rename_path(paths.target, paths.old);
+  bool moved_in = false;
+  try {
+    io::rename_path(paths.staging, paths.target);  // also replaces an empty target directory
+    moved_in = true;
+    // Not committed until the renames are durable.
+    io::fsync_dir(parent.empty() ? "." : parent);
+  } catch (const std::exception& e) {
+    // Undone in reverse: the new checkpoint back to staging (the caller
+    // discards it), the previous one back in place. A failed save loses nothing.
+    try {
+      if (moved_in) io::rename_path(paths.target, paths.staging);
+      if (replacing) io::rename_path(paths.old, paths.target);
+    } catch (const std::exception& undo) {
+      throw CheckpointError(fmt::format("{}; undoing the commit failed too ({}){}", e.what(), undo.what(),
+                                        replacing ? "; the previous checkpoint is in '" + paths.old + "'" : ""));
+    }
+    throw;
+  }
+  if (replacing) {
+    // Committed and durable: a leftover old copy is only clutter, removed by the next save.
+    try {
+      io::remove_tree(paths.old);
+    } catch (const std::exception& e) {
+      log_message(LogLevel::kWarning,
+                  fmt::format("saved '{}', but removing the previous checkpoint failed: {}", paths.target, e.what()));
+    }
+  }
 }
 
 void discard_staging(const SavePaths& paths) noexcept {

@@ -147,7 +147,8 @@ std::shared_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("distckpt/nccl", store);
       tensor_group = make_nccl_group(nccl_store, rank, world_size, options);
     }
-    return std::make_shared<GroupCommunicator<BackendGroup>>(byte_group, tensor_group, options.backend);
+    return std::make_shared<GroupCommunicator<BackendGroup>>(byte_group, tensor_group, options.backend,
+                                                             at::Device(at::kCPU), options.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -168,9 +169,11 @@ std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c
   return connect(store, rank, world_size, options, env_value("MASTER_ADDR"));
 }
 
-std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& options) {
-  check_backend(options);
+std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& given) {
+  check_backend(given);
   const LaunchEnv env = read_launch_env();
+  ProcessGroupOptions options = given;
+  if (env.timeout) options.timeout = *env.timeout;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = env.rank == 0;

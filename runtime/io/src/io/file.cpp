@@ -196,7 +196,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     file.pwrite_all(bytes.data(), bytes.size(), 0);
     file.sync();
     file.close();
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename to '" + path + "' of", tmp, errno);
+    rename_path(tmp, path);
   } catch (...) {
     ::unlink(tmp.c_str());  // best effort: never leave a half-written temp behind
     throw;
@@ -216,6 +216,12 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   std::string bytes(static_cast<size_t>(size), '\0');
   file.pread_all(bytes.data(), bytes.size(), 0);
   return bytes;
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+  }
 }
 
 void fsync_dir(const std::string& dir) {
