@@ -126,11 +126,21 @@ TEST_F(IoFaultTest, FailedRenameOfCommitMarkerFailsEveryRankAndKeepsThePreviousC
                                "Input/output error");
 }
 
-TEST_F(IoFaultTest, FailedRenameIntoPlacePutsThePreviousCheckpointBack) {
-  // The previous checkpoint is moved aside before the new one moves in; the
-  // second rename failing must move it back.
+TEST_F(IoFaultTest, FailedExchangeIntoPlaceKeepsThePreviousCheckpoint) {
+  // An overwrite swaps the new checkpoint in with one renameat2 (RENAME_EXCHANGE).
   const std::string staging = dir_ + "/.ckpt.distckpt-staging";
-  expect_failed_save_contained(strace_inject("rename,renameat,renameat2", staging, "error=ENOSPC"), staging,
+  expect_failed_save_contained(strace_inject("renameat2", staging, "error=ENOSPC"), staging,
+                               "exchange of '" + staging + "' with '" + ckpt_ + "' failed: No space left on device");
+}
+
+TEST_F(IoFaultTest, FailedRenameIntoPlacePutsThePreviousCheckpointBack) {
+  // Where the file system cannot exchange (EINVAL), the previous checkpoint
+  // is moved aside before the new one moves in; the second rename failing
+  // must move it back.
+  const std::string staging = dir_ + "/.ckpt.distckpt-staging";
+  const std::string job = "strace -f --seccomp-bpf -qq -o /dev/null -e trace=rename,renameat2 -P " +
+                          shell_quote(staging) + " -e inject=renameat2:error=EINVAL -e inject=rename:error=ENOSPC";
+  expect_failed_save_contained(job, staging,
                                "rename of '" + staging + "' to '" + ckpt_ + "' failed: No space left on device");
 }
 

@@ -25,6 +25,17 @@ std::set<std::string>& claims() {
   return s;
 }
 
+// Committed and durable: a leftover old copy is only clutter, removed by the
+// next save.
+void remove_previous(const std::string& old_copy, const std::string& target) {
+  try {
+    io::remove_tree(old_copy);
+  } catch (const std::exception& e) {
+    log_message(LogLevel::kWarning,
+                fmt::format("saved '{}', but removing the previous checkpoint failed: {}", target, e.what()));
+  }
+}
+
 }  // namespace
 
 SavePaths save_paths(const std::string& dir) {
@@ -102,14 +113,36 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
   write_commit_marker(paths.staging, config);
 
   const std::string parent = std::filesystem::path(paths.target).parent_path().string();
+  const std::string parent_dir = parent.empty() ? "." : parent;
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
+  if (replacing && io::exchange_paths(paths.staging, paths.target)) {
+    // One atomic step: the target name holds the old checkpoint, then the
+    // new one, never nothing (a kill -9 at any instant leaves one of them).
+    try {
+      io::fsync_dir(parent_dir);  // not committed until the exchange is durable
+    } catch (const std::exception& e) {
+      try {
+        io::exchange_paths(paths.staging, paths.target);  // the previous checkpoint back in place
+      } catch (const std::exception& undo) {
+        throw CheckpointError(fmt::format("{}; undoing the commit failed too ({}); the previous checkpoint is in '{}'",
+                                          e.what(), undo.what(), paths.staging));
+      }
+      throw;
+    }
+    // The old checkpoint now sits at the staging name; the next save clears
+    // it if this fails or the process dies first.
+    remove_previous(paths.staging, paths.target);
+    return;
+  }
+  // Where the file system cannot exchange: the old checkpoint is moved aside
+  // first; a crash in between leaves it in paths.old, and the next save says
+  // how to put it back.
   if (replacing) io::rename_path(paths.target, paths.old);
   bool moved_in = false;
   try {
     io::rename_path(paths.staging, paths.target);  // also replaces an empty target directory
     moved_in = true;
-    // Not committed until the renames are durable.
-    io::fsync_dir(parent.empty() ? "." : parent);
+    io::fsync_dir(parent_dir);  // not committed until the renames are durable
   } catch (const std::exception& e) {
     // Undone in reverse: the new checkpoint back to staging (the caller
     // discards it), the previous one back in place. A failed save loses nothing.
@@ -122,15 +155,7 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
     }
     throw;
   }
-  if (replacing) {
-    // Committed and durable: a leftover old copy is only clutter, removed by the next save.
-    try {
-      io::remove_tree(paths.old);
-    } catch (const std::exception& e) {
-      log_message(LogLevel::kWarning,
-                  fmt::format("saved '{}', but removing the previous checkpoint failed: {}", paths.target, e.what()));
-    }
-  }
+  if (replacing) remove_previous(paths.old, paths.target);
 }
 
 void discard_staging(const SavePaths& paths) noexcept {

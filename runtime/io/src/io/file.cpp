@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -308,6 +309,15 @@ uint64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw_errno("stat", path, errno);
   return static_cast<uint64_t>(st.st_size);
+}
+
+bool exchange_paths(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  // File systems without the flag (some network and FUSE ones) say so
+  // with these; the caller falls back to two renames.
+  if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP) return false;
+  throw Error(fmt::format("exchange of '{}' with '{}' failed: {}", a, b, std::strerror(err)));
 }
 
 }  // namespace distckpt::io
