@@ -11,7 +11,7 @@ PACKAGES=(
   libxxhash-dev                       # per-block chunk checksums (XXH3)
   libcli11-dev libfmt-dev             # command lines, message formatting
   clang-format                        # style check (scripts/check-format.sh)
-  strace                              # I/O faults injected in the e2e tests
+  strace                              # faults and crashes injected at exact system calls (tests, torture scripts)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # baseline benchmark against PyTorch DCP
   iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
