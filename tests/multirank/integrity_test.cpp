@@ -173,21 +173,5 @@ TEST(Integrity, ShardedObjectsRoundTripAndRanksWithOnlyCommonState) {
   });
 }
 
-TEST(Integrity, RemoveShardedTensorsKeepsTheRest) {
-  TempDir tmp("remove");
-  const std::string dir = tmp.path() + "/ckpt";
-  run_ranks(2, [&](Communicator& comm) {
-    StateDict sd = Value::dict();
-    sd["a"] = ShardedTensor::from_rank_offsets("optimizer.a", at::ones({2}), {{0, comm.rank(), 2}});
-    sd["b"] = ShardedTensor::from_rank_offsets("model.b", at::full({2}, 3.0), {{0, comm.rank(), 2}});
-    save(sd, dir, comm);
-  });
-  EXPECT_EQ(remove_sharded_tensors(dir, "optimizer."), 1u);
-  const StateDict plain = load_plain_tensors(dir);
-  EXPECT_FALSE(plain.contains("optimizer.a"));
-  EXPECT_TRUE(at::equal(plain.at("model.b").as_tensor(), at::full({4}, 3.0)));
-  EXPECT_TRUE(verify_checkpoint(dir).intact());
-}
-
 }  // namespace
 }  // namespace distckpt

@@ -80,18 +80,6 @@ void flip_bit(const std::string& path, uint64_t offset, int bit) {
   if (!f) throw Error(fmt::format("cannot flip byte {} of {}", offset, path));
 }
 
-const char* verify_outcome(VerifyReport::Status status) {
-  switch (status) {
-    case VerifyReport::Status::kIntact:
-      return "intact";
-    case VerifyReport::Status::kCorrupt:
-      return "corrupt";
-    case VerifyReport::Status::kNotACheckpoint:
-      return "not_a_checkpoint";
-  }
-  return "?";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,13 +140,13 @@ int main(int argc, char** argv) {
       const VerifyReport verified = verify_checkpoint(trial_dir);
       record["load"] = outcomes;
       record["outcome"] = overall;
-      record["verify"] = verify_outcome(verified.status);
+      record["verify"] = status_name(verified.status);
       if (overall == "silent") ++silent;
       if (overall == "rejected" && verified.intact()) ++verify_missed;
       by_file[record["file"].get<std::string>()][overall]++;
       if (report.is_open()) report << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       if (overall == "silent" || (overall == "rejected" && verified.intact())) {
-        fmt::print("trial {}: {} (verify: {}) at {} byte {} bit {}\n", trial, overall, verify_outcome(verified.status),
+        fmt::print("trial {}: {} (verify: {}) at {} byte {} bit {}\n", trial, overall, status_name(verified.status),
                    record["file"].get<std::string>(), record["offset"].get<uint64_t>(), record["bit"].get<int>());
       }
     }

@@ -78,18 +78,6 @@ int inspect(const std::string& dir, bool as_json) {
   return 0;
 }
 
-const char* status_name(distckpt::VerifyReport::Status status) {
-  switch (status) {
-    case distckpt::VerifyReport::Status::kIntact:
-      return "intact";
-    case distckpt::VerifyReport::Status::kCorrupt:
-      return "corrupt";
-    case distckpt::VerifyReport::Status::kNotACheckpoint:
-      return "not_a_checkpoint";
-  }
-  return "unknown";
-}
-
 // Exit codes: 0 intact, 1 corrupt or incomplete, 2 not a checkpoint (and
 // usage errors, from main).
 int verify(const std::string& dir, bool as_json) {
@@ -107,7 +95,7 @@ int verify(const std::string& dir, bool as_json) {
   const int code = report.intact() ? 0 : report.status == distckpt::VerifyReport::Status::kCorrupt ? 1 : 2;
   if (as_json) {
     const nlohmann::json j = {{"dir", dir},
-                              {"status", status_name(report.status)},
+                              {"status", distckpt::status_name(report.status)},
                               {"exit_code", code},
                               {"format_version", report.format_version},
                               {"files", report.files},

@@ -101,6 +101,18 @@ void check_tiling(api::CheckpointReader& reader, VerifyReport& report) {
 
 }  // namespace
 
+const char* status_name(VerifyReport::Status status) {
+  switch (status) {
+    case VerifyReport::Status::kIntact:
+      return "intact";
+    case VerifyReport::Status::kCorrupt:
+      return "corrupt";
+    case VerifyReport::Status::kNotACheckpoint:
+      return "not_a_checkpoint";
+  }
+  return "unknown";
+}
+
 VerifyReport verify_checkpoint(const std::string& dir, const VerifyProgress& progress) {
   VerifyReport report;
   const auto stop = [&](VerifyReport::Status status, std::string problem) {

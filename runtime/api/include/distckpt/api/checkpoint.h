@@ -81,6 +81,8 @@ struct VerifyReport {
   uint64_t blocks_checked = 0;  // checksum blocks compared
   bool intact() const { return status == Status::kIntact; }
 };
+// "intact", "corrupt", "not_a_checkpoint" (the CLI's --json status).
+const char* status_name(VerifyReport::Status status);
 // Called as bytes are checked (done, total), at most a few times a second.
 using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 
