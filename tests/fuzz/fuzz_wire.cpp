@@ -111,8 +111,11 @@ void run(uint8_t which, std::string_view m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  // Messages arrive as std::string (comm/communicator.h), so their bytes are
+  // aligned as the FlatBuffers readers expect; data + 1 would not be.
+  const std::string message(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    run(data[0], std::string_view(reinterpret_cast<const char*>(data) + 1, size - 1));
+    run(data[0], message);
   } catch (const distckpt::ProtocolError&) {
   }
   return 0;
