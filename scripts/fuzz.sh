@@ -8,7 +8,7 @@
 # each run appends "target seconds executions crashes" to build-fuzz/fuzz-runs.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+[ -n "${FUZZ_NO_BUILD:-}" ] || bash scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 ALL=(metadata common_state commit_marker local_file wire schema)
 
@@ -25,11 +25,14 @@ seconds=${2:-60}
 
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  CC=clang-16 CXX=clang++-16 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDISTCKPT_FUZZ=ON -DDISTCKPT_BUILD_BENCH=OFF -DDISTCKPT_BUILD_EXAMPLES=OFF >/dev/null
+# FUZZ_NO_BUILD=1: run what is built (e.g. while another build of the tree runs).
+if [ -z "${FUZZ_NO_BUILD:-}" ]; then
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    CC=clang-16 CXX=clang++-16 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DDISTCKPT_FUZZ=ON -DDISTCKPT_BUILD_BENCH=OFF -DDISTCKPT_BUILD_EXAMPLES=OFF >/dev/null
+  fi
+  nice -n 10 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 # LibTorch is not instrumented: leaks in its static initialisers are not ours.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
