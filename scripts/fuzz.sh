@@ -36,6 +36,10 @@ fi
 
 # LibTorch is not instrumented: leaks in its static initialisers are not ours.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+# Reports name functions and lines when a symbolizer is installed (any LLVM's).
+symbolizer=$(command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)
+[ -z "$symbolizer" ] || export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$symbolizer}
 for t in "${targets[@]}"; do
   bin="$BUILD_DIR/bin/fuzz/fuzz_$t"
   seeds="tests/fuzz/corpus/$t"
