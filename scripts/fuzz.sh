@@ -4,6 +4,7 @@
 #   scripts/fuzz.sh [TARGET] [SECONDS]   fuzz TARGET (default: each in turn) for SECONDS (default 60)
 #   scripts/fuzz.sh merge [TARGET]       minimise the seed corpus plus what runs found into tests/fuzz/corpus
 # Targets: metadata common_state commit_marker local_file wire schema.
+# A dictionary tests/fuzz/TARGET.dict is used when there is one.
 # Inputs found go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes/TARGET;
 # each run appends "target seconds executions crashes" to build-fuzz/fuzz-runs.tsv.
 set -euo pipefail
@@ -60,7 +61,9 @@ for t in "${targets[@]}"; do
   before=$(find "$crashes" -type f | wc -l)
   # One process (the machine is shared); a crash ends the run and is kept.
   set +e
-  nice -n 19 "$bin" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$crashes/" \
+  dict=()
+  [ ! -f "tests/fuzz/$t.dict" ] || dict=(-dict="tests/fuzz/$t.dict")
+  nice -n 19 "$bin" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$crashes/" "${dict[@]}" \
     "$found" "$seeds" >"$log" 2>&1
   rc=$?
   set -e
