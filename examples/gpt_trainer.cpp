@@ -34,6 +34,7 @@ struct Args {
   std::string optimizer = "sgd";      // sgd (stateless), adam or adamw
   int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp
   std::string save_dir, load_dir;
+  bool overwrite = false;
 };
 
 struct Coords {
@@ -127,7 +128,9 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     set_objects_and_common(layout, c, iteration);
     StateDict sd = layout.state_dict();
     if constexpr (kStateful) merge(sd, layout_optimizer.state_dict(optimizer));
-    save(sd, a.save_dir, comm, layout.save_options());
+    SaveOptions options = layout.save_options();
+    options.overwrite = a.overwrite;
+    save(sd, a.save_dir, comm, options);
   }
   return iteration;
 }
@@ -202,6 +205,7 @@ int main(int argc, char** argv) {
                  "1: each dp rank saves its ZeRO-1 flat range of the optimizer state; 0: full state");
   app.add_option("--save", a.save_dir, "save a checkpoint here at the end");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
+  app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");
   CLI11_PARSE(app, argc, argv);
   try {
     at::set_num_threads(1);

@@ -12,8 +12,10 @@ PACKAGES=(
   libcli11-dev libfmt-dev             # command lines, message formatting
   clang-format                        # style check (scripts/check-format.sh)
   clang-16 libclang-rt-16-dev         # libFuzzer + sanitizers (scripts/fuzz.sh)
+  strace                              # faults and crashes injected at exact system calls (tests, torture scripts)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # baseline benchmark against PyTorch DCP
+  iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "support/process.h"
 #include "support/ranks.h"
@@ -51,6 +52,37 @@ TEST(DemoEndToEnd, SaveWithFourRanksLoadWithTwoAndEightDigestsMatch) {
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_NE(bad.output.find("checksum mismatch: tensor '"), std::string::npos) << bad.output;
   EXPECT_NE(bad.output.find("data/rank_00002.bin"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find(": CORRUPT, 1 problem(s) found"), std::string::npos) << bad.output;
+}
+
+TEST(DemoEndToEnd, VerifyExitCodesAndJsonReport) {
+  TempDir tmp("e2e-verify");
+  const std::string a = tmp.path() + "/a";
+  ASSERT_EQ(run_command(demo(2, 2, 1, "save", a)).exit_code, 0);
+  CommandResult ok = run_command(kBin + "/distckpt verify --json " + a);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  const nlohmann::json report = nlohmann::json::parse(ok.output);
+  EXPECT_EQ(report.at("status"), "intact");
+  EXPECT_EQ(report.at("exit_code"), 0);
+  EXPECT_EQ(report.at("format_version"), 2);
+  EXPECT_EQ(report.at("files"), 5);
+  EXPECT_GT(report.at("blocks_checked").get<int>(), 0);
+  EXPECT_TRUE(report.at("problems").empty());
+
+  flip_byte(a + "/common.fb", 20);
+  CommandResult corrupt = run_command(kBin + "/distckpt verify --json " + a);
+  EXPECT_EQ(corrupt.exit_code, 1) << corrupt.output;
+  const nlohmann::json bad = nlohmann::json::parse(corrupt.output);
+  EXPECT_EQ(bad.at("status"), "corrupt");
+  ASSERT_EQ(bad.at("problems").size(), 1u);
+  EXPECT_NE(bad.at("problems")[0].get<std::string>().find("common.fb"), std::string::npos) << corrupt.output;
+
+  CommandResult absent = run_command(kBin + "/distckpt verify " + tmp.path() + "/absent");
+  EXPECT_EQ(absent.exit_code, 2) << absent.output;
+  EXPECT_NE(absent.output.find("not a distckpt checkpoint"), std::string::npos) << absent.output;
+  EXPECT_EQ(run_command(kBin + "/distckpt verify").exit_code, 2);
+  EXPECT_EQ(run_command(kBin + "/distckpt verify --no-such-flag " + a).exit_code, 2);
+  EXPECT_EQ(run_command(kBin + "/distckpt verify --help").exit_code, 0);
 }
 
 TEST(DemoEndToEnd, LoadingAnUncommittedDirectoryFailsOnEveryRank) {

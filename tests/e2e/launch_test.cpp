@@ -72,6 +72,25 @@ TEST(LaunchTest, EachRankSeesItsEnvironment) {
   }
 }
 
+// One launcher per machine: node K of M starts ranks K*N .. K*N+N-1.
+TEST(LaunchTest, NodeRankOffsetsTheRanks) {
+  TempDir dir("launch-nodes");
+  const Outcome outcome =
+      run_shell(kLauncher + " --nnodes 3 --node-rank 1 -n 2 --master-port 29998 --tag-output -- /bin/sh -c " +
+                "'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE\" > " + dir.path() + "/rank_$RANK.txt'");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_EQ(read_file(dir.file("rank_2.txt")), "2 6 0 2\n");
+  EXPECT_EQ(read_file(dir.file("rank_3.txt")), "3 6 1 2\n");
+  EXPECT_FALSE(std::ifstream(dir.file("rank_0.txt")).good());
+
+  const Outcome no_port = run_shell(kLauncher + " --nnodes 2 --node-rank 0 -n 1 -- true");
+  EXPECT_EQ(no_port.exit_code, 2);
+  EXPECT_THAT(no_port.output, HasSubstr("--nnodes 2 needs --master-port (the same on every node)"));
+  const Outcome bad_node = run_shell(kLauncher + " --nnodes 2 --node-rank 2 -n 1 --master-port 29998 -- true");
+  EXPECT_EQ(bad_node.exit_code, 2);
+  EXPECT_THAT(bad_node.output, HasSubstr("--node-rank 2 must be below --nnodes 2"));
+}
+
 TEST(LaunchTest, ExplicitMasterAddressAndPortArePassedOn) {
   TempDir dir("launch-port");
   const Outcome outcome = run_shell(kLauncher + " -n 2 --master-addr localhost --master-port=29999 -- /bin/sh -c " +
@@ -106,6 +125,25 @@ TEST(LaunchTest, RanksIgnoringSigtermAreKilled) {
                 " ]; do sleep 0.05; done; exit 4; fi; trap \"\" TERM; touch " + ready + "; sleep 600'");
   EXPECT_EQ(outcome.exit_code, 4) << outcome.output;
   EXPECT_THAT(outcome.output, HasSubstr("rank 0 exited with code 4"));
+}
+
+TEST(LaunchTest, StoppedRanksAreContinuedSoTheyCanActOnSigterm) {
+  // Rank 1 stops itself (SIGSTOP); once it is stopped, rank 0 fails. Only if
+  // the launcher continues it after SIGTERM does its trap run and leave a
+  // file; otherwise it is killed (SIGKILL) at the end of the grace period.
+  TempDir dir("launch-stopped");
+  const std::string stopped = dir.file("stopped");
+  const std::string termed = dir.file("termed");
+  const Outcome outcome =
+      run_shell(kLauncher + " -n 2 -- /bin/sh -c 'if [ \"$RANK\" = 0 ]; then while [ ! -f " + stopped +
+                " ]; do sleep 0.05; done; "
+                "while [ \"$(cut -d\" \" -f3 /proc/$(cat " +
+                stopped + ")/stat)\" != T ]; do sleep 0.05; done; exit 4; fi; trap \"touch " + termed +
+                "; exit 7\" TERM; echo $$ > " + stopped + ".tmp && mv " + stopped + ".tmp " + stopped +
+                "; kill -STOP $$; sleep 600'");
+  EXPECT_EQ(outcome.exit_code, 4) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("rank 0 exited with code 4"));
+  EXPECT_TRUE(std::ifstream(termed).good()) << "rank 1 never ran its SIGTERM trap: " << outcome.output;
 }
 
 TEST(LaunchTest, RanksDieWithAKilledLauncher) {

@@ -112,13 +112,15 @@ TEST(Integrity, ChecksumMismatchIsDetectedOnLoadAndByVerify) {
   TempDir tmp("corrupt");
   const std::string dir = tmp.path() + "/ckpt";
   run_ranks(2, [&](Communicator& comm) { save(rows(comm.rank() * 4), dir, comm); });
-  EXPECT_TRUE(verify_checkpoint(dir).empty());
+  EXPECT_TRUE(verify_checkpoint(dir).intact());
   {
     std::fstream f(dir + "/data/rank_00001.bin", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(5);
     f.put('\x7f');
   }
-  const std::vector<std::string> problems = verify_checkpoint(dir);
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_EQ(report.status, VerifyReport::Status::kCorrupt);
+  const std::vector<std::string>& problems = report.problems;
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("tensor 't' chunk 1"), std::string::npos) << problems[0];
   EXPECT_NE(problems[0].find("data/rank_00001.bin"), std::string::npos) << problems[0];
@@ -184,7 +186,7 @@ TEST(Integrity, RemoveShardedTensorsKeepsTheRest) {
   const StateDict plain = load_plain_tensors(dir);
   EXPECT_FALSE(plain.contains("optimizer.a"));
   EXPECT_TRUE(at::equal(plain.at("model.b").as_tensor(), at::full({4}, 3.0)));
-  EXPECT_TRUE(verify_checkpoint(dir).empty());
+  EXPECT_TRUE(verify_checkpoint(dir).intact());
 }
 
 }  // namespace

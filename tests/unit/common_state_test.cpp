@@ -131,9 +131,9 @@ TEST(FormatCommonStateTest, RejectsCorruptBuffers) {
       "unknown dtype 'float8'"));
   EXPECT_TRUE(throws_with<CheckpointError>(
       [&] {
-        decode_common_state(raw_common_state(2, tensor("int8", {1, 2})), "c");
+        decode_common_state(raw_common_state(3, tensor("int8", {1, 2})), "c");
       },
-      "written by a newer distckpt (version 2)"));
+      "written by a newer distckpt (version 3)"));
   const auto odd_kind = [](flatbuffers::FlatBufferBuilder& fbb) {
     return fb::CreateNodeDirect(fbb, static_cast<fb::NodeKind>(42), "k");
   };

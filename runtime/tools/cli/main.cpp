@@ -1,5 +1,6 @@
 // distckpt: inspect, verify and digest checkpoints from the command line.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -15,6 +16,10 @@
 namespace {
 
 using distckpt::CheckpointMetadata;
+
+// Keys and error texts come from untrusted files and need not be UTF-8:
+// invalid bytes become U+FFFD instead of aborting the report.
+std::string as_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 uint64_t stored_bytes(const distckpt::TensorRecord& t) {
   uint64_t n = 0;
@@ -53,7 +58,7 @@ int inspect(const std::string& dir, bool as_json) {
       j["objects"].push_back({{"key", o.key}, {"unique_key", o.unique_key()}, {"bytes", o.byte_length}});
     }
     j["common_keys"] = common;
-    std::cout << j.dump(2) << '\n';
+    std::cout << as_text(j) << '\n';
     return 0;
   }
   uint64_t total = 0;
@@ -73,15 +78,55 @@ int inspect(const std::string& dir, bool as_json) {
   return 0;
 }
 
-int verify(const std::string& dir) {
-  const std::vector<std::string> problems = distckpt::verify_checkpoint(dir);
-  for (const auto& p : problems) fmt::print(stderr, "{}\n", p);
-  if (!problems.empty()) {
-    fmt::print(stderr, "{}: {} problem(s) found\n", dir, problems.size());
-    return 1;
+const char* status_name(distckpt::VerifyReport::Status status) {
+  switch (status) {
+    case distckpt::VerifyReport::Status::kIntact:
+      return "intact";
+    case distckpt::VerifyReport::Status::kCorrupt:
+      return "corrupt";
+    case distckpt::VerifyReport::Status::kNotACheckpoint:
+      return "not_a_checkpoint";
   }
-  fmt::print("{}: all checksums match\n", dir);
-  return 0;
+  return "unknown";
+}
+
+// Exit codes: 0 intact, 1 corrupt or incomplete, 2 not a checkpoint (and
+// usage errors, from main).
+int verify(const std::string& dir, bool as_json) {
+  // Progress only for a person watching: a terminal, and not in --json mode.
+  distckpt::VerifyProgress progress;
+  if (!as_json && isatty(STDERR_FILENO)) {
+    progress = [&](uint64_t done, uint64_t total) {
+      const double percent = total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total);
+      fmt::print(stderr, "\rverifying {}: {:.1f} of {:.1f} MiB ({:.0f}%)", dir, done / 1048576.0, total / 1048576.0,
+                 percent);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  const distckpt::VerifyReport report = distckpt::verify_checkpoint(dir, progress);
+  const int code = report.intact() ? 0 : report.status == distckpt::VerifyReport::Status::kCorrupt ? 1 : 2;
+  if (as_json) {
+    const nlohmann::json j = {{"dir", dir},
+                              {"status", status_name(report.status)},
+                              {"exit_code", code},
+                              {"format_version", report.format_version},
+                              {"files", report.files},
+                              {"bytes_checked", report.bytes_checked},
+                              {"blocks_checked", report.blocks_checked},
+                              {"problems", report.problems}};
+    std::cout << as_text(j) << '\n';
+    return code;
+  }
+  for (const auto& p : report.problems) fmt::print(stderr, "{}\n", p);
+  if (report.intact()) {
+    fmt::print("{}: intact (format version {}, {} files, {} bytes in {} blocks, every checksum matches)\n", dir,
+               report.format_version, report.files, report.bytes_checked, report.blocks_checked);
+  } else if (code == 1) {
+    fmt::print(stderr, "{}: CORRUPT, {} problem(s) found; do not load it\n", dir, report.problems.size());
+  } else {
+    fmt::print(stderr, "{}: not a distckpt checkpoint\n", dir);
+  }
+  return code;
 }
 
 int digest(const std::string& dir) {
@@ -99,14 +144,21 @@ int main(int argc, char** argv) {
   auto* inspect_cmd = app.add_subcommand("inspect", "list tensors, objects and common keys");
   inspect_cmd->add_option("dir", dir, "checkpoint directory")->required();
   inspect_cmd->add_flag("--json", as_json, "machine-readable output");
-  auto* verify_cmd = app.add_subcommand("verify", "recompute every checksum; exit 1 on any mismatch");
+  auto* verify_cmd = app.add_subcommand(
+      "verify", "check everything a load would; exit 0 intact, 1 corrupt or incomplete, 2 not a checkpoint");
   verify_cmd->add_option("dir", dir, "checkpoint directory")->required();
+  verify_cmd->add_flag("--json", as_json, "machine-readable report");
   auto* digest_cmd = app.add_subcommand("digest", "one line per tensor: KEY DTYPE SHAPE HASH (layout-independent)");
   digest_cmd->add_option("dir", dir, "checkpoint directory")->required();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; usage errors share verify's "not a checkpoint" code 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     if (*inspect_cmd) return inspect(dir, as_json);
-    if (*verify_cmd) return verify(dir);
+    if (*verify_cmd) return verify(dir, as_json);
     return digest(dir);
   } catch (const distckpt::Error& e) {
     fmt::print(stderr, "distckpt: {}\n", e.what());

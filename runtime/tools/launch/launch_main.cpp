@@ -1,8 +1,9 @@
 // distckpt-launch: runs N local ranks of a program with the environment that
 // torchrun would give them (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT). If one rank fails, the others are stopped
-// (SIGTERM, then SIGKILL after a grace period) so a job never hangs on a
-// dead peer. Plain POSIX: no LibTorch, so it starts instantly.
+// MASTER_ADDR, MASTER_PORT). With --nnodes M --node-rank K, one launcher on
+// each of M machines starts ranks K*N .. K*N+N-1 of a world of M*N. If one
+// rank fails, the others on this machine are stopped (SIGTERM, then SIGKILL
+// after a grace period) so a job never hangs on a dead peer. Plain POSIX: no LibTorch, so it starts instantly.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -39,11 +40,13 @@ constexpr auto kDrainPeriod = std::chrono::seconds(2);
 constexpr size_t kMaxLineBytes = 64 * 1024;
 
 constexpr const char* kUsage =
-    "usage: distckpt-launch -n N [--master-addr ADDR] [--master-port PORT] [--tag-output] "
-    "-- PROGRAM [ARGS...]\n"
+    "usage: distckpt-launch -n N [--nnodes M --node-rank K] [--master-addr ADDR] [--master-port PORT] "
+    "[--tag-output] -- PROGRAM [ARGS...]\n"
     "  -n, --nprocs N     number of ranks to start on this machine\n"
-    "  --master-addr ADDR rendezvous address (default 127.0.0.1)\n"
-    "  --master-port PORT rendezvous port (default: a free port)\n"
+    "  --nnodes M         machines in the job, each running one launcher with the same -n (default 1)\n"
+    "  --node-rank K      this machine's index in [0, M): its ranks are K*N .. K*N+N-1\n"
+    "  --master-addr ADDR rendezvous address (default 127.0.0.1; with M > 1, node 0's address)\n"
+    "  --master-port PORT rendezvous port (default: a free port; required with M > 1)\n"
     "  --tag-output       prefix every output line with [rank R]\n";
 
 struct UsageError : std::runtime_error {
@@ -52,6 +55,8 @@ struct UsageError : std::runtime_error {
 
 struct LaunchOptions {
   int nprocs = 0;
+  int nnodes = 1;
+  int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free one
   bool tag_output = false;
@@ -97,6 +102,10 @@ LaunchOptions parse_args(int argc, char** argv) {
       options.nprocs = parse_number("-n", *n, 1, 1 << 20);
     } else if (auto n = value_of(arg, "--nprocs")) {
       options.nprocs = parse_number("--nprocs", *n, 1, 1 << 20);
+    } else if (auto n = value_of(arg, "--nnodes")) {
+      options.nnodes = parse_number("--nnodes", *n, 1, 1 << 20);
+    } else if (auto k = value_of(arg, "--node-rank")) {
+      options.node_rank = parse_number("--node-rank", *k, 0, (1 << 20) - 1);
     } else if (auto addr = value_of(arg, "--master-addr")) {
       if (addr->empty()) throw UsageError("--master-addr must not be empty");
       options.master_addr = *addr;
@@ -111,6 +120,17 @@ LaunchOptions parse_args(int argc, char** argv) {
   for (; i < argc; ++i) options.command.emplace_back(argv[i]);
   if (options.nprocs == 0) throw UsageError("the number of ranks is missing: pass -n N");
   if (options.command.empty()) throw UsageError("the program to run is missing: add -- PROGRAM");
+  if (options.node_rank >= options.nnodes) {
+    throw UsageError("--node-rank " + std::to_string(options.node_rank) + " must be below --nnodes " +
+                     std::to_string(options.nnodes));
+  }
+  // Every node must agree on the port; a free one picked here is free only here.
+  if (options.nnodes > 1 && options.master_port == 0) {
+    throw UsageError("--nnodes " + std::to_string(options.nnodes) + " needs --master-port (the same on every node)");
+  }
+  if (static_cast<long long>(options.nnodes) * options.nprocs > (1LL << 30)) {
+    throw UsageError("--nnodes times -n is too large");
+  }
   return options;
 }
 
@@ -215,7 +235,7 @@ struct Rank {
 // Runs with all signals blocked (see Supervisor::start): until the handlers
 // are reset, a signal here would run the launcher's handler and write to its
 // signal pipe, as if the launcher itself had been signalled.
-[[noreturn]] void exec_rank(const LaunchOptions& options, int rank, int port, int out_fd, int err_fd,
+[[noreturn]] void exec_rank(const LaunchOptions& options, int local_rank, int port, int out_fd, int err_fd,
                             const sigset_t& original_mask, pid_t launcher) {
   // A launcher killed outright (kill -9 by a scheduler) cannot stop its
   // ranks, so the kernel does: SIGKILL when the launcher dies (kept across
@@ -228,9 +248,10 @@ struct Rank {
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+  const int rank = options.node_rank * options.nprocs + local_rank;
   setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(options.nprocs).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(options.nnodes * options.nprocs).c_str(), 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(options.nprocs).c_str(), 1);
   setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
@@ -248,7 +269,7 @@ class Supervisor {
 
   int run() {
     const int port = options_.master_port != 0 ? options_.master_port : pick_free_port();
-    for (int rank = 0; rank < options_.nprocs && !stop_requested_; ++rank) start(rank, port);
+    for (int local = 0; local < options_.nprocs && !stop_requested_; ++local) start(local, port);
     while (has_running_ranks() || (!streams_.empty() && !drain_expired())) {
       wait_for_events();
       if (stop_requested_ && !killed_ && Clock::now() >= kill_deadline_) kill_all(SIGKILL);
@@ -258,7 +279,9 @@ class Supervisor {
   }
 
  private:
-  void start(int rank, int port) {
+  // Ranks are tagged and reported by their global number.
+  void start(int local_rank, int port) {
+    const int rank = options_.node_rank * options_.nprocs + local_rank;
     int out[2] = {-1, -1};
     int err[2] = {-1, -1};
     if (options_.tag_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
@@ -270,7 +293,7 @@ class Supervisor {
     const pid_t launcher = getpid();
     const pid_t pid = fork();
     const int fork_errno = errno;
-    if (pid == 0) exec_rank(options_, rank, port, out[1], err[1], original_mask, launcher);
+    if (pid == 0) exec_rank(options_, local_rank, port, out[1], err[1], original_mask, launcher);
     sigprocmask(SIG_SETMASK, &original_mask, nullptr);
     if (pid < 0) {
       // Stop the ranks already started rather than leave them waiting for this one.
@@ -393,7 +416,11 @@ class Supervisor {
 
   void signal_all(int signal_number) {
     for (const Rank& rank : ranks_) {
-      if (rank.running) kill(-rank.pid, signal_number);  // the rank's whole process group
+      if (!rank.running) continue;
+      kill(-rank.pid, signal_number);  // the rank's whole process group
+      // A stopped (SIGSTOP) rank acts on the signal only once continued;
+      // otherwise it would sit out the grace period until SIGKILL.
+      if (signal_number != SIGKILL) kill(-rank.pid, SIGCONT);
     }
   }
 

@@ -43,14 +43,31 @@ at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner) 
 
 CheckpointReader::CheckpointReader(std::string dir, bool verify_checksums)
     : dir_(std::move(dir)), verify_(verify_checksums) {
-  if (!maybe_load_config(dir_)) {
+  std::optional<CheckpointConfig> config = maybe_load_config(dir_);
+  if (!config) {
     throw CheckpointError(fmt::format(
         "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
         "wrong",
         dir_, kCommitFile));
   }
-  const std::string path = io::safe_join(dir_, kMetadataFile);
-  metadata_ = decode_metadata(io::read_file(path, kMaxMetadataBytes), path);
+  config_ = std::move(*config);
+  // Version 1 markers record no checksums: the file name is fixed.
+  const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
+  const std::string bytes = io::read_file(path, kMaxMetadataBytes);
+  if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
+  metadata_ = decode_metadata(bytes, path);
+  if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
+      metadata_.world_size != config_.world_size) {
+    throw CorruptionError(fmt::format(
+        "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
+        "checkpoint is corrupt or mixes files of two checkpoints",
+        path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size));
+  }
+  if (config_.common && config_.common->path != metadata_.common_file) {
+    throw CorruptionError(
+        fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
+                    path, metadata_.common_file, config_.common->path));
+  }
   check_files(metadata_, dir_);
   for (size_t i = 0; i < metadata_.objects.size(); ++i) {
     object_by_unique_key_.emplace(metadata_.objects[i].unique_key(), i);
@@ -227,7 +244,9 @@ std::string CheckpointReader::read_object(const ObjectRecord& record) {
 Value CheckpointReader::read_common_state() const {
   if (metadata_.common_file.empty()) return Value::dict();
   const std::string path = io::safe_join(dir_, metadata_.common_file);
-  return decode_common_state(io::read_file(path, io::file_size(path)), path);
+  const std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
+  if (config_.common) check_recorded_file(*config_.common, bytes, path);
+  return decode_common_state(bytes, path);
 }
 
 }  // namespace distckpt::api

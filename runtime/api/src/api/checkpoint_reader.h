@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "distckpt/format/checkpoint_config.h"
 #include "format/metadata.h"
 #include "io/file.h"
 #include "plan/chunk_index.h"
@@ -32,6 +33,7 @@ class CheckpointReader {
 
   const std::string& dir() const { return dir_; }
   const CheckpointMetadata& metadata() const { return metadata_; }
+  const CheckpointConfig& config() const { return config_; }
   // KeyMismatchError naming the key when absent.
   const TensorRecord& tensor(const std::string& key) const;
   uint32_t tensor_index(const TensorRecord& record) const {
@@ -66,6 +68,7 @@ class CheckpointReader {
 
   std::string dir_;
   bool verify_;
+  CheckpointConfig config_;
   CheckpointMetadata metadata_;
   std::map<std::string, size_t> object_by_unique_key_;
   std::mutex indexes_mutex_;

@@ -1,6 +1,7 @@
 // Reading checkpoints without a model or a job: common state, tensor
 // metadata, objects, whole tensors; and removing tensors from a checkpoint.
 #include <ATen/Functions.h>
+#include <fmt/format.h>
 
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
+#include "io/checksum.h"
 #include "io/file.h"
 
 namespace distckpt {
@@ -54,7 +56,9 @@ StateDict load_plain_tensors(const std::string& dir) {
 }
 
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix) {
-  CheckpointMetadata metadata = api::CheckpointReader(dir).metadata();
+  const api::CheckpointReader reader(dir);
+  CheckpointMetadata metadata = reader.metadata();
+  CheckpointConfig config = reader.config();
   const size_t before = metadata.tensors.size();
   metadata.tensors.erase(std::remove_if(metadata.tensors.begin(), metadata.tensors.end(),
                                         [&](const TensorRecord& t) { return t.key.rfind(key_prefix, 0) == 0; }),
@@ -85,9 +89,22 @@ size_t remove_sharded_tensors(const std::string& dir, const std::string& key_pre
   for (ObjectRecord& o : metadata.objects) o.file = new_index[o.file];
   metadata.files = std::move(kept);
 
-  // The metadata swap is atomic, so the checkpoint stays committed and
-  // consistent; files are deleted only once nothing points at them.
-  io::write_file_atomic(io::safe_join(dir, kMetadataFile), encode_metadata(metadata));
+  // The swap is atomic, so the checkpoint stays committed and consistent;
+  // files are deleted only once nothing points at them. Version 1 has no
+  // record of the metadata: it is replaced in place.
+  const std::string encoded = encode_metadata(metadata);
+  if (!config.metadata) {
+    io::write_file_atomic(io::safe_join(dir, kMetadataFile), encoded);
+  } else {
+    // The new metadata goes under a new name and the marker, replaced
+    // atomically, switches to it: no instant where the two disagree.
+    const std::string old_path = config.metadata->path;
+    config.metadata =
+        record_file(fmt::format("metadata-{}.fb", io::hex64(io::xxh3(encoded.data(), encoded.size()))), encoded);
+    io::write_file_atomic(io::safe_join(dir, config.metadata->path), encoded);
+    write_commit_marker(dir, config);
+    if (old_path != config.metadata->path) unused.push_back(old_path);
+  }
   for (const std::string& path : unused) io::remove_tree(io::safe_join(dir, path));
   return removed;
 }

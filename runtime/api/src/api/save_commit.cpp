@@ -2,19 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <set>
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 #include "format/commit.h"
 #include "io/file.h"
 
 namespace distckpt::api {
 namespace {
-
-constexpr const char* kCommonFile = "common.fb";
 
 std::mutex& claims_mutex() {
   static std::mutex m;
@@ -23,6 +23,17 @@ std::mutex& claims_mutex() {
 std::set<std::string>& claims() {
   static std::set<std::string> s;
   return s;
+}
+
+// Committed and durable: a leftover old copy is only clutter, removed by the
+// next save.
+void remove_previous(const std::string& old_copy, const std::string& target) {
+  try {
+    io::remove_tree(old_copy);
+  } catch (const std::exception& e) {
+    log_message(LogLevel::kWarning,
+                fmt::format("saved '{}', but removing the previous checkpoint failed: {}", target, e.what()));
+  }
 }
 
 }  // namespace
@@ -87,9 +98,12 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
                        bool overwrite) {
   io::write_file_atomic(paths.staging + "/" + kCommonFile, common_state);
   metadata.common_file = kCommonFile;
-  io::write_file_atomic(paths.staging + "/" + kMetadataFile, encode_metadata(metadata));
+  const std::string encoded = encode_metadata(metadata);
+  io::write_file_atomic(paths.staging + "/" + kMetadataFile, encoded);
   io::fsync_dir(paths.staging + "/data");
   CheckpointConfig config;
+  config.metadata = record_file(kMetadataFile, encoded);
+  config.common = record_file(kCommonFile, common_state);
   config.format = kFormatName;
   config.version = static_cast<int>(kFormatVersion);
   config.sharded_backend = "distckpt-fb";
@@ -99,11 +113,49 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
   write_commit_marker(paths.staging, config);
 
   const std::string parent = std::filesystem::path(paths.target).parent_path().string();
+  const std::string parent_dir = parent.empty() ? "." : parent;
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
-  if (replacing) std::filesystem::rename(paths.target, paths.old);
-  std::filesystem::rename(paths.staging, paths.target);  // also replaces an empty target directory
-  io::fsync_dir(parent.empty() ? "." : parent);
-  if (replacing) io::remove_tree(paths.old);
+  if (replacing && io::exchange_paths(paths.staging, paths.target)) {
+    // One atomic step: the target name holds the old checkpoint, then the
+    // new one, never nothing (a kill -9 at any instant leaves one of them).
+    try {
+      io::fsync_dir(parent_dir);  // not committed until the exchange is durable
+    } catch (const std::exception& e) {
+      try {
+        io::exchange_paths(paths.staging, paths.target);  // the previous checkpoint back in place
+      } catch (const std::exception& undo) {
+        throw CheckpointError(fmt::format("{}; undoing the commit failed too ({}); the previous checkpoint is in '{}'",
+                                          e.what(), undo.what(), paths.staging));
+      }
+      throw;
+    }
+    // The old checkpoint now sits at the staging name; the next save clears
+    // it if this fails or the process dies first.
+    remove_previous(paths.staging, paths.target);
+    return;
+  }
+  // Where the file system cannot exchange: the old checkpoint is moved aside
+  // first; a crash in between leaves it in paths.old, and the next save says
+  // how to put it back.
+  if (replacing) io::rename_path(paths.target, paths.old);
+  bool moved_in = false;
+  try {
+    io::rename_path(paths.staging, paths.target);  // also replaces an empty target directory
+    moved_in = true;
+    io::fsync_dir(parent_dir);  // not committed until the renames are durable
+  } catch (const std::exception& e) {
+    // Undone in reverse: the new checkpoint back to staging (the caller
+    // discards it), the previous one back in place. A failed save loses nothing.
+    try {
+      if (moved_in) io::rename_path(paths.target, paths.staging);
+      if (replacing) io::rename_path(paths.old, paths.target);
+    } catch (const std::exception& undo) {
+      throw CheckpointError(fmt::format("{}; undoing the commit failed too ({}){}", e.what(), undo.what(),
+                                        replacing ? "; the previous checkpoint is in '" + paths.old + "'" : ""));
+    }
+    throw;
+  }
+  if (replacing) remove_previous(paths.old, paths.target);
 }
 
 void discard_staging(const SavePaths& paths) noexcept {

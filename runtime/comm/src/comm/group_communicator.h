@@ -10,7 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,6 +21,7 @@
 
 #include "comm/c10d_compat.h"
 #include "distckpt/comm/communicator.h"
+#include "distckpt/comm/process_group.h"
 #include "distckpt/core/errors.h"
 
 namespace distckpt::comm_detail {
@@ -27,12 +31,14 @@ class GroupCommunicator final : public Communicator {
  public:
   // `byte_device` is where byte tensors must live for `byte_group`: the CPU,
   // except for a caller's NCCL-only group, which moves CUDA tensors only.
+  // `timeout` is the groups' own, for error texts (unknown for a caller's group).
   GroupCommunicator(c10::intrusive_ptr<Group> byte_group, c10::intrusive_ptr<Group> tensor_group, std::string backend,
-                    at::Device byte_device = at::kCPU)
+                    at::Device byte_device = at::kCPU, std::optional<std::chrono::milliseconds> timeout = std::nullopt)
       : byte_group_(std::move(byte_group)),
         tensor_group_(std::move(tensor_group)),
         backend_(std::move(backend)),
         byte_device_(byte_device),
+        timeout_(timeout),
         rank_(byte_group_->getRank()),
         size_(byte_group_->getSize()) {}
 
@@ -169,7 +175,25 @@ class GroupCommunicator final : public Communicator {
   }
 
   std::string failure(const std::string& what, const char* cause) const {
+    if (is_timeout(cause)) {
+      // A timeout is nearly always another rank's problem: say so, and how to tell hung from slow.
+      const std::string after =
+          timeout_ ? fmt::format(" after {:g} s", static_cast<double>(timeout_->count()) / 1000.0) : "";
+      return fmt::format(
+          "{} timed out{} on rank {} of {} ({} backend): another rank did not take part in time; a peer rank is "
+          "probably hung (stopped, deadlocked, stuck in I/O) or dead. Check the other ranks' output; if they are only "
+          "slow, raise the timeout ({} or ProcessGroupOptions::timeout). Cause: {}",
+          what, after, rank_, size_, backend_, kTimeoutVariable, cause);
+    }
     return fmt::format("{} failed on rank {} of {} ({} backend): {}", what, rank_, size_, backend_, cause);
+  }
+
+  // Gloo says "Timed out waiting ...", c10d "... timed out" or "Timeout".
+  static bool is_timeout(std::string_view cause) {
+    std::string lower(cause);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
   }
 
   std::vector<int64_t> all_gather_sizes(size_t local_size, const char* what) {
@@ -249,6 +273,7 @@ class GroupCommunicator final : public Communicator {
   c10::intrusive_ptr<Group> tensor_group_;
   std::string backend_;
   at::Device byte_device_;
+  std::optional<std::chrono::milliseconds> timeout_;
   int rank_;
   int size_;
 };

@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -39,6 +43,24 @@ int parse_int(const char* name, const std::string& text, int min, int max) {
   return value;
 }
 
+// Seconds, integer or decimal, above zero and at most a week (a larger value
+// is almost certainly a unit mistake, e.g. milliseconds).
+std::chrono::milliseconds parse_timeout(const char* name, const std::string& text) {
+  constexpr double kMaxSeconds = 7 * 24 * 3600;
+  double seconds = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, seconds, std::chars_format::fixed);
+  if (error != std::errc() || stop != end || !std::isfinite(seconds) || seconds <= 0 || seconds > kMaxSeconds) {
+    throw CommError(fmt::format(
+        "environment variable {}='{}' is not a timeout in seconds; give a number above 0 and at most {} (e.g. 30 "
+        "or 2.5)",
+        name, text, kMaxSeconds));
+  }
+  // At least 1 ms: a positive value must never become "no time at all".
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000))));
+}
+
 }  // namespace
 
 LaunchEnv read_launch_env() {
@@ -64,6 +86,7 @@ LaunchEnv read_launch_env() {
   }
   env.master_addr = *env_value("MASTER_ADDR");
   env.master_port = parse_int("MASTER_PORT", *env_value("MASTER_PORT"), 1, 65535);
+  if (auto timeout = env_value(kTimeoutVariable)) env.timeout = parse_timeout(kTimeoutVariable, *timeout);
   return env;
 }
 

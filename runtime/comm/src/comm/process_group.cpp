@@ -2,7 +2,12 @@
 // rank 0), from a caller's store, or from a caller's process group.
 #include "distckpt/comm/process_group.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -33,6 +38,33 @@ std::string describe(const std::exception& e) {
   return e.what();
 }
 
+// The address this machine reaches `host` from, as the kernel routes it (a UDP
+// connect sends nothing). Empty when `host` does not resolve or route.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return {};
+  std::string address;
+  for (const addrinfo* a = found; a != nullptr && address.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return address;
+}
+
 // The Gloo device of this rank; see ProcessGroupOptions::gloo_hostname for
 // the order of preference. `master_addr` is where the job rendezvous.
 std::shared_ptr<::gloo::transport::Device> make_gloo_device(const ProcessGroupOptions& options,
@@ -48,9 +80,20 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const ProcessGroupOp
   try {
     return ProcessGroupGloo::createDeviceForHostname(*master_addr);
   } catch (const std::exception&) {
-    // Ranks on other machines than MASTER_ADDR cannot bind to it.
-    return ProcessGroupGloo::createDefaultDevice();
+    // Ranks on other machines than MASTER_ADDR cannot bind to it. They bind
+    // to the address their route to it leaves from: Gloo's default device
+    // needs the host name to resolve, else takes loopback, which peers on
+    // other machines cannot reach.
   }
+  const std::string local = local_address_towards(*master_addr);
+  if (!local.empty()) {
+    try {
+      return ProcessGroupGloo::createDeviceForHostname(local);
+    } catch (const std::exception&) {
+      // Not bindable after all: the host name, as before.
+    }
+  }
+  return ProcessGroupGloo::createDefaultDevice();
 }
 
 c10::intrusive_ptr<BackendGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
@@ -104,7 +147,8 @@ std::shared_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("distckpt/nccl", store);
       tensor_group = make_nccl_group(nccl_store, rank, world_size, options);
     }
-    return std::make_shared<GroupCommunicator<BackendGroup>>(byte_group, tensor_group, options.backend);
+    return std::make_shared<GroupCommunicator<BackendGroup>>(byte_group, tensor_group, options.backend,
+                                                             at::Device(at::kCPU), options.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -125,9 +169,11 @@ std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c
   return connect(store, rank, world_size, options, env_value("MASTER_ADDR"));
 }
 
-std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& options) {
-  check_backend(options);
+std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& given) {
+  check_backend(given);
   const LaunchEnv env = read_launch_env();
+  ProcessGroupOptions options = given;
+  if (env.timeout) options.timeout = *env.timeout;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = env.rank == 0;

@@ -1,6 +1,10 @@
 // metadata.json, the commit marker. It is small and human-readable on
 // purpose: tools (and people) can tell what wrote a directory without
 // parsing metadata.fb, and its atomic creation is what commits a save.
+// From version 2 it is also the root of the checkpoint's integrity: it
+// records the size and XXH3 of metadata.fb (which holds the checksums of
+// every data block) and of common.fb, and it is parsed strictly, so no
+// flipped bit anywhere in a checkpoint can pass unnoticed.
 #include "format/commit.h"
 
 #include <fmt/format.h>
@@ -8,9 +12,11 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "distckpt/core/errors.h"
 #include "format/metadata.h"
+#include "io/checksum.h"
 #include "io/file.h"
 
 namespace distckpt {
@@ -24,36 +30,86 @@ using nlohmann::json;
 
 std::string commit_path(const std::string& dir) { return io::safe_join(dir, kCommitFile); }
 
-[[noreturn]] void reject(const std::string& path, const std::string& what) {
-  throw CheckpointError(fmt::format("{}: {}", path, what));
+[[noreturn]] void reject(const std::string& origin, const std::string& what) {
+  throw CorruptionError(fmt::format("{}: {}", origin, what));
 }
 
-std::string string_field(const json& doc, const char* field, const std::string& path) {
-  const auto it = doc.find(field);
-  if (it == doc.end() || !it->is_string()) {
-    reject(path, fmt::format("field \"{}\" is missing or not a string; the file is not a valid commit marker", field));
-  }
-  return it->get<std::string>();
+const json& field(const json& doc, const char* name, const std::string& origin) {
+  const auto it = doc.find(name);
+  if (it == doc.end()) reject(origin, fmt::format("field \"{}\" is missing; the commit marker is damaged", name));
+  return *it;
 }
 
-int int_field(const json& doc, const char* field, const std::string& path) {
-  const auto it = doc.find(field);
-  if (it == doc.end() || !it->is_number_integer()) {
-    reject(path,
-           fmt::format("field \"{}\" is missing or not an integer; the file is not a valid commit marker", field));
+std::string string_field(const json& doc, const char* name, const std::string& origin) {
+  const json& value = field(doc, name, origin);
+  if (!value.is_string())
+    reject(origin, fmt::format("field \"{}\" is not a string; the commit marker is damaged", name));
+  return value.get<std::string>();
+}
+
+uint64_t unsigned_field(const json& doc, const char* name, uint64_t max, const std::string& origin) {
+  const json& value = field(doc, name, origin);
+  if (!value.is_number_integer()) {
+    reject(origin, fmt::format("field \"{}\" is not an integer; the commit marker is damaged", name));
   }
-  const bool fits = it->is_number_unsigned() ? it->get<uint64_t>() <= uint64_t{std::numeric_limits<int>::max()}
-                                             : it->get<int64_t>() >= std::numeric_limits<int>::min() &&
-                                                   it->get<int64_t>() <= std::numeric_limits<int>::max();
-  if (!fits) reject(path, fmt::format("field \"{}\" is out of range", field));
-  return it->get<int>();
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > max) {
+    reject(origin, fmt::format("field \"{}\" is out of range", name));
+  }
+  return value.get<uint64_t>();
+}
+
+int int_field(const json& doc, const char* name, const std::string& origin) {
+  return static_cast<int>(unsigned_field(doc, name, std::numeric_limits<int>::max(), origin));
+}
+
+// Version 2 markers carry nothing else: a field that is not one of these is
+// a damaged name (or a marker edited by hand), never silently ignored.
+void reject_unknown_fields(const json& doc, const std::set<std::string>& known, const std::string& origin) {
+  for (const auto& [name, value] : doc.items()) {
+    if (known.count(name) == 0) {
+      reject(origin, fmt::format("unknown field \"{}\"; the commit marker is damaged or was edited", name));
+    }
+  }
+}
+
+uint64_t parse_hex64(const std::string& text, const std::string& origin, const char* what) {
+  uint64_t value = 0;
+  bool valid = text.size() == 16;
+  for (const char c : text) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) valid = false;
+    value = value << 4 | static_cast<uint64_t>(digit & 0xf);
+  }
+  if (!valid) reject(origin, fmt::format("{}: \"xxh3\" must be 16 lowercase hex digits, not \"{}\"", what, text));
+  return value;
+}
+
+RecordedFile recorded_file(const json& doc, const char* name, const std::string& origin) {
+  const json& entry = field(doc, name, origin);
+  if (!entry.is_object()) reject(origin, fmt::format("field \"{}\" is not an object", name));
+  const std::string where = fmt::format("{}: field \"{}\"", origin, name);
+  reject_unknown_fields(entry, {"file", "bytes", "xxh3"}, where);
+  RecordedFile record;
+  record.path = string_field(entry, "file", where);
+  try {
+    io::validate_relative_path(record.path);
+  } catch (const CorruptionError& e) {
+    reject(where, e.what());
+  }
+  record.bytes = unsigned_field(entry, "bytes", std::numeric_limits<uint64_t>::max(), where);
+  record.xxh3 = parse_hex64(string_field(entry, "xxh3", where), origin, name);
+  return record;
+}
+
+json recorded_json(const RecordedFile& record) {
+  return {{"file", record.path}, {"bytes", record.bytes}, {"xxh3", io::hex64(record.xxh3)}};
 }
 
 // Which program wrote a marker that is not ours: its "format", or the
 // backend named by Megatron-Core's own metadata.json.
 std::string foreign_writer(const json& doc) {
-  for (const char* field : {"format", "sharded_backend"}) {
-    const auto it = doc.find(field);
+  for (const char* name : {"format", "sharded_backend"}) {
+    const auto it = doc.find(name);
     if (it != doc.end() && it->is_string()) return it->get<std::string>();
   }
   return "an unknown program";
@@ -61,39 +117,61 @@ std::string foreign_writer(const json& doc) {
 
 }  // namespace
 
-std::optional<CheckpointConfig> maybe_load_config(const std::string& dir) {
-  const std::string path = commit_path(dir);
-  if (!io::exists(path)) return std::nullopt;
-  const std::string text = io::read_file(path, kMaxCommitFileBytes);
+CheckpointConfig parse_commit_marker(std::string_view text, const std::string& origin) {
+  if (text.size() > kMaxCommitFileBytes) {
+    reject(origin, fmt::format("{} bytes, more than a commit marker can be; the file is not ours", text.size()));
+  }
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    reject(path, fmt::format("malformed JSON ({}); the commit marker is damaged", e.what()));
+  } catch (const json::exception& e) {
+    reject(origin, fmt::format("malformed JSON ({}); the commit marker is damaged", e.what()));
   }
-  if (!doc.is_object()) reject(path, "expected a JSON object; the commit marker is damaged");
+  if (!doc.is_object()) reject(origin, "expected a JSON object; the commit marker is damaged");
 
   const auto format = doc.find("format");
   if (format == doc.end() || !format->is_string() || format->get<std::string>() != kFormatName) {
-    reject(path,
-           fmt::format("was written by '{}', not distckpt; load it with the tool that wrote it", foreign_writer(doc)));
+    throw CheckpointError(fmt::format("{}: was written by '{}', not distckpt; load it with the tool that wrote it",
+                                      origin, foreign_writer(doc)));
   }
   CheckpointConfig config;
   config.format = kFormatName;
-  config.version = int_field(doc, "version", path);
+  config.version = int_field(doc, "version", origin);
   if (config.version > static_cast<int>(kFormatVersion)) {
-    reject(path, fmt::format("checkpoint format version {} is newer than this build of distckpt reads (version "
-                             "{}); upgrade distckpt to load it",
-                             config.version, kFormatVersion));
+    throw CheckpointError(
+        fmt::format("{}: checkpoint format version {} is newer than this build of distckpt reads (version {}); upgrade "
+                    "distckpt to load it",
+                    origin, config.version, kFormatVersion));
   }
-  if (config.version < 1) reject(path, fmt::format("format version {} is not valid", config.version));
-  config.sharded_backend = string_field(doc, "sharded_backend", path);
-  config.common_backend = string_field(doc, "common_backend", path);
-  config.world_size = int_field(doc, "world_size", path);
-  if (config.world_size < 1) reject(path, fmt::format("world_size {} is not valid", config.world_size));
-  // Informational only: markers written by hand or by older tools may lack it.
-  if (doc.contains("created_by")) config.created_by = string_field(doc, "created_by", path);
+  if (config.version < static_cast<int>(kOldestFormatVersion)) {
+    reject(origin, fmt::format("format version {} is not valid", config.version));
+  }
+  config.sharded_backend = string_field(doc, "sharded_backend", origin);
+  config.common_backend = string_field(doc, "common_backend", origin);
+  config.world_size = int_field(doc, "world_size", origin);
+  if (config.world_size < 1) reject(origin, fmt::format("world_size {} is not valid", config.world_size));
+  if (config.version == 1) {
+    // Informational only: version 1 markers written by hand may lack it.
+    if (doc.contains("created_by")) config.created_by = string_field(doc, "created_by", origin);
+    return config;
+  }
+  reject_unknown_fields(
+      doc, {"format", "version", "sharded_backend", "common_backend", "world_size", "created_by", "metadata", "common"},
+      origin);
+  if (config.sharded_backend != kBackendName || config.common_backend != kBackendName) {
+    reject(origin, fmt::format("unknown backend '{}'/'{}' (this build writes and reads '{}')", config.sharded_backend,
+                               config.common_backend, kBackendName));
+  }
+  config.created_by = string_field(doc, "created_by", origin);
+  config.metadata = recorded_file(doc, "metadata", origin);
+  config.common = recorded_file(doc, "common", origin);
   return config;
+}
+
+std::optional<CheckpointConfig> maybe_load_config(const std::string& dir) {
+  const std::string path = commit_path(dir);
+  if (!io::exists(path)) return std::nullopt;
+  return parse_commit_marker(io::read_file(path, kMaxCommitFileBytes), path);
 }
 
 // Like Megatron's: a damaged marker is reported (it throws), not taken for
@@ -104,16 +182,44 @@ void write_commit_marker(const std::string& dir, const CheckpointConfig& config)
   if (config.world_size < 1) {
     throw Error(fmt::format("write_commit_marker: world_size {} is not valid (must be at least 1)", config.world_size));
   }
+  const int version = config.version == 0 ? static_cast<int>(kFormatVersion) : config.version;
+  if (version >= 2 && (!config.metadata || !config.common)) {
+    throw Error(fmt::format("write_commit_marker: format version {} records metadata.fb and common.fb", version));
+  }
   // Fields left empty/zero mean "what this build writes".
-  const json doc = {
+  json doc = {
       {"format", config.format.empty() ? std::string(kFormatName) : config.format},
-      {"version", config.version == 0 ? static_cast<int>(kFormatVersion) : config.version},
+      {"version", version},
       {"sharded_backend", config.sharded_backend.empty() ? std::string(kBackendName) : config.sharded_backend},
       {"common_backend", config.common_backend.empty() ? std::string(kBackendName) : config.common_backend},
       {"world_size", config.world_size},
       {"created_by", config.created_by.empty() ? std::string("distckpt " DISTCKPT_VERSION) : config.created_by},
   };
+  if (version >= 2) {
+    doc["metadata"] = recorded_json(*config.metadata);
+    doc["common"] = recorded_json(*config.common);
+  }
   io::write_file_atomic(commit_path(dir), doc.dump(2) + "\n");
+}
+
+RecordedFile record_file(const std::string& path, std::string_view bytes) {
+  return RecordedFile{path, bytes.size(), io::xxh3(bytes.data(), bytes.size())};
+}
+
+void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path) {
+  if (bytes.size() != record.bytes) {
+    throw CorruptionError(fmt::format(
+        "{} has {} bytes but the commit marker ({}) records {}: the file was truncated or replaced; the checkpoint "
+        "is corrupt, load an intact copy",
+        full_path, bytes.size(), kCommitFile, record.bytes));
+  }
+  const uint64_t actual = io::xxh3(bytes.data(), bytes.size());
+  if (actual != record.xxh3) {
+    throw CorruptionError(fmt::format(
+        "checksum mismatch in {}: XXH3 {} but the commit marker ({}) records {}; the checkpoint is corrupt, run "
+        "`distckpt verify` and load an intact copy",
+        full_path, io::hex64(actual), kCommitFile, io::hex64(record.xxh3)));
+  }
 }
 
 }  // namespace distckpt

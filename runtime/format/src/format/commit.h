@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "distckpt/format/checkpoint_config.h"
 
@@ -10,8 +11,19 @@ namespace distckpt {
 
 constexpr const char* kCommitFile = "metadata.json";
 constexpr const char* kMetadataFile = "metadata.fb";
+constexpr const char* kCommonFile = "common.fb";
+
+// The marker's text parsed and checked (what maybe_load_config does after
+// reading the file); `origin` names it in errors.
+CheckpointConfig parse_commit_marker(std::string_view text, const std::string& origin);
 
 // Writes DIR/metadata.json atomically (temp + fsync + rename + dir fsync).
 void write_commit_marker(const std::string& dir, const CheckpointConfig& config);
+
+// The record of `bytes` stored as DIR-relative `path`.
+RecordedFile record_file(const std::string& path, std::string_view bytes);
+// Throws CorruptionError (naming `full_path`) unless `bytes` has the recorded
+// size and XXH3.
+void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path);
 
 }  // namespace distckpt

@@ -165,7 +165,7 @@ class CommonDecoder {
                       "{}. Upgrade distckpt to load this checkpoint",
                       origin_, state.format_version(), kFormatVersion));
     }
-    if (state.format_version() != kFormatVersion) {
+    if (state.format_version() < kOldestFormatVersion) {
       fail(fmt::format("format_version {} is not a valid version", state.format_version()));
     }
     if (state.root() == nullptr) fail("the root node is missing");

@@ -133,7 +133,7 @@ class MetadataDecoder {
                       "load this checkpoint",
                       origin_, version, kFormatVersion));
     }
-    if (version != kFormatVersion) fail(fmt::format("format_version {} is not a valid version", version));
+    if (version < kOldestFormatVersion) fail(fmt::format("format_version {} is not a valid version", version));
     return version;
   }
 

@@ -15,7 +15,10 @@
 
 namespace distckpt {
 
-constexpr uint32_t kFormatVersion = 1;
+// 2: metadata.json records the size and XXH3 of metadata.fb and common.fb.
+// Version 1 checkpoints (no such record) still load.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestFormatVersion = 1;
 constexpr const char* kFormatName = "distckpt";
 
 // One stored piece of a tensor: the box it covers and, for flattened

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,7 +197,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     file.pwrite_all(bytes.data(), bytes.size(), 0);
     file.sync();
     file.close();
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename to '" + path + "' of", tmp, errno);
+    rename_path(tmp, path);
   } catch (...) {
     ::unlink(tmp.c_str());  // best effort: never leave a half-written temp behind
     throw;
@@ -216,6 +217,12 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   std::string bytes(static_cast<size_t>(size), '\0');
   file.pread_all(bytes.data(), bytes.size(), 0);
   return bytes;
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+  }
 }
 
 void fsync_dir(const std::string& dir) {
@@ -302,6 +309,15 @@ uint64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw_errno("stat", path, errno);
   return static_cast<uint64_t>(st.st_size);
+}
+
+bool exchange_paths(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  // File systems without the flag (some network and FUSE ones) say so
+  // with these; the caller falls back to two renames.
+  if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP) return false;
+  throw Error(fmt::format("exchange of '{}' with '{}' failed: {}", a, b, std::strerror(err)));
 }
 
 }  // namespace distckpt::io

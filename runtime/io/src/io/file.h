@@ -55,7 +55,12 @@ class File {
 // directory: readers see the old file or the new one, never a torn one.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 std::string read_file(const std::string& path, uint64_t max_bytes);  // throws if larger
+void rename_path(const std::string& from, const std::string& to);    // rename(2), errors name both
 void fsync_dir(const std::string& dir);
+// Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): at every
+// instant each name holds one of the two. False, with nothing changed, where
+// the file system cannot; throws for any other failure.
+bool exchange_paths(const std::string& a, const std::string& b);
 void make_dirs(const std::string& dir);
 void remove_tree(const std::string& path);  // no error if absent
 bool exists(const std::string& path);

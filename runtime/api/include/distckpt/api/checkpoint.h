@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -66,9 +67,30 @@ StateDict load_plain_tensors(const std::string& dir);
 // are deleted). Run on one process. Returns how many tensors were removed.
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix);
 
-// Re-reads every stored byte and checks every checksum. Returns one line per
-// problem (key or object, chunk, file, byte range); empty = intact.
-std::vector<std::string> verify_checkpoint(const std::string& dir);
+// What `verify_checkpoint` found. kCorrupt covers anything a load would
+// reject (and an uncommitted save: a directory of ours without its commit
+// marker); kNotACheckpoint a path that is not a distckpt checkpoint at all
+// (absent, empty, another program's, or a newer format version).
+struct VerifyReport {
+  enum class Status { kIntact, kCorrupt, kNotACheckpoint };
+  Status status = Status::kIntact;
+  std::vector<std::string> problems;  // one line each: what, file, byte range
+  int format_version = 0;
+  uint64_t files = 0;           // files checked (marker, metadata, common, data)
+  uint64_t bytes_checked = 0;   // stored bytes re-read and hashed
+  uint64_t blocks_checked = 0;  // checksum blocks compared
+  bool intact() const { return status == Status::kIntact; }
+};
+// Called as bytes are checked (done, total), at most a few times a second.
+using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Checks everything a load would, on one process: the commit marker, the
+// metadata (its recorded checksum, every offset and size), every file's
+// size, the common state decoded, that every tensor's chunks tile its global
+// shape, and every block of every tensor chunk and object against its
+// checksum. Problems in data blocks are all listed; a damaged marker or
+// metadata stops the check (nothing after it can be trusted).
+VerifyReport verify_checkpoint(const std::string& dir, const VerifyProgress& progress = {});
 
 struct TensorDigest {
   std::string key;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distckpt/comm/communicator.h"
@@ -19,16 +20,24 @@ namespace distckpt {
 
 struct ProcessGroupOptions {
   std::string backend = "gloo";  // "gloo" or "nccl" (CUDA builds only)
+  // How long the rendezvous and each collective may wait for the other
+  // ranks; past it every waiting rank throws a CommError saying which
+  // operation timed out (a rank that is stopped, deadlocked or gone makes the
+  // others fail instead of hang). communicator_from_env takes
+  // DISTCKPT_TIMEOUT_SECONDS over this value when the variable is set.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Host name or address the Gloo device binds to. Empty: the interface named
-  // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR (falling back to this
-  // machine's host name where MASTER_ADDR is not local), else loopback.
+  // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR where it is local, else
+  // the local address of the route to MASTER_ADDR (then this machine's host
+  // name), else loopback.
   std::string gloo_hostname;
 };
 
 // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK optional) as
 // torchrun sets them, rendezvous over a TCPStore hosted by rank 0, and
 // returns a communicator. Throws CommError naming any missing variable.
+// DISTCKPT_TIMEOUT_SECONDS (integer or decimal seconds, e.g. "30" or "2.5"),
+// when set, replaces options.timeout: operators tune it without a rebuild.
 std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& options = {});
 
 // Over a store the caller owns (e.g. a HashStore shared by threads in tests).
@@ -48,7 +57,9 @@ struct LaunchEnv {
   int local_rank = 0;
   std::string master_addr;
   int master_port = 0;
+  std::optional<std::chrono::milliseconds> timeout;  // DISTCKPT_TIMEOUT_SECONDS, when set
 };
+inline constexpr const char* kTimeoutVariable = "DISTCKPT_TIMEOUT_SECONDS";
 LaunchEnv read_launch_env();  // throws CommError on missing/invalid variables
 
 }  // namespace distckpt

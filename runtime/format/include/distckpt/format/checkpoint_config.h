@@ -2,10 +2,20 @@
 // (metadata.json) parsed, like Megatron's maybe_load_config.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace distckpt {
+
+// A file whose size and XXH3-64 the commit marker records (format version 2
+// on): a flipped bit in it cannot go unnoticed, since the marker is parsed
+// strictly and every reader checks the file against it before decoding.
+struct RecordedFile {
+  std::string path;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
 
 struct CheckpointConfig {
   std::string format;           // "distckpt"
@@ -14,11 +24,14 @@ struct CheckpointConfig {
   std::string common_backend;   // "distckpt-fb"
   int world_size = 0;
   std::string created_by;  // library version that wrote it
+  // Version 2 on (absent in version 1): the global metadata and the common state.
+  std::optional<RecordedFile> metadata;
+  std::optional<RecordedFile> common;
 };
 
 // Parses DIR/metadata.json; nullopt when the directory has none (not a
-// committed checkpoint). Throws CheckpointError for a malformed file or an
-// unsupported format/version.
+// committed checkpoint). Throws CorruptionError for a damaged marker and
+// CheckpointError for one written by another program or a newer distckpt.
 std::optional<CheckpointConfig> maybe_load_config(const std::string& dir);
 bool is_distributed_checkpoint(const std::string& dir);
 

@@ -1,0 +1,228 @@
+// I/O faults in real 2-rank jobs (distckpt-launch + distckpt_fault_probe),
+// injected from outside the program: strace fails chosen syscalls on one
+// file, a preloaded library makes the kernel write less than asked, a small
+// tmpfs fills up. A failed save must fail every rank naming the file and the
+// errno text, commit nothing, keep the previous checkpoint of that name and
+// leave the next save working; a failed read must fail every rank naming the
+// file and the offset.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "distckpt/distckpt.h"
+#include "probes/fault_state.h"
+#include "support/fault_jobs.h"
+#include "support/ranks.h"
+
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::SizeIs;
+
+// Seed 1 saved once, by ranks as threads (cheaper than a launched job), into
+// a directory the tests copy: each starts from the same committed checkpoint.
+struct Seed1 {
+  Seed1() {
+    try {
+      run_ranks(2, [&](distckpt::Communicator& comm) {
+        distckpt::SaveOptions options;
+        options.overwrite = true;
+        distckpt::save(fault_state(comm.rank(), comm.size(), 1, 4, true), dir.file("ckpt"), comm, options);
+      });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    digest_text = digest(dir.file("ckpt"));
+  }
+  TempDir dir{"io-fault-seed1"};  // removed at exit
+  std::string error;
+  std::string digest_text;
+};
+
+const Seed1& seed1() {
+  static const Seed1 seed;
+  return seed;
+}
+
+class IoFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto why = strace_unavailable()) GTEST_SKIP() << *why;
+    ASSERT_EQ(seed1().error, "");
+    ASSERT_THAT(seed1().digest_text, HasSubstr("w float32 ")) << seed1().digest_text;
+    ASSERT_EQ(run_command("cp -a " + shell_quote(seed1().dir.file("ckpt")) + " " + shell_quote(ckpt_)).exit_code, 0);
+  }
+
+  // Saves seed 2 over seed 1 (overwrite) under `job_prefix` (an strace
+  // injection), expecting that save to fail on both ranks with errors naming
+  // `file` and `errno_text`; then checks that seed 1 is still there,
+  // untouched, and that saving seed 3 works.
+  void expect_failed_save_contained(const std::string& job_prefix, const std::string& file,
+                                    const std::string& errno_text) {
+    const CommandResult faulty = run_bounded(job_prefix + " " + probe_job(ckpt_, "save", 2));
+    EXPECT_EQ(faulty.exit_code, 1) << faulty.output;
+    EXPECT_THAT(faulty.output, ContainsRegex("distckpt-launch: rank [01] exited with code 1"));
+    for (const std::string rank : {"0", "1"}) {
+      const std::vector<std::string> lines = lines_starting(faulty.output, "rank " + rank + " failed: ");
+      ASSERT_THAT(lines, SizeIs(1)) << faulty.output;
+      EXPECT_THAT(lines[0], HasSubstr("'" + file + "'"));
+      EXPECT_THAT(lines[0], HasSubstr(errno_text));
+    }
+    EXPECT_THAT(faulty.output, Not(HasSubstr("saved seed 2")));
+
+    // Nothing of seed 2 committed or left behind; seed 1 as it was.
+    EXPECT_THAT(list_dir(dir_), ElementsAre("ckpt"));
+    EXPECT_EQ(digest(ckpt_), seed1().digest_text);
+
+    const CommandResult next = run_bounded(probe_job(ckpt_, "save", 3));
+    EXPECT_EQ(next.exit_code, 0) << next.output;
+    EXPECT_THAT(next.output, HasSubstr("rank 0 saved seed 3"));
+    EXPECT_THAT(next.output, HasSubstr("rank 1 saved seed 3"));
+    const std::string after = digest(ckpt_);
+    EXPECT_THAT(after, HasSubstr("w float32 "));
+    EXPECT_NE(after, seed1().digest_text);
+  }
+
+  std::string staging_file(const std::string& name) const { return dir_ + "/.ckpt.distckpt-staging/" + name; }
+
+  TempDir temp_{"io-fault"};
+  // strace -P compares resolved paths.
+  const std::string dir_ = canonical_path(temp_.path());
+  const std::string ckpt_ = dir_ + "/ckpt";
+};
+
+TEST_F(IoFaultTest, NoSpaceOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  const std::string file = staging_file("data/rank_00001.bin");
+  expect_failed_save_contained(strace_inject("pwrite64", file, "error=ENOSPC"), file, "No space left on device");
+}
+
+TEST_F(IoFaultTest, EioOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  const std::string file = staging_file("data/rank_00000.bin");
+  expect_failed_save_contained(strace_inject("pwrite64", file, "error=EIO"), file, "Input/output error");
+}
+
+TEST_F(IoFaultTest, FailedFsyncOfDataFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  const std::string file = staging_file("data/rank_00001.bin");
+  expect_failed_save_contained(strace_inject("fsync", file, "error=EIO"), file, "fsync '" + file + "' failed");
+}
+
+TEST_F(IoFaultTest, FailedWriteOfMetadataFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  const std::string file = staging_file("metadata.fb.tmp");
+  expect_failed_save_contained(strace_inject("pwrite64", file, "error=EDQUOT"), file, "Disk quota exceeded");
+}
+
+TEST_F(IoFaultTest, FailedRenameOfCommitMarkerFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  const std::string file = staging_file("metadata.json.tmp");
+  expect_failed_save_contained(strace_inject("rename,renameat,renameat2", file, "error=EIO"), file,
+                               "Input/output error");
+}
+
+TEST_F(IoFaultTest, FailedExchangeIntoPlaceKeepsThePreviousCheckpoint) {
+  // An overwrite swaps the new checkpoint in with one renameat2 (RENAME_EXCHANGE).
+  const std::string staging = dir_ + "/.ckpt.distckpt-staging";
+  expect_failed_save_contained(strace_inject("renameat2", staging, "error=ENOSPC"), staging,
+                               "exchange of '" + staging + "' with '" + ckpt_ + "' failed: No space left on device");
+}
+
+TEST_F(IoFaultTest, FailedRenameIntoPlacePutsThePreviousCheckpointBack) {
+  // Where the file system cannot exchange (EINVAL), the previous checkpoint
+  // is moved aside before the new one moves in; the second rename failing
+  // must move it back.
+  const std::string staging = dir_ + "/.ckpt.distckpt-staging";
+  const std::string job = "strace -f --seccomp-bpf -qq -o /dev/null -e trace=rename,renameat2 -P " +
+                          shell_quote(staging) + " -e inject=renameat2:error=EINVAL -e inject=rename:error=ENOSPC";
+  expect_failed_save_contained(job, staging,
+                               "rename of '" + staging + "' to '" + ckpt_ + "' failed: No space left on device");
+}
+
+TEST_F(IoFaultTest, FailedFsyncAfterTheRenamesPutsThePreviousCheckpointBack) {
+  // The renames are in place but not durable: the commit must be undone.
+  expect_failed_save_contained(strace_inject("fsync", dir_, "error=EIO"), dir_,
+                               "fsync of directory '" + dir_ + "' failed: Input/output error");
+}
+
+TEST_F(IoFaultTest, ShortWritesStillWriteACorrectCheckpoint) {
+  // Every write into the staging directory moves at most 1000 bytes (not a
+  // multiple of the O_DIRECT alignment either): the writer must loop. An
+  // AddressSanitizer build would refuse a library preloaded before its runtime.
+  const std::string preload = "env LD_PRELOAD=" DISTCKPT_BIN_DIR
+                              "/../lib/distckpt_short_writes.so DISTCKPT_SHORT_WRITE_MATCH=.ckpt.distckpt-staging "
+                              "DISTCKPT_SHORT_WRITE_BYTES=1000 "
+                              "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0";
+  const CommandResult saved = run_bounded(probe_job(ckpt_, "save", 7, "", preload));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::vector<std::string> reports = lines_starting(saved.output, "short_writes: ");
+  ASSERT_THAT(reports, SizeIs(2)) << saved.output;
+  for (const std::string& report : reports) EXPECT_THAT(report, ContainsRegex("^short_writes: [1-9][0-9]+ writes"));
+
+  const CommandResult verified = run_bounded(DISTCKPT_BIN_DIR "/distckpt verify " + shell_quote(ckpt_));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  const CommandResult loaded = run_bounded(probe_job(ckpt_, "load", 7));
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_THAT(loaded.output, HasSubstr("rank 0 loaded seed 7 bitwise-equal"));
+  EXPECT_THAT(loaded.output, HasSubstr("rank 1 loaded seed 7 bitwise-equal"));
+}
+
+TEST_F(IoFaultTest, EioOnDataReadFailsTheLoadOnEveryRankNamingFileAndOffset) {
+  // Rank 0's file holds its rows of "w" and the one copy of "bias", which
+  // both ranks read.
+  const std::string file = ckpt_ + "/data/rank_00000.bin";
+  const CommandResult loaded =
+      run_bounded(strace_inject("pread64", file, "error=EIO") + " " + probe_job(ckpt_, "load", 1));
+  EXPECT_EQ(loaded.exit_code, 1) << loaded.output;
+  for (const std::string rank : {"0", "1"}) {
+    const std::vector<std::string> lines = lines_starting(loaded.output, "rank " + rank + " failed: ");
+    ASSERT_THAT(lines, SizeIs(1)) << loaded.output;
+    EXPECT_THAT(lines[0],
+                ContainsRegex("read of [0-9]+ bytes at offset [0-9]+ from '" + file + "' failed: Input/output error"));
+  }
+}
+
+// A real full file system: an 8 MiB tmpfs and a 24 MiB checkpoint.
+TEST(DiskFullTest, SaveLargerThanTheFileSystemFailsEveryRankAndKeepsThePreviousCheckpoint) {
+  TempDir temp("disk-full");
+  const std::string mnt = temp.file("mnt");
+  ASSERT_EQ(run_command("mkdir " + shell_quote(mnt)).exit_code, 0);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs at " << mnt << " (" << std::strerror(errno)
+                 << "); this test needs root with CAP_SYS_ADMIN";
+  }
+  // Unmounted however the test ends; lazily, in case a rank still holds a file.
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::string ckpt = mnt + "/ckpt";
+
+  const CommandResult first = run_bounded(probe_job(ckpt, "save", 1, "--mb 2"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string before = digest(ckpt);
+  ASSERT_THAT(before, HasSubstr("w float32 ")) << before;
+
+  const CommandResult full = run_bounded(probe_job(ckpt, "save", 2, "--mb 24"));
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  for (const std::string rank : {"0", "1"}) {
+    const std::vector<std::string> lines = lines_starting(full.output, "rank " + rank + " failed: ");
+    ASSERT_THAT(lines, SizeIs(1)) << full.output;
+    EXPECT_THAT(lines[0], ContainsRegex("'" + mnt +
+                                        "/.ckpt.distckpt-staging/data/rank_0000[01].bin' failed: No "
+                                        "space left on device"));
+  }
+  EXPECT_THAT(list_dir(mnt), ElementsAre("ckpt"));
+  EXPECT_EQ(digest(ckpt), before);
+
+  const CommandResult next = run_bounded(probe_job(ckpt, "save", 3, "--mb 2"));
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_NE(digest(ckpt), before);
+}
+
+}  // namespace

@@ -1,0 +1,152 @@
+// Format version 2: the commit marker records metadata.fb and common.fb, so
+// damage to either is caught on every open; version 1 checkpoints still load;
+// verify_checkpoint classifies directories as a load would.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "distckpt/distckpt.h"
+#include "io/file.h"
+#include "multirank/checkpoint_fixtures.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+using testing::global_tensor;
+
+// A 2-rank checkpoint of one [8, 2] tensor and a little common state.
+std::string save_small(const TempDir& tmp) {
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["t"] = ShardedTensor::from_rank_offsets("t", global_tensor("t", {8, 2}).narrow(0, 4 * comm.rank(), 4).clone(),
+                                               {{0, comm.rank(), 2}});
+    sd["iteration"] = Value(int64_t{1234});
+    sd["lr"] = Value(0.5);
+    save(sd, dir, comm);
+  });
+  return dir;
+}
+
+nlohmann::json marker(const std::string& dir) {
+  return nlohmann::json::parse(io::read_file(dir + "/metadata.json", 1 << 20));
+}
+
+TEST(FileIntegrity, TheMarkerRecordsMetadataAndCommonState) {
+  TempDir tmp("v2");
+  const std::string dir = save_small(tmp);
+  const nlohmann::json m = marker(dir);
+  EXPECT_EQ(m.at("version"), 2);
+  EXPECT_EQ(m.at("metadata").at("file"), "metadata.fb");
+  EXPECT_EQ(m.at("metadata").at("bytes"), io::file_size(dir + "/metadata.fb"));
+  EXPECT_EQ(m.at("common").at("file"), "common.fb");
+  EXPECT_EQ(m.at("common").at("bytes"), io::file_size(dir + "/common.fb"));
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_TRUE(report.intact()) << ::testing::PrintToString(report.problems);
+  EXPECT_EQ(report.format_version, 2);
+  EXPECT_EQ(report.files, 5u);  // marker, metadata, common, two data files
+  EXPECT_EQ(report.bytes_checked, 64u);
+  EXPECT_EQ(report.blocks_checked, 2u);
+}
+
+// The silent case from the bit-flip survey: a flip in common.fb that still
+// decodes (here: the value of "iteration") is now rejected by load and verify.
+TEST(FileIntegrity, AFlipInTheCommonStateIsRejectedByLoadAndVerify) {
+  TempDir tmp("v2-common");
+  const std::string dir = save_small(tmp);
+  EXPECT_EQ(load_common_state_dict(dir).at("iteration").as_int(), 1234);
+  const std::string bytes = io::read_file(dir + "/common.fb", 1 << 20);
+  const int64_t value = 1234;
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
+  ASSERT_NE(at, std::string::npos);
+  flip_byte(dir + "/common.fb", at);
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { load_common_state_dict(dir); }, "checksum mismatch in " + dir + "/common.fb"));
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict request = Value::dict();
+    request["t"] = ShardedTensor::from_rank_offsets("t", at::zeros({4, 2}), {{0, comm.rank(), 2}});
+    EXPECT_TRUE(throws_with<CorruptionError>([&] { load(request, dir, comm); }, "checksum mismatch in"));
+  });
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_EQ(report.status, VerifyReport::Status::kCorrupt);
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("common.fb"), std::string::npos) << report.problems[0];
+}
+
+TEST(FileIntegrity, AFlipInTheMetadataIsRejectedBeforeDecoding) {
+  TempDir tmp("v2-metadata");
+  const std::string dir = save_small(tmp);
+  flip_byte(dir + "/metadata.fb", 40);
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { load_plain_tensors(dir); }, "checksum mismatch in " + dir + "/metadata.fb"));
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_EQ(report.status, VerifyReport::Status::kCorrupt);
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("metadata.fb: XXH3"), std::string::npos) << report.problems[0];
+}
+
+TEST(FileIntegrity, ATruncatedOrSwappedFileIsNamed) {
+  TempDir tmp("v2-swap");
+  const std::string dir = save_small(tmp);
+  io::write_file_atomic(dir + "/common.fb", "short");
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { load_common_state_dict(dir); },
+                                           dir + "/common.fb has 5 bytes but the commit marker"));
+}
+
+// A checkpoint written by the previous release (format version 1, no
+// recorded checksums of metadata.fb/common.fb) loads with the same values.
+TEST(FileIntegrity, VersionOneCheckpointsStillLoad) {
+  const std::string dir = DISTCKPT_SOURCE_DIR "/tests/data/format_v1";
+  EXPECT_EQ(marker(dir).at("version"), 1);
+  std::ostringstream digests;
+  for (const TensorDigest& d : digest_checkpoint(dir)) digests << d.line() << '\n';
+  EXPECT_EQ(digests.str(), io::read_file(DISTCKPT_SOURCE_DIR "/tests/data/format_v1.digest", 1 << 20));
+  const StateDict common = load_common_state_dict(dir);
+  EXPECT_TRUE(common.contains("iteration"));
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_TRUE(report.intact()) << ::testing::PrintToString(report.problems);
+  EXPECT_EQ(report.format_version, 1);
+}
+
+TEST(FileIntegrity, RemovingTensorsSwitchesTheMarkerToNewMetadataAtomically) {
+  TempDir tmp("v2-remove");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["a"] = ShardedTensor::from_rank_offsets("optimizer.a", at::ones({2}), {{0, comm.rank(), 2}});
+    sd["b"] = ShardedTensor::from_rank_offsets("model.b", at::full({2}, 3.0), {{0, comm.rank(), 2}});
+    save(sd, dir, comm);
+  });
+  EXPECT_EQ(remove_sharded_tensors(dir, "optimizer."), 1u);
+  const std::string metadata_file = marker(dir).at("metadata").at("file");
+  EXPECT_EQ(metadata_file.rfind("metadata-", 0), 0u) << metadata_file;
+  EXPECT_TRUE(io::exists(dir + "/" + metadata_file));
+  EXPECT_FALSE(io::exists(dir + "/metadata.fb"));  // the old one is gone once nothing names it
+  EXPECT_TRUE(verify_checkpoint(dir).intact());
+  EXPECT_TRUE(at::equal(load_plain_tensors(dir).at("model.b").as_tensor(), at::full({4}, 3.0)));
+}
+
+TEST(FileIntegrity, VerifyTellsCorruptFromNotACheckpoint) {
+  TempDir tmp("verify-status");
+  EXPECT_EQ(verify_checkpoint(tmp.path() + "/absent").status, VerifyReport::Status::kNotACheckpoint);
+  EXPECT_EQ(verify_checkpoint(tmp.path()).status, VerifyReport::Status::kNotACheckpoint);
+  io::write_file_atomic(tmp.path() + "/metadata.json", R"({"sharded_backend": "torch_dist"})");
+  const VerifyReport foreign = verify_checkpoint(tmp.path());
+  EXPECT_EQ(foreign.status, VerifyReport::Status::kNotACheckpoint);
+  EXPECT_NE(foreign.problems.at(0).find("written by 'torch_dist'"), std::string::npos);
+  // A save that never committed: our files, no marker.
+  const std::string dir = save_small(tmp);
+  io::remove_tree(dir + "/metadata.json");
+  const VerifyReport uncommitted = verify_checkpoint(dir);
+  EXPECT_EQ(uncommitted.status, VerifyReport::Status::kCorrupt);
+  EXPECT_NE(uncommitted.problems.at(0).find("a save that never committed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,56 @@
+// distckpt_fault_probe: one rank of a job started by distckpt-launch, for the
+// e2e tests of I/O faults and hung ranks (faults are injected from outside,
+// by strace, a preloaded library or a full file system).
+//   distckpt_fault_probe DIR save SEED [--mb N]   save (overwrite) a state made from SEED
+//   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
+// --pid-dir D: write this process's id to D/pid.<rank> first (hung-rank tests
+// stop a rank and must find it afterwards).
+// Prints "rank R saved seed S" or "rank R loaded seed S bitwise-equal" and
+// exits 0; on an error, prints "rank R failed: WHAT" and exits 1.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+
+#include "distckpt/distckpt.h"
+#include "probes/fault_state.h"
+
+using namespace distckpt;
+
+int main(int argc, char** argv) {
+  CLI::App app{"I/O fault probe"};
+  std::string dir, action, pid_dir;
+  int64_t seed = 0, mb = 4;
+  app.add_option("dir", dir)->required();
+  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "load"}));
+  app.add_option("seed", seed)->required();
+  app.add_option("--mb", mb, "MiB of tensor data in all");
+  app.add_option("--pid-dir", pid_dir, "write the process id to DIR/pid.<rank>");
+  CLI11_PARSE(app, argc, argv);
+  int rank = -1;
+  try {
+    auto comm = communicator_from_env();
+    rank = comm->rank();
+    if (!pid_dir.empty()) std::ofstream(fmt::format("{}/pid.{}", pid_dir, rank)) << ::getpid() << "\n";
+    if (action == "save") {
+      SaveOptions options;
+      options.overwrite = true;
+      save(fault_state(rank, comm->size(), seed, mb, true), dir, *comm, options);
+      std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
+      return 0;
+    }
+    const LoadResult r = load(fault_state(rank, comm->size(), seed, mb, false), dir, *comm);
+    const StateDict expected = fault_state(rank, comm->size(), seed, mb, true);
+    const bool equal = at::equal(r.state_dict.at("w").as_tensor(), expected.at("w").as_sharded_tensor().data) &&
+                       at::equal(r.state_dict.at("bias").as_tensor(), expected.at("bias").as_sharded_tensor().data);
+    std::cout << fmt::format("rank {} loaded seed {} {}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT");
+    return equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cout << fmt::format("rank {} failed: {}\n", rank, e.what()) << std::flush;
+    return 1;
+  }
+}

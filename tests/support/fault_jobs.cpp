@@ -1,0 +1,80 @@
+#include "support/fault_jobs.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace {
+
+const std::string kBin = DISTCKPT_BIN_DIR;
+
+}  // namespace
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string probe_job(const std::string& dir, const std::string& action, int seed, const std::string& probe_args,
+                      const std::string& rank_prefix) {
+  return kBin + "/distckpt-launch -n 2 -- " + rank_prefix + (rank_prefix.empty() ? "" : " ") + kBin +
+         "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " + std::to_string(seed) +
+         (probe_args.empty() ? "" : " " + probe_args);
+}
+
+std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper) {
+  // --seccomp-bpf stops only the named syscalls, so the job runs at nearly
+  // full speed; -P narrows those to the ones on `path`. A signal is injected
+  // at the syscall's exit, which strace 6.1 misses under --seccomp-bpf.
+  const bool fast = tamper.find("signal=") == std::string::npos;
+  return std::string("strace -f ") + (fast ? "--seccomp-bpf " : "") + "-qq -o /dev/null -e trace=" + syscalls + " -P " +
+         shell_quote(path) + " -e inject=" + syscalls + ":" + tamper;
+}
+
+std::optional<std::string> strace_unavailable() {
+  const CommandResult r = run_command("strace -f -qq -o /dev/null true");
+  if (r.exit_code == 0) return std::nullopt;
+  return "strace cannot trace here (exit " + std::to_string(r.exit_code) + "): " + r.output;
+}
+
+CommandResult run_bounded(const std::string& command, int seconds) {
+  return run_command("timeout -s KILL " + std::to_string(seconds) + " " + command);
+}
+
+std::vector<std::string> lines_starting(const std::string& output, const std::string& prefix) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, prefix.size(), prefix) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string digest(const std::string& dir) {
+  const CommandResult r = run_bounded(kBin + "/distckpt digest " + shell_quote(dir));
+  return r.exit_code == 0 ? r.output : "exit " + std::to_string(r.exit_code) + ": " + r.output;
+}
+
+std::string canonical_path(const std::string& path) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  const std::string result = resolved != nullptr ? resolved : path;
+  std::free(resolved);
+  return result;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}

@@ -1,0 +1,43 @@
+// Test support for the fault e2e tests: 2-rank jobs of distckpt_fault_probe
+// under distckpt-launch, optionally under strace, and reading their output.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+
+// `text` single-quoted for /bin/sh.
+std::string shell_quote(const std::string& text);
+
+// The command line of a 2-rank job: every rank runs
+// `rank_prefix distckpt_fault_probe DIR ACTION SEED probe_args`.
+std::string probe_job(const std::string& dir, const std::string& action, int seed, const std::string& probe_args = "",
+                      const std::string& rank_prefix = "");
+
+// An strace prefix (followed by the command it runs) that applies `tamper`
+// (e.g. "error=ENOSPC", "signal=SIGSTOP:when=1") to the `syscalls` (e.g.
+// "pwrite64") that touch `path` (or a descriptor open on it), in every
+// process and thread of the command; everything else runs untouched.
+std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper);
+
+// Why strace cannot trace on this machine (not installed, ptrace denied);
+// nullopt when it can.
+std::optional<std::string> strace_unavailable();
+
+// run_command bounded by `seconds` (then SIGKILL, exit code 137), so a
+// hanging job fails its test instead of hanging the suite.
+CommandResult run_bounded(const std::string& command, int seconds = 120);
+
+// The lines of `output` that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& output, const std::string& prefix);
+
+// `distckpt digest DIR`: its output, or "exit N: OUTPUT" when it fails.
+std::string digest(const std::string& dir);
+
+// `path` with symlinks resolved (strace -P compares resolved paths).
+std::string canonical_path(const std::string& path);
+
+// The entries of a directory (names, sorted; "." and ".." left out).
+std::vector<std::string> list_dir(const std::string& dir);
