@@ -51,6 +51,12 @@ for t in "${targets[@]}"; do
     # -merge=1 keeps the smallest inputs that keep all the coverage.
     merged=$(mktemp -d)
     "$bin" -merge=1 "$merged" "$seeds" "$found" 2>"$BUILD_DIR/merge-$t.log"
+    # Inputs that once crashed stay, under their names, whatever their coverage.
+    for f in "$seeds"/crash-*; do
+      [ -f "$f" ] || continue
+      rm -f "$merged/$(sha1sum <"$f" | cut -d' ' -f1)"  # the merge names inputs by their SHA-1
+      cp "$f" "$merged/"
+    done
     rm -rf "$seeds"
     mv "$merged" "$seeds"
     chmod 755 "$seeds"
