@@ -50,7 +50,7 @@ for t in "${targets[@]}"; do
   if [ $mode = merge ]; then
     # -merge=1 keeps the smallest inputs that keep all the coverage.
     merged=$(mktemp -d)
-    "$bin" -merge=1 "$merged" "$seeds" "$found" 2>"$BUILD_DIR/merge-$t.log"
+    "$bin" -merge=1 -artifact_prefix="$crashes/" "$merged" "$seeds" "$found" 2>"$BUILD_DIR/merge-$t.log"
     # Inputs that once crashed stay, under their names, whatever their coverage.
     for f in "$seeds"/crash-*; do
       [ -f "$f" ] || continue
