@@ -11,6 +11,7 @@ PACKAGES=(
   libxxhash-dev                       # per-block chunk checksums (XXH3)
   libcli11-dev libfmt-dev             # command lines, message formatting
   clang-format                        # style check (scripts/check-format.sh)
+  clang-16 libclang-rt-16-dev         # libFuzzer + sanitizers (scripts/fuzz.sh)
   strace                              # faults and crashes injected at exact system calls (tests, torture scripts)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # baseline benchmark against PyTorch DCP

@@ -199,11 +199,14 @@ void ShardedTensor::validate_metadata_integrity() const {
       fail(fmt::format("axis {} has a negative extent or offset", a));
     }
     const bool prepended = a < static_cast<size_t>(prepend_axis_num);
+    // Extents and offsets are non-negative here, so the subtraction cannot overflow (a sum could).
     const bool fits =
-        prepended ? global_offset[a] < global_shape[a] : global_offset[a] + box.length[a] <= global_shape[a];
+        prepended ? global_offset[a] < global_shape[a] : global_offset[a] <= global_shape[a] - box.length[a];
     if (!fits) {
-      fail(fmt::format("on axis {} the chunk [{}, {}) exceeds the global extent {}", a, global_offset[a],
-                       global_offset[a] + box.length[a], global_shape[a]));
+      // The end may not fit in int64; both terms are non-negative, so it fits in uint64.
+      const uint64_t end = static_cast<uint64_t>(global_offset[a]) + static_cast<uint64_t>(box.length[a]);
+      fail(fmt::format("on axis {} the chunk [{}, {}) exceeds the global extent {}", a, global_offset[a], end,
+                       global_shape[a]));
     }
   }
   if (!axis_fragmentations.empty()) {

@@ -354,9 +354,8 @@ WriteResults decode_write_results(std::string_view bytes, const std::string& ori
   if (root->items()) {
     out.items.reserve(root->items()->size());
     for (const fb::ItemWrite* w : *root->items()) {
-      ItemWrite item{w->byte_offset(), w->byte_length(), {}};
-      if (w->block_checksums()) item.block_checksums.assign(w->block_checksums()->begin(), w->block_checksums()->end());
-      out.items.push_back(std::move(item));
+      out.items.push_back(
+          ItemWrite{w->byte_offset(), w->byte_length(), scalars(w->block_checksums(), "write results", origin)});
     }
   }
   return out;

@@ -161,9 +161,8 @@ std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& o
   if (!root->needs()) return needs;
   needs.reserve(root->needs()->size());
   for (const fb::PieceNeed* n : *root->needs()) {
-    PieceNeed need{
-        n->tensor(), n->piece(),
-        Box{Shape(n->offset()->begin(), n->offset()->end()), Shape(n->length()->begin(), n->length()->end())}};
+    PieceNeed need{n->tensor(), n->piece(),
+                   Box{scalars(n->offset(), "load needs", origin), scalars(n->length(), "load needs", origin)}};
     if (need.part.offset.size() != need.part.length.size()) {
       malformed("load needs", origin, "a part has offsets and lengths of different ranks");
     }

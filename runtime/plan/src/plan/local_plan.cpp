@@ -10,12 +10,6 @@
 #include "plan/wire.h"
 
 namespace distckpt::plan {
-namespace {
-
-Shape to_shape(const flatbuffers::Vector<int64_t>* v) { return v ? Shape(v->begin(), v->end()) : Shape{}; }
-
-}  // namespace
-
 std::string ObjectPlan::unique_key() const {
   ShardedObject object{key, {}, global_shape, global_offset, replica_id};
   return object.unique_key();
@@ -131,6 +125,7 @@ std::string encode_local_plan(const LocalPlan& plan) {
 
 LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
   const fb::LocalPlan* root = &verified_message<fb::LocalPlan>(bytes, "save plan", origin, fb::LocalPlanIdentifier());
+  const auto shape = [&](const flatbuffers::Vector<int64_t>* v) { return scalars(v, "save plan", origin); };
   LocalPlan plan;
   plan.rank = root->rank();
   if (root->tensors()) {
@@ -143,10 +138,10 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
       } catch (const CorruptionError& e) {
         malformed("save plan", origin, e.what());
       }
-      p.global_shape = to_shape(t->global_shape());
-      p.box = Box{to_shape(t->offset()), to_shape(t->length())};
+      p.global_shape = shape(t->global_shape());
+      p.box = Box{shape(t->offset()), shape(t->length())};
       if (t->flat_start() >= 0) p.flat = FlatRange{t->flat_start(), t->flat_stop()};
-      p.replica_id = to_shape(t->replica_id());
+      p.replica_id = shape(t->replica_id());
       p.allow_shape_mismatch = t->allow_shape_mismatch();
       if (p.box.offset.size() != p.global_shape.size() || p.box.length.size() != p.global_shape.size()) {
         malformed("save plan", origin, fmt::format("'{}' has a box of the wrong rank", p.key));
@@ -157,8 +152,8 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
   if (root->objects()) {
     plan.objects.reserve(root->objects()->size());
     for (const fb::ObjectPlan* o : *root->objects()) {
-      plan.objects.push_back(ObjectPlan{o->key()->str(), to_shape(o->global_shape()), to_shape(o->global_offset()),
-                                        to_shape(o->replica_id()), o->byte_size()});
+      plan.objects.push_back(ObjectPlan{o->key()->str(), shape(o->global_shape()), shape(o->global_offset()),
+                                        shape(o->replica_id()), o->byte_size()});
     }
   }
   return plan;

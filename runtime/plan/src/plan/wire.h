@@ -6,6 +6,7 @@
 #include <flatbuffers/flatbuffers.h>
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,18 @@ inline std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::O
   out.reserve(v->size());
   for (const flatbuffers::String* s : *v) out.push_back(s->str());
   return out;
+}
+
+// An optional vector of scalars (empty when absent). The verifier checks only
+// the alignment of a vector's length prefix: 8-byte elements of a crafted
+// buffer can sit at 4 mod 8, and reading them would be undefined behaviour.
+template <typename T>
+std::vector<T> scalars(const flatbuffers::Vector<T>* v, std::string_view what, std::string_view origin) {
+  if (!v || v->size() == 0) return {};
+  if (reinterpret_cast<uintptr_t>(v->data()) % alignof(T) != 0) {
+    malformed(what, origin, fmt::format("a vector of {}-byte values is misaligned", sizeof(T)));
+  }
+  return std::vector<T>(v->begin(), v->end());
 }
 
 // A finished builder's bytes.

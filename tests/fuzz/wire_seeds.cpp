@@ -1,0 +1,75 @@
+// Writes one seed message per decoder of fuzz_wire.cpp into the folder named
+// on the command line: the first byte picks the decoder, as the target reads
+// it. Real encoder output, so the fuzzer starts from valid messages.
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "api/messages.h"
+#include "local/messages.h"
+#include "plan/global_plan.h"
+#include "plan/load_schedule.h"
+#include "plan/local_plan.h"
+
+namespace {
+
+void write_seed(const std::string& dir, uint8_t which, const std::string& name, const std::string& message) {
+  std::ofstream out(dir + "/" + name, std::ios::binary);
+  out.put(static_cast<char>(which));
+  out.write(message.data(), static_cast<std::streamsize>(message.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  const std::string dir = argv[1];
+  namespace api = distckpt::api;
+  namespace local = distckpt::local;
+  namespace plan = distckpt::plan;
+
+  write_seed(dir, 0, "plan_announcement", api::encode_plan_announcement({0x1234abcd, 0x99}));
+  write_seed(dir, 1, "write_assignment", api::encode_write_assignment({0, 3, 5}));
+  write_seed(dir, 2, "save_progress", api::encode_save_progress(1 << 20));
+  write_seed(dir, 3, "requested_keys", api::encode_requested_keys({"decoder.layers.fc1.weight", "embedding"}));
+  write_seed(dir, 4, "host_name", api::encode_host_name("node-17"));
+
+  plan::LocalPlan p;
+  p.rank = 1;
+  plan::ShardPlan t;
+  t.key = "decoder.fc1.weight";
+  t.dtype = at::kBFloat16;
+  t.global_shape = {4, 8};
+  t.box = {{2, 0}, {2, 8}};
+  t.flat = distckpt::FlatRange{3, 11};
+  t.replica_id = {0, 1};
+  p.tensors.push_back(t);
+  t.key = "embedding.weight";
+  t.dtype = at::kFloat;
+  t.flat.reset();
+  p.tensors.push_back(t);
+  plan::ObjectPlan o;
+  o.key = "rng_state";
+  o.global_shape = {2};
+  o.global_offset = {1};
+  o.replica_id = {0};
+  o.byte_size = 64;
+  p.objects.push_back(o);
+  write_seed(dir, 5, "local_plan", plan::encode_local_plan(p));
+
+  plan::WriteResults r;
+  r.rank = 1;
+  r.file_size = 4096;
+  r.items = {{0, 64, {0x1111}}, {64, 128, {0x2222, 0x3333}}};
+  write_seed(dir, 6, "write_results", plan::encode_write_results(r));
+  write_seed(dir, 7, "needs", plan::encode_needs(1, {{0, 2, {{0, 4}, {2, 4}}}, {3, 0, {{1}, {1}}}}));
+
+  write_seed(dir, 8, "structure_announcement", local::encode_structure_announcement({0xfeed, 0}));
+  write_seed(dir, 9, "inventory", local::encode_inventory({{100, 0}, {100, 3}, {200, 1}}));
+  write_seed(dir, 10, "copy_status", local::encode_copy_status({false, "checksum mismatch", {2, 3}}));
+  write_seed(dir, 11, "recovery_status", local::encode_recovery_status("no replica of rank 2"));
+  write_seed(dir, 12, "shard_needs", local::encode_shard_needs({{"emb/0.0", 256}, {"fc1/2.0", 1024}}));
+  write_seed(dir, 13, "shard_offers", local::encode_shard_offers({"emb/0.0", "fc1/2.0"}));
+  return 0;
+}
