@@ -12,16 +12,16 @@
 # short inputs run several times faster, which is what the slow schema target needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -n "${FUZZ_NO_BUILD:-}" ] || bash scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
-ALL=(metadata common_state commit_marker local_file wire schema)
-
 if [ "${1:-}" = total ]; then
   awk -F'\t' '{ s[$1] += $2; n[$1] += $3; c[$1] += $4 }
     END { for (t in n) printf "%-14s %6.0f s %12d executions %d crashes\n", t, s[t], n[t], c[t] }' \
     "$BUILD_DIR/fuzz-runs.tsv" | sort
   exit 0
 fi
+[ -n "${FUZZ_NO_BUILD:-}" ] || bash scripts/install-deps.sh
+ALL=(metadata common_state commit_marker local_file wire schema)
+
 mode=run
 if [ "${1:-}" = merge ]; then
   mode=merge
