@@ -40,6 +40,8 @@ save() {
     shift; exec "$@"' sh "$victim" "${TRAINER[@]}" --steps "$steps" --save "$dir" --overwrite
 }
 export SYSCALLS
+# LeakSanitizer cannot run under ptrace (scripts/sanitize.sh builds): off for these jobs.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 digest() { "$BIN/distckpt" digest "$1"; }
 
 # The two states the trials alternate between, and how many of each call a
