@@ -138,7 +138,7 @@ TEST_F(IoFaultTest, FailedRenameIntoPlacePutsThePreviousCheckpointBack) {
   // is moved aside before the new one moves in; the second rename failing
   // must move it back.
   const std::string staging = dir_ + "/.ckpt.distckpt-staging";
-  const std::string job = "strace -f --seccomp-bpf -qq -o /dev/null -e trace=rename,renameat2 -P " +
+  const std::string job = strace_command() + " --seccomp-bpf -qq -o /dev/null -e trace=rename,renameat2 -P " +
                           shell_quote(staging) + " -e inject=renameat2:error=EINVAL -e inject=rename:error=ENOSPC";
   expect_failed_save_contained(job, staging,
                                "rename of '" + staging + "' to '" + ckpt_ + "' failed: No space left on device");

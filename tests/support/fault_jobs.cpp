@@ -25,16 +25,19 @@ std::string probe_job(const std::string& dir, const std::string& action, int see
          (probe_args.empty() ? "" : " " + probe_args);
 }
 
+std::string strace_command() {
+  // LeakSanitizer cannot run under ptrace: a sanitized build
+  // (scripts/sanitize.sh) checks leaks everywhere but in traced processes.
+  return "env ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" strace -f";
+}
+
 std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper) {
   // --seccomp-bpf stops only the named syscalls, so the job runs at nearly
   // full speed; -P narrows those to the ones on `path`. A signal is injected
   // at the syscall's exit, which strace 6.1 misses under --seccomp-bpf.
-  // LeakSanitizer cannot run under ptrace: a sanitized build
-  // (scripts/sanitize.sh) checks leaks everywhere but in traced processes.
   const bool fast = tamper.find("signal=") == std::string::npos;
-  return std::string("env ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" strace -f ") +
-         (fast ? "--seccomp-bpf " : "") + "-qq -o /dev/null -e trace=" + syscalls + " -P " + shell_quote(path) +
-         " -e inject=" + syscalls + ":" + tamper;
+  return strace_command() + (fast ? " --seccomp-bpf " : " ") + "-qq -o /dev/null -e trace=" + syscalls + " -P " +
+         shell_quote(path) + " -e inject=" + syscalls + ":" + tamper;
 }
 
 std::optional<std::string> strace_unavailable() {

@@ -16,6 +16,9 @@ std::string shell_quote(const std::string& text);
 std::string probe_job(const std::string& dir, const std::string& action, int seed, const std::string& probe_args = "",
                       const std::string& rank_prefix = "");
 
+// "strace -f" for a command line (in an environment a sanitized build's
+// processes can run under ptrace in).
+std::string strace_command();
 // An strace prefix (followed by the command it runs) that applies `tamper`
 // (e.g. "error=ENOSPC", "signal=SIGSTOP:when=1") to the `syscalls` (e.g.
 // "pwrite64") that touch `path` (or a descriptor open on it), in every
