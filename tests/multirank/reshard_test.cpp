@@ -204,5 +204,28 @@ TEST(Reshard, FactoryMergeReassemblesFusedTensor) {
   });
 }
 
+// A tensor with no elements has nothing to store, yet is listed: loads ask
+// for it, metadata and digests show it.
+TEST(Reshard, TensorsWithoutElementsAreListedAndLoad) {
+  TempDir tmp("reshard-empty");
+  const std::string dir = tmp.path() + "/ckpt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["empty"] = ShardedTensor::from_rank_offsets("empty", at::empty({0, 4}), {}, ReplicaId{comm.rank()});
+    sd["rows"] = ShardedTensor::from_rank_offsets("rows", at::empty({0, 3}), {{0, comm.rank(), 2}});
+    save(sd, dir, comm);
+  });
+  const StateDict meta = load_tensors_metadata(dir);
+  EXPECT_EQ(meta.at("empty").as_sharded_tensor().global_shape, (Shape{0, 4}));
+  EXPECT_EQ(meta.at("rows").as_sharded_tensor().global_shape, (Shape{0, 3}));
+  EXPECT_EQ(digest_checkpoint(dir).size(), 2u);
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["empty"] = ShardedTensor::from_rank_offsets("empty", at::empty({0, 4}), {});
+    const LoadResult out = load(sd, dir, comm);
+    EXPECT_EQ(out.state_dict.at("empty").as_tensor().sizes(), (at::IntArrayRef{0, 4}));
+  });
+}
+
 }  // namespace
 }  // namespace distckpt

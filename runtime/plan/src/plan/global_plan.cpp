@@ -240,9 +240,24 @@ GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, Writer
     file_of_rank[r] = static_cast<uint32_t>(m.files.size());
     m.files.push_back(FileRecord{rank_file_path(static_cast<int>(r)), 0, static_cast<int32_t>(r)});
   }
+  const auto record_of = [&](const ShardPlan& s) -> TensorRecord& {
+    if (m.tensors.empty() || m.tensors.back().key != s.key) {  // groups come sorted by key
+      TensorRecord record;
+      record.key = s.key;
+      record.dtype = s.dtype;
+      record.global_shape = s.global_shape;
+      m.tensors.push_back(std::move(record));
+    }
+    return m.tensors.back();
+  };
   for (size_t i = 0; i < g.groups.size(); ++i) {
-    if (writer[i] < 0) continue;
     const ShardGroup& group = g.groups[i];
+    if (writer[i] < 0) {
+      // Nothing to write, but a tensor without elements is still listed:
+      // a load asks for it like any other.
+      if (!group.is_object && group.bytes == 0) record_of(tensor_of(plans, g.refs[group.begin]));
+      continue;
+    }
     const ItemRef& w = g.refs[static_cast<size_t>(writer[i])];
     if (group.is_object) {
       const ObjectPlan& o = object_of(plans, w);
@@ -255,19 +270,13 @@ GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, Writer
       continue;
     }
     const ShardPlan& s = tensor_of(plans, w);
-    if (m.tensors.empty() || m.tensors.back().key != s.key) {
-      TensorRecord record;
-      record.key = s.key;
-      record.dtype = s.dtype;
-      record.global_shape = s.global_shape;
-      m.tensors.push_back(std::move(record));
-    }
+    TensorRecord& record = record_of(s);
     ChunkRecord chunk;
     chunk.box = s.box;
     chunk.flat = s.flat;
     chunk.file = file_of_rank[w.rank];
     chunk.byte_length = static_cast<uint64_t>(s.stored_numel()) * dtype_size(s.dtype);
-    m.tensors.back().chunks.push_back(std::move(chunk));
+    record.chunks.push_back(std::move(chunk));
   }
   index_slots(plan, plans.size());
   return plan;
