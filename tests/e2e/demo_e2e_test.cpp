@@ -79,7 +79,7 @@ TEST(DemoEndToEnd, VerifyExitCodesAndJsonReport) {
 
   CommandResult absent = run_command(kBin + "/distckpt verify " + tmp.path() + "/absent");
   EXPECT_EQ(absent.exit_code, 2) << absent.output;
-  EXPECT_NE(absent.output.find("not a distckpt checkpoint"), std::string::npos) << absent.output;
+  EXPECT_NE(absent.output.find("not a checkpoint"), std::string::npos) << absent.output;
   EXPECT_EQ(run_command(kBin + "/distckpt verify").exit_code, 2);
   EXPECT_EQ(run_command(kBin + "/distckpt verify --no-such-flag " + a).exit_code, 2);
   EXPECT_EQ(run_command(kBin + "/distckpt verify --help").exit_code, 0);

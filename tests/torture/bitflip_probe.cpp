@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 // What each rank asks for, taken from the pristine checkpoint so that a flip
 // in the copy cannot change the question: rows [r*n/W, (r+1)*n/W) of every
 // tensor (0-d tensors whole), every object.
-StateDict request(const CheckpointMetadata& md, int rank, int world) {
+StateDict request(const StorageIndex& md, int rank, int world) {
   StateDict sd = Value::dict();
   for (size_t i = 0; i < md.tensors.size(); ++i) {
     const TensorRecord& t = md.tensors[i];
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const std::shared_ptr<Communicator> comm = communicator_from_env();
-  const CheckpointMetadata md = api::CheckpointReader(pristine).metadata();
+  const StorageIndex md = api::CheckpointReader(pristine).index();
   const StateDict question = request(md, comm->rank(), comm->size());
   const uint64_t reference = load_and_hash(question, pristine, *comm);
   const std::vector<std::string> files = files_of(pristine);

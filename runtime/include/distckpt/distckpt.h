@@ -3,6 +3,7 @@
 
 #include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint.h"
+#include "distckpt/api/convert.h"
 #include "distckpt/api/options.h"
 #include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/communicator.h"
@@ -16,3 +17,4 @@
 #include "distckpt/format/checkpoint_config.h"
 #include "distckpt/local/local_checkpoint_manager.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
+#include "distckpt/storage/storage_reader.h"

@@ -1,21 +1,23 @@
-// distckpt: inspect, verify and digest checkpoints from the command line.
+// distckpt: inspect, verify, digest and convert checkpoints from the command line.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
+#include "distckpt/api/convert.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/format/checkpoint_config.h"
 #include "format/dtype.h"
+#include "storage/distckpt_storage.h"
 
 namespace {
-
-using distckpt::CheckpointMetadata;
 
 // Keys and error texts come from untrusted files and need not be UTF-8:
 // invalid bytes become U+FFFD instead of aborting the report.
@@ -27,24 +29,30 @@ uint64_t stored_bytes(const distckpt::TensorRecord& t) {
   return n;
 }
 
-std::vector<std::string> common_keys(const std::string& dir) {
+std::vector<std::string> common_keys(const distckpt::StorageReader& storage) {
   std::vector<std::string> keys;
-  for (const auto& [path, value] : distckpt::nested_items(distckpt::load_common_state_dict(dir))) {
+  for (const auto& [path, value] : distckpt::nested_items(storage.read_common_state())) {
     keys.push_back(distckpt::to_string(path));
   }
   return keys;
 }
 
 int inspect(const std::string& dir, bool as_json) {
-  const distckpt::api::CheckpointReader reader(dir, false);
-  const CheckpointMetadata& md = reader.metadata();
-  const std::vector<std::string> common = common_keys(dir);
+  const std::unique_ptr<distckpt::StorageReader> storage =
+      distckpt::open_storage(dir, distckpt::StorageOptions{distckpt::StorageFormat::kAuto, false});
+  const distckpt::StorageIndex& md = storage->index();
+  // Only the distckpt format records who saved it and under which layout.
+  const auto* ours = dynamic_cast<const distckpt::storage::DistckptStorage*>(storage.get());
+  const std::vector<std::string> common = common_keys(*storage);
   if (as_json) {
     nlohmann::json j;
     j["dir"] = dir;
-    j["format_version"] = md.format_version;
-    j["world_size"] = md.world_size;
-    j["layout"] = {{"name", md.layout_name}, {"fingerprint", md.layout_fingerprint}};
+    j["format"] = distckpt::storage_format_name(storage->format());
+    if (ours != nullptr) {
+      j["format_version"] = ours->metadata().format_version;
+      j["world_size"] = ours->metadata().world_size;
+      j["layout"] = {{"name", ours->metadata().layout_name}, {"fingerprint", ours->metadata().layout_fingerprint}};
+    }
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : md.tensors) {
       j["tensors"].push_back({{"key", t.key},
@@ -63,9 +71,17 @@ int inspect(const std::string& dir, bool as_json) {
   }
   uint64_t total = 0;
   for (const auto& t : md.tensors) total += stored_bytes(t);
-  fmt::print("checkpoint {}\n  format version {}, saved by {} ranks, {} files, {} tensors ({} bytes), {} objects\n",
-             dir, md.format_version, md.world_size, md.files.size(), md.tensors.size(), total, md.objects.size());
-  if (!md.layout_name.empty()) fmt::print("  layout {} ({})\n", md.layout_name, md.layout_fingerprint);
+  if (ours != nullptr) {
+    fmt::print("checkpoint {}\n  format version {}, saved by {} ranks, {} files, {} tensors ({} bytes), {} objects\n",
+               dir, ours->metadata().format_version, ours->metadata().world_size, md.files.size(), md.tensors.size(),
+               total, md.objects.size());
+    if (!ours->metadata().layout_name.empty()) {
+      fmt::print("  layout {} ({})\n", ours->metadata().layout_name, ours->metadata().layout_fingerprint);
+    }
+  } else {
+    fmt::print("checkpoint {}\n  {}, {} files, {} tensors ({} bytes)\n", dir,
+               distckpt::storage_format_name(storage->format()), md.files.size(), md.tensors.size(), total);
+  }
   fmt::print("\ntensors:\n  {:<48} {:<9} {:<20} {:>6} {:>14}\n", "key", "dtype", "shape", "chunks", "bytes");
   for (const auto& t : md.tensors) {
     fmt::print("  {:<48} {:<9} {:<20} {:>6} {:>14}\n", t.key, distckpt::dtype_name(t.dtype),
@@ -96,6 +112,7 @@ int verify(const std::string& dir, bool as_json) {
   if (as_json) {
     const nlohmann::json j = {{"dir", dir},
                               {"status", distckpt::status_name(report.status)},
+                              {"format", report.format},
                               {"exit_code", code},
                               {"format_version", report.format_version},
                               {"files", report.files},
@@ -106,13 +123,16 @@ int verify(const std::string& dir, bool as_json) {
     return code;
   }
   for (const auto& p : report.problems) fmt::print(stderr, "{}\n", p);
-  if (report.intact()) {
+  if (report.intact() && report.format == "safetensors") {
+    fmt::print("{}: intact (safetensors, {} files, {} bytes re-read; the format records no checksums)\n", dir,
+               report.files, report.bytes_checked);
+  } else if (report.intact()) {
     fmt::print("{}: intact (format version {}, {} files, {} bytes in {} blocks, every checksum matches)\n", dir,
                report.format_version, report.files, report.bytes_checked, report.blocks_checked);
   } else if (code == 1) {
     fmt::print(stderr, "{}: CORRUPT, {} problem(s) found; do not load it\n", dir, report.problems.size());
   } else {
-    fmt::print(stderr, "{}: not a distckpt checkpoint\n", dir);
+    fmt::print(stderr, "{}: not a checkpoint\n", dir);
   }
   return code;
 }
@@ -122,10 +142,74 @@ int digest(const std::string& dir) {
   return 0;
 }
 
+// "5GB", "500MB", "2GiB", "1048576": bytes (powers of 1000 for kB..TB, of
+// 1024 for KiB..TiB, as Hugging Face's max_shard_size reads them).
+std::optional<uint64_t> parse_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 15) return std::nullopt;
+  const uint64_t number = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::pair<const char*, uint64_t> units[] = {{"", 1},
+                                                    {"B", 1},
+                                                    {"KB", 1000},
+                                                    {"MB", 1000000},
+                                                    {"GB", 1000000000},
+                                                    {"TB", 1000000000000},
+                                                    {"KIB", 1 << 10},
+                                                    {"MIB", 1 << 20},
+                                                    {"GIB", uint64_t{1} << 30},
+                                                    {"TIB", uint64_t{1} << 40}};
+  for (const auto& [name, scale] : units) {
+    if (unit == name) return number * scale;
+  }
+  return std::nullopt;
+}
+
+int convert(const std::string& src, const std::string& dst, const std::string& to, const std::string& max_shard,
+            const std::string& dtype, bool quiet) {
+  distckpt::ConvertOptions options;
+  if (!max_shard.empty()) {
+    const std::optional<uint64_t> bytes = parse_size(max_shard);
+    if (!bytes) {
+      fmt::print(stderr, "distckpt convert: --max-shard-size '{}' is not a size (e.g. 5GB, 500MB, 2GiB)\n", max_shard);
+      return 2;
+    }
+    options.max_shard_bytes = *bytes;
+  }
+  if (!dtype.empty()) {
+    try {
+      options.dtype = distckpt::dtype_from_name(dtype);
+    } catch (const distckpt::Error&) {
+      fmt::print(stderr, "distckpt convert: --dtype '{}' is not a dtype (e.g. bfloat16, float16, float32)\n", dtype);
+      return 2;
+    }
+  }
+  // Progress for a person watching a terminal: done / total, rate, time left.
+  const auto start = std::chrono::steady_clock::now();
+  if (!quiet && isatty(STDERR_FILENO)) {
+    options.progress = [&](uint64_t done, uint64_t total) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
+      const double left = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+      fmt::print(stderr, "\rconverting: {:.1f} of {:.1f} MiB, {:.0f} MiB/s, {:.0f} s left   ", done / 1048576.0,
+                 total / 1048576.0, rate / 1048576.0, left);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  const distckpt::ConvertReport report = to == "safetensors" ? distckpt::convert_to_safetensors(src, dst, options)
+                                                             : distckpt::convert_to_distckpt(src, dst, options);
+  if (!quiet) {
+    fmt::print("{}: {} tensors, {} bytes in {} file(s) ({})\n", dst, report.tensors, report.bytes, report.files, to);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"distckpt: inspect, verify and digest distributed checkpoints"};
+  CLI::App app{"distckpt: inspect, verify, digest and convert checkpoints"};
   app.require_subcommand(1);
   std::string dir;
   bool as_json = false;
@@ -138,6 +222,18 @@ int main(int argc, char** argv) {
   verify_cmd->add_flag("--json", as_json, "machine-readable report");
   auto* digest_cmd = app.add_subcommand("digest", "one line per tensor: KEY DTYPE SHAPE HASH (layout-independent)");
   digest_cmd->add_option("dir", dir, "checkpoint directory")->required();
+  std::string dst, to, max_shard, dtype;
+  bool quiet = false;
+  auto* convert_cmd = app.add_subcommand("convert", "write SRC's tensors in another format to DST (a new directory)");
+  convert_cmd->add_option("src", dir, "checkpoint: distckpt, or safetensors (file or directory)")->required();
+  convert_cmd->add_option("dst", dst, "directory to create")->required();
+  convert_cmd->add_option("--to", to, "safetensors or distckpt")
+      ->required()
+      ->check(CLI::IsMember({"safetensors", "distckpt"}));
+  convert_cmd->add_option("--max-shard-size", max_shard,
+                          "safetensors: tensor bytes per file, e.g. 5GB (default: one file)");
+  convert_cmd->add_option("--dtype", dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");
+  convert_cmd->add_flag("--quiet", quiet, "no progress, no summary");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -147,6 +243,7 @@ int main(int argc, char** argv) {
   try {
     if (*inspect_cmd) return inspect(dir, as_json);
     if (*verify_cmd) return verify(dir, as_json);
+    if (*convert_cmd) return convert(dir, dst, to, max_shard, dtype, quiet);
     return digest(dir);
   } catch (const distckpt::Error& e) {
     fmt::print(stderr, "distckpt: {}\n", e.what());

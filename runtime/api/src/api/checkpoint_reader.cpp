@@ -3,18 +3,14 @@
 #include <ATen/Functions.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "distckpt/core/errors.h"
-#include "format/commit.h"
-#include "format/common_state.h"
 #include "format/dtype.h"
-#include "io/checksum.h"
 
 namespace distckpt::api {
 namespace {
-
-constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
 
 // Byte span of `part` inside a row-major piece: first and one-past-last element.
 std::pair<int64_t, int64_t> element_span(const Box& piece, const Box& part) {
@@ -41,50 +37,50 @@ at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner) 
   return out;
 }
 
-CheckpointReader::CheckpointReader(std::string dir, bool verify_checksums)
-    : dir_(std::move(dir)), verify_(verify_checksums) {
-  std::optional<CheckpointConfig> config = maybe_load_config(dir_);
-  if (!config) {
-    throw CheckpointError(fmt::format(
-        "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
-        "wrong",
-        dir_, kCommitFile));
-  }
-  config_ = std::move(*config);
-  // Version 1 markers record no checksums: the file name is fixed.
-  const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
-  const std::string bytes = io::read_file(path, kMaxMetadataBytes);
-  if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
-  metadata_ = decode_metadata(bytes, path);
-  if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
-      metadata_.world_size != config_.world_size) {
-    throw CorruptionError(fmt::format(
-        "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
-        "checkpoint is corrupt or mixes files of two checkpoints",
-        path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size));
-  }
-  if (config_.common && config_.common->path != metadata_.common_file) {
-    throw CorruptionError(
-        fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
-                    path, metadata_.common_file, config_.common->path));
-  }
-  check_files(metadata_, dir_);
-  for (size_t i = 0; i < metadata_.objects.size(); ++i) {
-    object_by_unique_key_.emplace(metadata_.objects[i].unique_key(), i);
+void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint64_t window_bytes,
+                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit) {
+  const int64_t total = numel(record.global_shape);
+  const auto window = static_cast<int64_t>(std::max<uint64_t>(1, window_bytes / dtype_size(record.dtype)));
+  const Box whole{Shape(record.global_shape.size(), 0), record.global_shape};
+  at::Tensor buffer = at::empty({std::min(window, total)}, at::TensorOptions().dtype(record.dtype));
+  for (int64_t start = 0; start < total; start += window) {
+    const FlatRange range{start, std::min(start + window, total)};
+    at::Tensor part = buffer.narrow(0, 0, range.size());
+    if (record.global_shape.empty()) {
+      reader.read_region(record, whole, part.view({}));
+    } else {
+      for (const FlatPiece& piece : decompose_flat_range(whole, range)) {
+        reader.read_region(record, piece.box,
+                           part.narrow(0, piece.flat_start - start, piece.box.numel()).view(piece.box.length));
+      }
+    }
+    visit(start, part);
   }
 }
 
+CheckpointReader::CheckpointReader(const std::string& path, bool verify_checksums)
+    : CheckpointReader(open_storage(path, StorageOptions{StorageFormat::kAuto, verify_checksums})) {}
+
+CheckpointReader::CheckpointReader(std::unique_ptr<StorageReader> storage) : CheckpointReader(*storage) {
+  owned_ = std::move(storage);
+}
+
+CheckpointReader::CheckpointReader(StorageReader& storage) : storage_(&storage) {
+  const std::vector<ObjectRecord>& objects = index().objects;
+  for (size_t i = 0; i < objects.size(); ++i) object_by_unique_key_.emplace(objects[i].unique_key(), i);
+}
+
 const TensorRecord& CheckpointReader::tensor(const std::string& key) const {
-  if (const TensorRecord* record = metadata_.find_tensor(key)) return *record;
+  if (const TensorRecord* record = index().find_tensor(key)) return *record;
   throw KeyMismatchError(fmt::format(
       "tensor '{}' is not in the checkpoint '{}' (it holds {} tensors). Fix the key (see `distckpt inspect`), "
       "or load with a strict mode that skips unexpected keys (e.g. log_unexpected)",
-      key, dir_, metadata_.tensors.size()));
+      key, dir(), index().tensors.size()));
 }
 
 const ObjectRecord* CheckpointReader::find_object(const std::string& unique_key) const {
   auto it = object_by_unique_key_.find(unique_key);
-  return it == object_by_unique_key_.end() ? nullptr : &metadata_.objects[it->second];
+  return it == object_by_unique_key_.end() ? nullptr : &index().objects[it->second];
 }
 
 const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) {
@@ -94,94 +90,21 @@ const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) 
   return *slot;
 }
 
-std::shared_ptr<io::File> CheckpointReader::file(uint32_t index) {
-  std::lock_guard<std::mutex> lock(files_mutex_);
-  for (auto it = open_files_.begin(); it != open_files_.end(); ++it) {
-    if (it->first == index) {
-      open_files_.splice(open_files_.begin(), open_files_, it);
-      return open_files_.front().second;
-    }
-  }
-  // A file evicted here stays open until the threads reading it are done.
-  if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
-  const std::string path = io::safe_join(dir_, metadata_.files.at(index).path);
-  open_files_.emplace_front(index, std::make_shared<io::File>(path, io::File::Mode::kRead));
-  return open_files_.front().second;
-}
-
-void CheckpointReader::read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end,
-                                        uint8_t* out) {
-  const ChunkRecord& c = record.chunks.at(chunk);
-  read_verified(c.file, c.byte_offset, c.byte_length, c.block_checksums, begin, end, out,
-                fmt::format("'{}' chunk {}", record.key, chunk));
-}
-
-void CheckpointReader::read_verified(uint32_t file_index, uint64_t base, uint64_t length,
-                                     const std::vector<uint64_t>& checksums, uint64_t begin, uint64_t end, uint8_t* out,
-                                     const std::string& what) {
-  const std::shared_ptr<io::File> handle = file(file_index);
-  const io::File& f = *handle;
-  if (!verify_) {
-    f.pread_all(out, end - begin, base + begin);
-    bytes_read_ += end - begin;
-    return;
-  }
-  const uint64_t block = metadata_.checksum_block_size;
-  auto verify_block = [&](const uint8_t* data, uint64_t index) {
-    const uint64_t s = index * block, e = std::min(s + block, length);
-    if (io::xxh3(data, e - s) != checksums[index]) {
-      throw CorruptionError(fmt::format(
-          "checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify {}` "
-          "and load an intact copy",
-          what, metadata_.files[file_index].path, base + s, base + e, dir_));
-    }
-  };
-  uint64_t pos = begin;
-  while (pos < end) {
-    const uint64_t index = pos / block;
-    const uint64_t block_begin = index * block;
-    const uint64_t block_end = std::min(block_begin + block, length);
-    if (block_begin >= begin && block_end <= end) {
-      // A run of whole blocks: one read straight into `out`, then verify each.
-      uint64_t run_end = block_end;
-      while (run_end < end && std::min(run_end + block, length) <= end) run_end = std::min(run_end + block, length);
-      f.pread_all(out + (block_begin - begin), run_end - block_begin, base + block_begin);
-      bytes_read_ += run_end - block_begin;
-      for (uint64_t s = block_begin; s < run_end; s += block) verify_block(out + (s - begin), s / block);
-      pos = run_end;
-      continue;
-    }
-    // A block only partly needed: read it whole into scratch, verify, copy the needed part.
-    thread_local std::vector<uint8_t> block_scratch;
-    block_scratch.resize(block_end - block_begin);
-    f.pread_all(block_scratch.data(), block_end - block_begin, base + block_begin);
-    bytes_read_ += block_end - block_begin;
-    verify_block(block_scratch.data(), index);
-    const uint64_t to = std::min(end, block_end);
-    std::memcpy(out + (pos - begin), block_scratch.data() + (pos - block_begin), to - pos);
-    pos = to;
-  }
-}
-
 void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                                             at::Tensor dest) {
-  const ChunkRecord& chunk = record.chunks[piece.chunk];
   const uint64_t element = dtype_size(record.dtype);
   const auto [first, last] = element_span(piece.box, part);
   const uint64_t begin = piece.byte_in_chunk + static_cast<uint64_t>(first) * element;
   const uint64_t end = piece.byte_in_chunk + static_cast<uint64_t>(last) * element;
-  const std::string what = fmt::format("'{}' chunk {}", record.key, piece.chunk);
   const bool dense = static_cast<int64_t>(last - first) == part.numel();
   if (dense && dest.is_contiguous() && dest.device().is_cpu()) {
     // The stored bytes are the destination's bytes: read straight into it.
-    read_verified(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums, begin, end,
-                  static_cast<uint8_t*>(dest.data_ptr()), what);
+    read_chunk_bytes(record, piece.chunk, begin, end, static_cast<uint8_t*>(dest.data_ptr()));
     return;
   }
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(end - begin);
-  read_verified(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums, begin, end, scratch.data(),
-                what);
+  read_chunk_bytes(record, piece.chunk, begin, end, scratch.data());
   const Shape strides = contiguous_strides(piece.box.length);
   at::Tensor source = at::from_blob(scratch.data(), part.length, strides, at::TensorOptions().dtype(record.dtype));
   dest.copy_(source);
@@ -230,23 +153,8 @@ void CheckpointReader::read_region(const TensorRecord& record, const Box& region
   if (covered != region.numel()) {
     throw CheckpointError(
         fmt::format("the checkpoint '{}' does not hold all of '{}' {}: {} of {} elements are stored (global shape {})",
-                    dir_, record.key, to_string(region), covered, region.numel(), to_string(record.global_shape)));
+                    dir(), record.key, to_string(region), covered, region.numel(), to_string(record.global_shape)));
   }
-}
-
-std::string CheckpointReader::read_object(const ObjectRecord& record) {
-  std::string bytes(record.byte_length, '\0');
-  read_verified(record.file, record.byte_offset, record.byte_length, record.block_checksums, 0, record.byte_length,
-                reinterpret_cast<uint8_t*>(bytes.data()), fmt::format("object '{}'", record.unique_key()));
-  return bytes;
-}
-
-Value CheckpointReader::read_common_state() const {
-  if (metadata_.common_file.empty()) return Value::dict();
-  const std::string path = io::safe_join(dir_, metadata_.common_file);
-  const std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
-  if (config_.common) check_recorded_file(*config_.common, bytes, path);
-  return decode_common_state(bytes, path);
 }
 
 }  // namespace distckpt::api

@@ -1,13 +1,12 @@
-// Reads a committed checkpoint: verified metadata, then any region of any
-// tensor straight from the byte ranges that hold it, checking the checksum
-// of every block it touches. Open files are bounded. Reads are thread-safe
-// (the load engine runs several reader threads).
+// Reads any region of any stored tensor of a checkpoint, in whatever
+// storage format (distckpt/storage/), straight from the byte ranges that
+// hold it. Reads are thread-safe (the load engine runs several reader
+// threads).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <atomic>
-#include <list>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,29 +14,31 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
-#include "distckpt/format/checkpoint_config.h"
-#include "format/metadata.h"
-#include "io/file.h"
+#include "distckpt/format/storage_index.h"
+#include "distckpt/storage/storage_reader.h"
 #include "plan/chunk_index.h"
 
 namespace distckpt::api {
 
 class CheckpointReader {
  public:
-  static constexpr size_t kMaxOpenFiles = 64;
   static constexpr uint64_t kCopyBatchBytes = uint64_t{16} << 20;
 
-  // Throws CheckpointError if `dir` holds no committed checkpoint and
-  // CorruptionError if its metadata or files are inconsistent.
-  explicit CheckpointReader(std::string dir, bool verify_checksums = true);
+  // Opens `path` in the format it holds (open_storage). Throws
+  // CheckpointError if there is no checkpoint and CorruptionError if its
+  // metadata or files are inconsistent.
+  explicit CheckpointReader(const std::string& path, bool verify_checksums = true);
+  explicit CheckpointReader(std::unique_ptr<StorageReader> storage);
+  // Over a storage the caller owns (and keeps alive).
+  explicit CheckpointReader(StorageReader& storage);
 
-  const std::string& dir() const { return dir_; }
-  const CheckpointMetadata& metadata() const { return metadata_; }
-  const CheckpointConfig& config() const { return config_; }
+  const std::string& dir() const { return storage_->location(); }
+  StorageReader& storage() { return *storage_; }
+  const StorageIndex& index() const { return storage_->index(); }
   // KeyMismatchError naming the key when absent.
   const TensorRecord& tensor(const std::string& key) const;
   uint32_t tensor_index(const TensorRecord& record) const {
-    return static_cast<uint32_t>(&record - metadata_.tensors.data());
+    return static_cast<uint32_t>(&record - index().tensors.data());
   }
   // The stored pieces of a tensor (built once, then shared).
   const plan::ChunkIndex& index_for(const TensorRecord& record);
@@ -47,36 +48,35 @@ class CheckpointReader {
   // stored values of `region`; throws CheckpointError if the checkpoint does
   // not hold all of it.
   void read_region(const TensorRecord& record, const Box& region, at::Tensor dest);
-  std::string read_object(const ObjectRecord& record);
+  std::string read_object(const ObjectRecord& record) { return storage_->read_object(record); }
   // Bytes [begin, end) of chunk `chunk` of `record` (relative to the chunk's
-  // first byte) into `out`, verifying every checksum block they touch.
-  void read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out);
-  // Bytes read from data files so far (to check that loads read what they need).
-  uint64_t bytes_read() const { return bytes_read_.load(); }
-  // The common state saved by the coordinator (an empty dict if none).
-  Value read_common_state() const;
+  // first byte) into `out`, checked as the storage format allows.
+  void read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
+    storage_->read_chunk(record, chunk, begin, end, out);
+  }
+  // Bytes read from storage so far (to check that loads read what they need).
+  uint64_t bytes_read() const { return storage_->bytes_read(); }
+  // The values saved outside tensors (an empty dict if none).
+  Value read_common_state() const { return storage_->read_common_state(); }
 
  private:
-  std::shared_ptr<io::File> file(uint32_t index);
   void copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part, at::Tensor dest);
   void copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                             at::Tensor dest);
-  // Reads bytes [begin, end) of a stored byte range (a chunk or object) into
-  // `out`, verifying every checksum block that overlaps the range.
-  void read_verified(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
-                     uint64_t begin, uint64_t end, uint8_t* out, const std::string& what);
 
-  std::string dir_;
-  bool verify_;
-  CheckpointConfig config_;
-  CheckpointMetadata metadata_;
+  std::unique_ptr<StorageReader> owned_;
+  StorageReader* storage_;
   std::map<std::string, size_t> object_by_unique_key_;
   std::mutex indexes_mutex_;
   std::map<const TensorRecord*, std::unique_ptr<plan::ChunkIndex>> indexes_;
-  std::mutex files_mutex_;
-  std::list<std::pair<uint32_t, std::shared_ptr<io::File>>> open_files_;  // most recently used first
-  std::atomic<uint64_t> bytes_read_{0};
 };
+
+// Streams a whole stored tensor in row-major windows of about
+// `window_bytes`: `visit(flat_start, values)` gets each window as a 1-d
+// tensor (of the stored dtype) starting at element `flat_start`. Memory is
+// one window, whatever the tensor's size.
+void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint64_t window_bytes,
+                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit);
 
 // The slice of `view` (whose box is `outer`) covering `inner`.
 at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner);

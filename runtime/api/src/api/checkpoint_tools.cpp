@@ -14,6 +14,7 @@
 #include "format/commit.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "storage/distckpt_storage.h"
 
 namespace distckpt {
 
@@ -22,7 +23,7 @@ StateDict load_common_state_dict(const std::string& dir) { return api::Checkpoin
 StateDict load_tensors_metadata(const std::string& dir) {
   const api::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const TensorRecord& record : reader.metadata().tensors) {
+  for (const TensorRecord& record : reader.index().tensors) {
     ShardedTensor t;
     t.key = record.key;
     t.dtype = record.dtype;
@@ -47,7 +48,7 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
 StateDict load_plain_tensors(const std::string& dir) {
   api::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const TensorRecord& record : reader.metadata().tensors) {
+  for (const TensorRecord& record : reader.index().tensors) {
     at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
     reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
     out[record.key] = Value(std::move(whole));
@@ -56,9 +57,9 @@ StateDict load_plain_tensors(const std::string& dir) {
 }
 
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix) {
-  const api::CheckpointReader reader(dir);
-  CheckpointMetadata metadata = reader.metadata();
-  CheckpointConfig config = reader.config();
+  const storage::DistckptStorage stored(dir);
+  CheckpointMetadata metadata = stored.metadata();
+  CheckpointConfig config = stored.config();
   const size_t before = metadata.tensors.size();
   metadata.tensors.erase(std::remove_if(metadata.tensors.begin(), metadata.tensors.end(),
                                         [&](const TensorRecord& t) { return t.key.rfind(key_prefix, 0) == 0; }),

@@ -110,7 +110,7 @@ class SlabExchange {
     }
   }
 
-  const TensorRecord& record_of(const plan::SharedPiece& s) const { return c_.reader.metadata().tensors.at(s.tensor); }
+  const TensorRecord& record_of(const plan::SharedPiece& s) const { return c_.reader.index().tensors.at(s.tensor); }
 
   // Slab `slab` of shared piece `shared` in slab_, read once; false (and the
   // error kept) when the read failed.

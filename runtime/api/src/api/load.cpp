@@ -2,6 +2,9 @@
 // shard's reads (agreed: a missing or incompatible shard fails every rank
 // before any transfer) -> read, fully parallel when asked: pieces several
 // ranks need are read once and exchanged -> merge into one state dict.
+#include <functional>
+#include <memory>
+
 #include "api/checkpoint_reader.h"
 #include "api/load_requests.h"
 #include "api/load_result.h"
@@ -13,16 +16,19 @@
 #include "distckpt/core/errors.h"
 
 namespace distckpt {
+namespace {
 
-LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                const LoadOptions& options) {
+using OpenReader = std::function<std::unique_ptr<api::CheckpointReader>()>;
+
+LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open, Communicator& comm,
+                     const LoadOptions& options) {
   std::unique_ptr<api::CheckpointReader> reader;
   api::SplitStateDict split;
   int io_threads = 0;
   run_agreed(comm, "open the checkpoint", [&] {
     io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
-    reader = std::make_unique<api::CheckpointReader>(dir, options.verify_checksums);
+    reader = open();
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
     for (const Value* leaf : api::sharded_leaves(split.sharded)) {
       if (leaf->kind() == Kind::kShardedTensor) {
@@ -60,6 +66,23 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
       api::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
   result.bytes_read = reader->bytes_read();
   return result;
+}
+
+}  // namespace
+
+LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const LoadOptions& options) {
+  const OpenReader open = [&] {
+    return std::make_unique<api::CheckpointReader>(
+        open_storage(dir, StorageOptions{options.format, options.verify_checksums}));
+  };
+  return load_from(sharded_state_dict, open, comm, options);
+}
+
+LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Communicator& comm,
+                const LoadOptions& options) {
+  const OpenReader open = [&] { return std::make_unique<api::CheckpointReader>(storage); };
+  return load_from(sharded_state_dict, open, comm, options);
 }
 
 }  // namespace distckpt

@@ -1,7 +1,7 @@
 #include "distckpt/api/plan_cache.h"
 
-#include "api/checkpoint_reader.h"
 #include "api/save_plan.h"
+#include "storage/distckpt_storage.h"
 
 namespace distckpt {
 
@@ -12,8 +12,8 @@ std::shared_ptr<SavePlanCache> SavePlanCache::create() { return std::shared_ptr<
 
 std::shared_ptr<SavePlanCache> SavePlanCache::from_checkpoint(const std::string& dir) {
   std::shared_ptr<SavePlanCache> cache = create();
-  const api::CheckpointReader reader(dir, /*verify_checksums=*/false);
-  cache->state_->seed = std::make_shared<const CheckpointMetadata>(reader.metadata());
+  const storage::DistckptStorage stored(dir, /*verify_checksums=*/false);
+  cache->state_->seed = std::make_shared<const CheckpointMetadata>(stored.metadata());
   return cache;
 }
 

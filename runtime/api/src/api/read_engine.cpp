@@ -85,7 +85,7 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
     const auto& y = reads[b].need;
     return x.tensor != y.tensor ? x.tensor < y.tensor : x.piece < y.piece;
   });
-  const CheckpointMetadata& m = reader.metadata();
+  const StorageIndex& m = reader.index();
   const uint64_t block = std::max<uint64_t>(m.checksum_block_size, 1);
   const uint64_t step = std::max<uint64_t>(1, slab_bytes / block) * block;  // whole checksum blocks per task
   std::vector<Task> tasks;
@@ -139,7 +139,7 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
 
 // Checks another rank's needs against the checkpoint this rank opened.
 void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& needs, int rank) {
-  const CheckpointMetadata& m = reader.metadata();
+  const StorageIndex& m = reader.index();
   for (const plan::PieceNeed& n : needs) {
     const bool tensor_ok = n.tensor < m.tensors.size();
     const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
@@ -177,7 +177,7 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
   std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
   const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
-    const TensorRecord& record = reader.metadata().tensors.at(tensor);
+    const TensorRecord& record = reader.index().tensors.at(tensor);
     return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, dtype_size(record.dtype)};
   };
   plan::LoadSchedule schedule;

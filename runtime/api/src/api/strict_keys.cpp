@@ -45,8 +45,8 @@ KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, 
   if (mode == StrictHandling::kAssumeOkUnexpected) return {};
   StoredKeys stored;
   stored.where = fmt::format("the checkpoint '{}'", reader.dir());
-  for (const TensorRecord& t : reader.metadata().tensors) stored.tensors.insert(t.key);
-  for (const ObjectRecord& o : reader.metadata().objects) stored.objects.insert(o.unique_key());
+  for (const TensorRecord& t : reader.index().tensors) stored.tensors.insert(t.key);
+  for (const ObjectRecord& o : reader.index().objects) stored.objects.insert(o.unique_key());
   return handle_key_mismatch(sharded, stored, comm, mode);
 }
 

@@ -328,7 +328,7 @@ std::string ObjectRecord::unique_key() const {
   return fmt::format("{}/shard_{}_{}", key, fmt::join(global_offset, "."), fmt::join(global_shape, "."));
 }
 
-const TensorRecord* CheckpointMetadata::find_tensor(const std::string& key) const {
+const TensorRecord* StorageIndex::find_tensor(const std::string& key) const {
   const auto it = std::lower_bound(tensors.begin(), tensors.end(), key,
                                    [](const TensorRecord& t, const std::string& k) { return t.key < k; });
   return it != tensors.end() && it->key == key ? &*it : nullptr;

@@ -11,6 +11,7 @@
 #include "distckpt/api/options.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/state_dict.h"
+#include "distckpt/storage/storage_reader.h"
 
 namespace distckpt {
 
@@ -44,7 +45,13 @@ struct LoadResult {
 // non-persistent values put back, and the common state merged in. With
 // LoadOptions::exchange (the default), a stored piece several ranks need is
 // read from storage once and sent to the others.
+// `dir` is a distckpt checkpoint or Hugging Face safetensors (a file, or a
+// directory with an index or one file): LoadOptions::format, detected by
+// default. Each rank reads only the stored bytes its shards overlap.
 LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const LoadOptions& options = {});
+// The same from a storage the caller opened (e.g. its own StorageReader).
+LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Communicator& comm,
                 const LoadOptions& options = {});
 
 // The common (non-sharded) state saved by rank 0. No communication.
@@ -66,25 +73,6 @@ StateDict load_plain_tensors(const std::string& dir);
 // checkpoint (metadata rewritten atomically; data files no longer referenced
 // are deleted). Run on one process. Returns how many tensors were removed.
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix);
-
-// What `verify_checkpoint` found. kCorrupt covers anything a load would
-// reject (and an uncommitted save: a directory of ours without its commit
-// marker); kNotACheckpoint a path that is not a distckpt checkpoint at all
-// (absent, empty, another program's, or a newer format version).
-struct VerifyReport {
-  enum class Status { kIntact, kCorrupt, kNotACheckpoint };
-  Status status = Status::kIntact;
-  std::vector<std::string> problems;  // one line each: what, file, byte range
-  int format_version = 0;
-  uint64_t files = 0;           // files checked (marker, metadata, common, data)
-  uint64_t bytes_checked = 0;   // stored bytes re-read and hashed
-  uint64_t blocks_checked = 0;  // checksum blocks compared
-  bool intact() const { return status == Status::kIntact; }
-};
-// "intact", "corrupt", "not_a_checkpoint" (the CLI's --json status).
-const char* status_name(VerifyReport::Status status);
-// Called as bytes are checked (done, total), at most a few times a second.
-using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Checks everything a load would, on one process: the commit marker, the
 // metadata (its recorded checksum, every offset and size), every file's

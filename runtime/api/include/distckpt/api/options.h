@@ -6,6 +6,7 @@
 #include <string>
 
 #include "distckpt/plan/writer_policy.h"
+#include "distckpt/storage/storage_reader.h"
 
 namespace distckpt {
 
@@ -73,6 +74,8 @@ const char* load_exchange_name(LoadExchange exchange);
 
 struct LoadOptions {
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  // What the path holds; kAuto decides from its contents (detect_storage_format).
+  StorageFormat format = StorageFormat::kAuto;
   // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
   bool verify_checksums = true;
   LoadExchange exchange = LoadExchange::kAuto;

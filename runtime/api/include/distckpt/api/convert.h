@@ -1,0 +1,43 @@
+// Converting whole checkpoints between formats, on one process: a distckpt
+// checkpoint to Hugging Face safetensors (consolidated, unsharded tensors)
+// and safetensors (or any readable checkpoint) to distckpt.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace distckpt {
+
+struct ConvertOptions {
+  // safetensors: the most tensor bytes per file (0: one file); a larger
+  // tensor gets a file of its own. Shards come with model.safetensors.index.json.
+  uint64_t max_shard_bytes = 0;
+  // Floating-point tensors are stored in this dtype (integer and bool
+  // tensors keep theirs). Unset: every tensor keeps its dtype.
+  std::optional<at::ScalarType> dtype;
+  // Called as tensor bytes are written (done, total), a few times a second.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+struct ConvertReport {
+  size_t tensors = 0;
+  size_t files = 0;          // tensor data files written
+  uint64_t bytes = 0;        // tensor bytes written
+  uint64_t peak_buffer = 0;  // largest buffer of tensor values held at once
+};
+
+// SRC: any checkpoint load() reads. DST must not exist; it appears only
+// when complete (written beside it, then renamed). Tensors stream through
+// windows of bounded size, so memory does not grow with the model.
+// "__metadata__" is {"format": "pt"}, as PyTorch's loaders expect.
+ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
+
+// A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and
+// its common values. Holds all tensors in memory at once.
+ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
+
+}  // namespace distckpt

@@ -1,0 +1,116 @@
+// Whole-checkpoint conversions: any readable checkpoint to safetensors
+// (streamed in windows) and to distckpt (one rank saves everything).
+#include "distckpt/api/convert.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "api/checkpoint_reader.h"
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/comm/communicator.h"
+#include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
+#include "format/dtype.h"
+#include "io/file.h"
+#include "storage/safetensors_writer.h"
+
+namespace distckpt {
+namespace {
+
+constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
+
+at::ScalarType stored_dtype(at::ScalarType dtype, const ConvertOptions& options) {
+  if (!options.dtype) return dtype;
+  if (!at::isFloatingType(*options.dtype)) {
+    throw Error(fmt::format("the conversion dtype must be a floating-point type, not {}; integer and bool tensors "
+                            "always keep theirs",
+                            dtype_name(*options.dtype)));
+  }
+  return at::isFloatingType(dtype) ? *options.dtype : dtype;
+}
+
+// Calls `progress` at most every 250 ms, and once at the end.
+class Progress {
+ public:
+  Progress(const ConvertOptions& options, uint64_t total) : progress_(options.progress), total_(total) {}
+  void add(uint64_t bytes) {
+    done_ += bytes;
+    if (!progress_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(250) && done_ != total_) return;
+    last_ = now;
+    progress_(done_, total_);
+  }
+
+ private:
+  const std::function<void(uint64_t, uint64_t)>& progress_;
+  uint64_t total_;
+  uint64_t done_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace
+
+ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  api::CheckpointReader reader(src);
+  std::vector<safetensors::Entry> entries;
+  for (const TensorRecord& t : reader.index().tensors) {
+    entries.push_back({t.key, stored_dtype(t.dtype, options), t.global_shape, 0, 0});
+  }
+  if (!reader.index().objects.empty()) {
+    log_message(LogLevel::kWarning, fmt::format("{} sharded objects of '{}' are not exported: safetensors holds tensors "
+                                                "only",
+                                                reader.index().objects.size(), src));
+  }
+  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
+  ConvertReport report;
+  Progress progress(options, writer.bytes());
+  for (size_t i = 0; i < writer.tensors().size(); ++i) {
+    const safetensors::Entry& e = writer.tensors()[i];
+    const uint64_t element = dtype_size(e.dtype);
+    api::read_in_windows(reader, reader.tensor(e.name), kWindowBytes, [&](int64_t start, const at::Tensor& values) {
+      const at::Tensor out = values.scalar_type() == e.dtype ? values : values.to(e.dtype);
+      writer.write(i, static_cast<uint64_t>(start) * element, out.data_ptr(), out.nbytes());
+      report.peak_buffer = std::max<uint64_t>(
+          report.peak_buffer, values.nbytes() + (out.data_ptr() == values.data_ptr() ? 0 : out.nbytes()));
+      progress.add(out.nbytes());
+    });
+  }
+  writer.commit();
+  report.tensors = writer.tensors().size();
+  report.files = writer.files();
+  report.bytes = writer.bytes();
+  return report;
+}
+
+ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  if (io::exists(dst)) {
+    throw CheckpointError(
+        fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
+  }
+  if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+  StateDict state = load_common_state_dict(src);
+  ConvertReport report;
+  const StateDict tensors = load_plain_tensors(src);
+  for (const auto& [key, value] : tensors.as_dict()) {
+    if (state.contains(key)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
+    }
+    at::Tensor t = value.as_tensor();
+    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
+    if (dtype != t.scalar_type()) t = t.to(dtype);
+    report.bytes += t.nbytes();
+    report.peak_buffer += t.nbytes();
+    ++report.tensors;
+    state[key] = ShardedTensor::from_rank_offsets(key, t, {});
+  }
+  const std::shared_ptr<Communicator> one = make_single_process_communicator();
+  save(state, dst, *one);
+  report.files = 1;
+  if (options.progress) options.progress(report.bytes, report.bytes);
+  return report;
+}
+
+}  // namespace distckpt

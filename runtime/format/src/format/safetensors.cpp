@@ -1,0 +1,290 @@
+#include "format/safetensors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+
+namespace distckpt::safetensors {
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr size_t kMaxDims = 64;
+constexpr const char* kMetadataKey = "__metadata__";
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType dtype;
+};
+constexpr DtypeName kDtypes[] = {
+    {"BOOL", at::kBool},  {"U8", at::kByte},   {"I8", at::kChar},      {"I16", at::kShort},
+    {"I32", at::kInt},    {"I64", at::kLong},  {"F16", at::kHalf},     {"BF16", at::kBFloat16},
+    {"F32", at::kFloat},  {"F64", at::kDouble},
+};
+// Names the format defines that this LibTorch has no dtype for.
+constexpr const char* kUnsupported[] = {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
+                                        "F6_E3M2", "F4", "C64", "C128"};
+
+// nlohmann keeps the last of two equal keys; a duplicate tensor name must
+// not pick one of two definitions silently.
+Json parse_json(std::string_view text, const std::string& origin, const char* what) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  Json json;
+  try {
+    json = Json::parse(text.begin(), text.end(), callback);
+  } catch (const Json::exception& e) {
+    throw CorruptionError(
+        fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors", origin, what, e.what()));
+  }
+  if (!duplicate.empty()) {
+    throw CorruptionError(fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, duplicate));
+  }
+  if (!json.is_object()) throw CorruptionError(fmt::format("{}: the {} is not a JSON object", origin, what));
+  return json;
+}
+
+at::ScalarType parse_dtype(const Json& value, const std::string& origin, const std::string& name) {
+  if (!value.is_string()) throw CorruptionError(fmt::format("{}: tensor '{}' has no dtype string", origin, name));
+  const std::string text = value.get<std::string>();
+  for (const DtypeName& d : kDtypes) {
+    if (text == d.name) return d.dtype;
+  }
+  for (const char* unsupported : kUnsupported) {
+    if (text == unsupported) {
+      throw CheckpointError(fmt::format(
+          "{}: tensor '{}' has dtype {}, which this LibTorch has no type for; convert it (e.g. to BF16 or F32) "
+          "before loading",
+          origin, name, text));
+    }
+  }
+  throw CorruptionError(fmt::format("{}: tensor '{}' has the unknown dtype '{}'", origin, name, text));
+}
+
+uint64_t parse_unsigned(const Json& value, const std::string& origin, const std::string& name, const char* field) {
+  if (!value.is_number_unsigned()) {
+    throw CorruptionError(
+        fmt::format("{}: tensor '{}': {} holds {}, not a non-negative integer", origin, name, field, value.dump()));
+  }
+  return value.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& name, const Json& value, uint64_t data_start, uint64_t file_size,
+                  const std::string& origin) {
+  if (name.empty()) throw CorruptionError(fmt::format("{}: a tensor has an empty name", origin));
+  if (!value.is_object()) throw CorruptionError(fmt::format("{}: tensor '{}' is not a JSON object", origin, name));
+  Entry e;
+  e.name = name;
+  const auto field = [&](const char* key) -> const Json& {
+    const auto it = value.find(key);
+    if (it == value.end()) throw CorruptionError(fmt::format("{}: tensor '{}' has no '{}'", origin, name, key));
+    return *it;
+  };
+  e.dtype = parse_dtype(field("dtype"), origin, name);
+  const Json& shape = field("shape");
+  if (!shape.is_array() || shape.size() > kMaxDims) {
+    throw CorruptionError(
+        fmt::format("{}: tensor '{}': shape must be an array of at most {} sizes", origin, name, kMaxDims));
+  }
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const Json& dim : shape) {
+    const uint64_t size = parse_unsigned(dim, origin, name, "shape");
+    if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+    if (size != 0 && numel > std::numeric_limits<uint64_t>::max() / size) overflow = true;
+    numel *= size;
+    e.shape.push_back(static_cast<int64_t>(size));
+  }
+  const uint64_t element = dtype_size(e.dtype);
+  if (overflow || numel > std::numeric_limits<uint64_t>::max() / element) {
+    throw CorruptionError(fmt::format("{}: tensor '{}': shape {} is too large", origin, name, shape.dump()));
+  }
+  const Json& offsets = field("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2) {
+    throw CorruptionError(fmt::format("{}: tensor '{}': data_offsets must be [BEGIN, END]", origin, name));
+  }
+  const uint64_t begin = parse_unsigned(offsets[0], origin, name, "data_offsets");
+  const uint64_t end = parse_unsigned(offsets[1], origin, name, "data_offsets");
+  const uint64_t data_bytes = file_size - data_start;
+  if (begin > end || end > data_bytes) {
+    throw CorruptionError(fmt::format(
+        "{}: tensor '{}': data_offsets [{}, {}] are outside the {} data bytes of the file; it is truncated or damaged",
+        origin, name, begin, end, data_bytes));
+  }
+  if (end - begin != numel * element) {
+    throw CorruptionError(fmt::format("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}",
+                                      origin, name, shape.dump(), dtype_name(e.dtype), numel * element, end - begin));
+  }
+  e.begin = data_start + begin;
+  e.end = data_start + end;
+  return e;
+}
+
+// Like the reference reader: the tensors' bytes tile the data exactly, no
+// overlaps, no holes, nothing after the last.
+void check_tiling(const std::vector<Entry>& tensors, uint64_t data_start, uint64_t file_size,
+                  const std::string& origin) {
+  std::vector<const Entry*> by_offset;
+  by_offset.reserve(tensors.size());
+  for (const Entry& e : tensors) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  uint64_t covered = data_start;
+  const Entry* previous = nullptr;
+  for (const Entry* e : by_offset) {
+    if (e->begin < covered) {
+      throw CorruptionError(fmt::format("{}: tensors '{}' and '{}' overlap (bytes {}..{} and {}..{}); the file is "
+                                        "damaged",
+                                        origin, previous->name, e->name, previous->begin - data_start,
+                                        previous->end - data_start, e->begin - data_start, e->end - data_start));
+    }
+    if (e->begin > covered) {
+      throw CorruptionError(fmt::format("{}: data bytes {}..{} belong to no tensor (before '{}'); the file is damaged",
+                                        origin, covered - data_start, e->begin - data_start, e->name));
+    }
+    covered = e->end;
+    if (e->end > e->begin) previous = e;
+  }
+  if (covered != file_size) {
+    throw CorruptionError(fmt::format("{}: the tensors end at byte {} but the file has {} bytes; it was appended to "
+                                      "or is damaged",
+                                      origin, covered, file_size));
+  }
+}
+
+std::map<std::string, std::string> string_map(const Json& value, const std::string& origin, const char* what) {
+  if (!value.is_object()) throw CorruptionError(fmt::format("{}: {} is not a JSON object", origin, what));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, item] : value.items()) {
+    if (!item.is_string()) {
+      throw CorruptionError(fmt::format("{}: {} maps '{}' to {}, not a string", origin, what, key, item.dump()));
+    }
+    out.emplace(key, item.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t header_length(const uint8_t prefix[kPrefixBytes], uint64_t file_size, const std::string& origin) {
+  if (file_size < kPrefixBytes) {
+    throw CorruptionError(fmt::format("{}: {} bytes, too short for a safetensors file; it is truncated", origin,
+                                      file_size));
+  }
+  uint64_t n = 0;
+  for (size_t i = 0; i < kPrefixBytes; ++i) n |= uint64_t{prefix[i]} << (8 * i);
+  if (n > kMaxHeaderBytes) {
+    throw CorruptionError(fmt::format(
+        "{}: the header length is {} bytes, more than any safetensors file has ({} at most); the file is damaged "
+        "or not safetensors",
+        origin, n, kMaxHeaderBytes));
+  }
+  if (n > file_size - kPrefixBytes) {
+    throw CorruptionError(fmt::format("{}: the header length is {} bytes but the file has only {}; it is truncated",
+                                      origin, n, file_size));
+  }
+  return n;
+}
+
+Header parse_header(std::string_view json, uint64_t file_size, const std::string& origin) {
+  Header header;
+  header.data_start = kPrefixBytes + json.size();
+  if (file_size < header.data_start) {
+    throw CorruptionError(fmt::format("{}: the file is shorter than its header; it is truncated", origin));
+  }
+  const Json root = parse_json(json, origin, "safetensors header");
+  for (const auto& [name, value] : root.items()) {
+    if (name == kMetadataKey) {
+      header.metadata = string_map(value, origin, "__metadata__");
+      continue;
+    }
+    header.tensors.push_back(parse_entry(name, value, header.data_start, file_size, origin));
+  }
+  check_tiling(header.tensors, header.data_start, file_size, origin);
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  return header;
+}
+
+const char* dtype_name(at::ScalarType dtype) {
+  for (const DtypeName& d : kDtypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  throw CheckpointError(fmt::format("safetensors has no dtype for {}", distckpt::dtype_name(dtype)));
+}
+
+std::string encode_header(std::vector<Entry>& tensors, const std::map<std::string, std::string>& metadata) {
+  OrderedJson root = OrderedJson::object();
+  if (!metadata.empty()) root[kMetadataKey] = metadata;
+  uint64_t offset = 0;
+  for (Entry& e : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(numel(e.shape)) * dtype_size(e.dtype);
+    root[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    e.begin = offset;
+    e.end = offset + bytes;
+    offset += bytes;
+  }
+  std::string text = root.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+  if (text.size() > kMaxHeaderBytes) {
+    throw CheckpointError(fmt::format("the safetensors header of {} tensors would take {} bytes, more than readers "
+                                      "accept ({}); write fewer tensors per file (--max-shard-size)",
+                                      tensors.size(), text.size(), kMaxHeaderBytes));
+  }
+  std::string out(kPrefixBytes, '\0');
+  for (size_t i = 0; i < kPrefixBytes; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  for (Entry& e : tensors) {
+    e.begin += kPrefixBytes + text.size();
+    e.end += kPrefixBytes + text.size();
+  }
+  return out + text;
+}
+
+Index parse_index(std::string_view json, const std::string& origin) {
+  const Json root = parse_json(json, origin, "safetensors index");
+  const auto map = root.find("weight_map");
+  if (map == root.end()) throw CorruptionError(fmt::format("{}: the index has no weight_map", origin));
+  Index index;
+  index.weight_map = string_map(*map, origin, "weight_map");
+  for (const auto& [name, file] : index.weight_map) {
+    // Shards live next to the index: a path could leave the directory.
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos) {
+      throw CorruptionError(fmt::format(
+          "{}: weight_map puts '{}' in '{}', which is not a file name in the index's directory", origin, name, file));
+    }
+  }
+  const auto metadata = root.find("metadata");
+  if (metadata != root.end()) {
+    if (!metadata->is_object()) throw CorruptionError(fmt::format("{}: the index's metadata is not an object", origin));
+    for (const auto& [key, value] : metadata->items()) index.metadata.emplace(key, value.dump());
+  }
+  return index;
+}
+
+std::string encode_index(const Index& index) {
+  OrderedJson root = OrderedJson::object();
+  OrderedJson metadata = OrderedJson::object();
+  for (const auto& [key, value] : index.metadata) metadata[key] = OrderedJson::parse(value);
+  root["metadata"] = metadata;
+  root["weight_map"] = index.weight_map;
+  return root.dump(2) + "\n";
+}
+
+}  // namespace distckpt::safetensors

@@ -1,0 +1,90 @@
+// Where a load gets its bytes. A StorageReader presents one checkpoint, in
+// whatever format, as a StorageIndex (tensors, their stored chunks and the
+// byte ranges that hold them) plus ranged reads; the load planner and the
+// read engine use nothing else. Two formats are built in: distckpt's own and
+// Hugging Face safetensors. A third (an object store, another framework's
+// files) implements this interface and is passed to the loaders that take a
+// StorageReader; docs/STORAGE.md walks through what each method must do.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/core/state_dict.h"
+#include "distckpt/format/storage_index.h"
+
+namespace distckpt {
+
+enum class StorageFormat {
+  kAuto,         // decided from what the path holds
+  kDistckpt,     // a directory with metadata.json
+  kSafetensors,  // a .safetensors file, or a directory with an index or one such file
+};
+const char* storage_format_name(StorageFormat format);  // "auto", "distckpt", "safetensors"
+
+// What a verification found. kCorrupt covers anything a load would reject
+// (and an uncommitted save: a directory of ours without its commit marker);
+// kNotACheckpoint a path that holds no checkpoint at all (absent, empty,
+// another program's, or a newer format version).
+struct VerifyReport {
+  enum class Status { kIntact, kCorrupt, kNotACheckpoint };
+  Status status = Status::kIntact;
+  std::vector<std::string> problems;  // one line each: what, file, byte range
+  std::string format;                 // storage_format_name of what was found
+  int format_version = 0;             // distckpt only
+  uint64_t files = 0;                 // files checked
+  uint64_t bytes_checked = 0;         // stored bytes re-read (and hashed where checksums exist)
+  uint64_t blocks_checked = 0;        // checksum blocks compared
+  bool intact() const { return status == Status::kIntact; }
+};
+// "intact", "corrupt", "not_a_checkpoint" (the CLI's --json status).
+const char* status_name(VerifyReport::Status status);
+// Called as bytes are checked (done, total), at most a few times a second.
+using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+class StorageReader {
+ public:
+  virtual ~StorageReader() = default;
+
+  virtual StorageFormat format() const = 0;
+  // The path it was opened from (for messages).
+  virtual const std::string& location() const = 0;
+  // Everything stored, checked when the reader was opened: boxes inside
+  // their tensors, byte ranges inside their files. Valid as long as the reader.
+  virtual const StorageIndex& index() const = 0;
+
+  // Bytes [begin, end) of chunk `chunk` of `tensor` (relative to the chunk's
+  // first byte) into `out`, checking whatever the format records about them
+  // (distckpt: every checksum block they touch). Thread-safe: the read
+  // engine calls it from several threads. Errors name the file and offset.
+  virtual void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end,
+                          uint8_t* out) = 0;
+  // A serialized object's bytes (a format without objects never lists any).
+  virtual std::string read_object(const ObjectRecord& object) = 0;
+  // Values saved outside tensors: distckpt's common state; for safetensors
+  // the file's "__metadata__" strings. An empty dict when there are none.
+  virtual Value read_common_state() const = 0;
+  // Re-reads every stored byte and checks it against what the format
+  // records, adding one line to `report.problems` per damaged range.
+  virtual void verify(VerifyReport& report, const VerifyProgress& progress) = 0;
+  // Bytes read from storage so far (loads assert they read only their shards).
+  virtual uint64_t bytes_read() const = 0;
+};
+
+struct StorageOptions {
+  StorageFormat format = StorageFormat::kAuto;
+  // Check every checksum block read (formats that record checksums).
+  bool verify_checksums = true;
+};
+
+// What `path` holds; CheckpointError saying what was found when it is no
+// checkpoint of a known format.
+StorageFormat detect_storage_format(const std::string& path);
+// Opens the checkpoint at `path`. Throws CheckpointError when there is none
+// and CorruptionError when its metadata or files are inconsistent.
+std::unique_ptr<StorageReader> open_storage(const std::string& path, const StorageOptions& options = {});
+
+}  // namespace distckpt

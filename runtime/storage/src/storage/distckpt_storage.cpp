@@ -1,0 +1,66 @@
+#include "storage/distckpt_storage.h"
+
+#include <fmt/format.h>
+
+#include "distckpt/core/errors.h"
+#include "format/commit.h"
+#include "format/common_state.h"
+#include "io/file.h"
+
+namespace distckpt::storage {
+namespace {
+
+constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
+
+}  // namespace
+
+DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(std::move(dir)) {
+  std::optional<CheckpointConfig> config = maybe_load_config(dir_);
+  if (!config) {
+    throw CheckpointError(fmt::format(
+        "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
+        "wrong",
+        dir_, kCommitFile));
+  }
+  config_ = std::move(*config);
+  // Version 1 markers record no checksums: the file name is fixed.
+  const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
+  const std::string bytes = io::read_file(path, kMaxMetadataBytes);
+  if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
+  metadata_ = decode_metadata(bytes, path);
+  if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
+      metadata_.world_size != config_.world_size) {
+    throw CorruptionError(fmt::format(
+        "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
+        "checkpoint is corrupt or mixes files of two checkpoints",
+        path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size));
+  }
+  if (config_.common && config_.common->path != metadata_.common_file) {
+    throw CorruptionError(
+        fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
+                    path, metadata_.common_file, config_.common->path));
+  }
+  check_files(metadata_, dir_);
+  ranges_ = std::make_unique<FileRanges>(dir_, metadata_, verify_checksums);
+}
+
+Value DistckptStorage::read_common_state() const {
+  if (metadata_.common_file.empty()) return Value::dict();
+  const std::string path = io::safe_join(dir_, metadata_.common_file);
+  const std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
+  if (config_.common) check_recorded_file(*config_.common, bytes, path);
+  return decode_common_state(bytes, path);
+}
+
+void DistckptStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
+  report.format_version = config_.version;
+  report.files += 2 + metadata_.files.size() + (metadata_.common_file.empty() ? 0 : 1);
+  try {
+    read_common_state();
+  } catch (const Error& e) {
+    report.problems.push_back(e.what());
+  }
+  ranges_->verify_all(report, progress);
+}
+
+}  // namespace distckpt::storage

@@ -1,0 +1,45 @@
+// The distckpt format as a StorageReader: the commit marker (parsed
+// strictly) records the size and XXH3 of metadata.fb and common.fb, and
+// metadata.fb the XXH3 of every data block. Opening checks the marker, the
+// metadata and every file's size; reads check each block they touch.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distckpt/format/checkpoint_config.h"
+#include "distckpt/storage/storage_reader.h"
+#include "format/metadata.h"
+#include "storage/file_ranges.h"
+
+namespace distckpt::storage {
+
+class DistckptStorage final : public StorageReader {
+ public:
+  // Throws CheckpointError if `dir` holds no committed checkpoint and
+  // CorruptionError if its metadata or files are inconsistent.
+  explicit DistckptStorage(std::string dir, bool verify_checksums = true);
+
+  // What only this format records (layout, plan hashes, world size).
+  const CheckpointMetadata& metadata() const { return metadata_; }
+  const CheckpointConfig& config() const { return config_; }
+
+  StorageFormat format() const override { return StorageFormat::kDistckpt; }
+  const std::string& location() const override { return dir_; }
+  const StorageIndex& index() const override { return metadata_; }
+  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
+    ranges_->read_chunk(tensor, chunk, begin, end, out);
+  }
+  std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
+  Value read_common_state() const override;
+  void verify(VerifyReport& report, const VerifyProgress& progress) override;
+  uint64_t bytes_read() const override { return ranges_->bytes_read(); }
+
+ private:
+  std::string dir_;
+  CheckpointConfig config_;
+  CheckpointMetadata metadata_;
+  std::unique_ptr<FileRanges> ranges_;
+};
+
+}  // namespace distckpt::storage

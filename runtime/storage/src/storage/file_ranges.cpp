@@ -1,0 +1,176 @@
+#include "storage/file_ranges.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "distckpt/core/errors.h"
+#include "io/checksum.h"
+
+namespace distckpt::storage {
+namespace {
+
+// Without checksums, verification still re-reads every byte (a failing disk
+// shows there), in pieces of this size.
+constexpr uint64_t kUncheckedPiece = uint64_t{16} << 20;
+
+// Re-reads ranges block by block, collecting problems instead of stopping at
+// the first, reporting progress at most every kProgressInterval.
+class BlockChecker {
+ public:
+  BlockChecker(FileRanges& ranges, const StorageIndex& index, uint64_t total, const VerifyProgress& progress,
+               VerifyReport& report)
+      : ranges_(ranges), index_(index), total_(total), progress_(progress), report_(report) {}
+
+  void check(uint32_t file, uint64_t offset, uint64_t length, const std::vector<uint64_t>& checksums,
+             const std::string& what) {
+    const std::string& name = index_.files.at(file).path;
+    const bool checked = !checksums.empty();
+    const uint64_t block = checked ? index_.checksum_block_size : kUncheckedPiece;
+    try {
+      io::File f(io::safe_join(ranges_.dir(), name), io::File::Mode::kRead);
+      for (uint64_t i = 0; i * block < length; ++i) {
+        const uint64_t s = i * block, n = std::min(block, length - s);
+        buffer_.resize(n);
+        f.pread_all(buffer_.data(), n, offset + s);
+        report_.bytes_checked += n;
+        if (checked) {
+          ++report_.blocks_checked;
+          if (io::xxh3(buffer_.data(), n) != checksums[i]) {
+            report_.problems.push_back(fmt::format("checksum mismatch: {} (file '{}', bytes {}..{})", what, name,
+                                                   offset + s, offset + s + n));
+          }
+        }
+        tick();
+      }
+    } catch (const Error& e) {
+      report_.problems.push_back(fmt::format("cannot read {}: {}", what, e.what()));
+    }
+  }
+
+  void finish() {
+    if (progress_) progress_(report_.bytes_checked, total_);
+  }
+
+ private:
+  static constexpr auto kProgressInterval = std::chrono::milliseconds(250);
+
+  void tick() {
+    if (!progress_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < kProgressInterval) return;
+    last_ = now;
+    progress_(report_.bytes_checked, total_);
+  }
+
+  FileRanges& ranges_;
+  const StorageIndex& index_;
+  uint64_t total_;
+  const VerifyProgress& progress_;
+  VerifyReport& report_;
+  std::vector<uint8_t> buffer_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums)
+    : dir_(std::move(dir)), index_(index), verify_(verify_checksums) {}
+
+std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
+  std::lock_guard<std::mutex> lock(files_mutex_);
+  for (auto it = open_files_.begin(); it != open_files_.end(); ++it) {
+    if (it->first == index) {
+      open_files_.splice(open_files_.begin(), open_files_, it);
+      return open_files_.front().second;
+    }
+  }
+  // A file evicted here stays open until the threads reading it are done.
+  if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
+  const std::string path = io::safe_join(dir_, index_.files.at(index).path);
+  open_files_.emplace_front(index, std::make_shared<io::File>(path, io::File::Mode::kRead));
+  return open_files_.front().second;
+}
+
+void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
+                      uint64_t begin, uint64_t end, uint8_t* out, const std::string& what) {
+  const std::shared_ptr<io::File> handle = file(file_index);
+  const io::File& f = *handle;
+  if (!verify_ || checksums.empty()) {
+    f.pread_all(out, end - begin, base + begin);
+    bytes_read_ += end - begin;
+    return;
+  }
+  const uint64_t block = index_.checksum_block_size;
+  auto verify_block = [&](const uint8_t* data, uint64_t index) {
+    const uint64_t s = index * block, e = std::min(s + block, length);
+    if (io::xxh3(data, e - s) != checksums[index]) {
+      throw CorruptionError(fmt::format(
+          "checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify {}` "
+          "and load an intact copy",
+          what, index_.files[file_index].path, base + s, base + e, dir_));
+    }
+  };
+  uint64_t pos = begin;
+  while (pos < end) {
+    const uint64_t index = pos / block;
+    const uint64_t block_begin = index * block;
+    const uint64_t block_end = std::min(block_begin + block, length);
+    if (block_begin >= begin && block_end <= end) {
+      // A run of whole blocks: one read straight into `out`, then verify each.
+      uint64_t run_end = block_end;
+      while (run_end < end && std::min(run_end + block, length) <= end) run_end = std::min(run_end + block, length);
+      f.pread_all(out + (block_begin - begin), run_end - block_begin, base + block_begin);
+      bytes_read_ += run_end - block_begin;
+      for (uint64_t s = block_begin; s < run_end; s += block) verify_block(out + (s - begin), s / block);
+      pos = run_end;
+      continue;
+    }
+    // A block only partly needed: read it whole into scratch, verify, copy the needed part.
+    thread_local std::vector<uint8_t> block_scratch;
+    block_scratch.resize(block_end - block_begin);
+    f.pread_all(block_scratch.data(), block_end - block_begin, base + block_begin);
+    bytes_read_ += block_end - block_begin;
+    verify_block(block_scratch.data(), index);
+    const uint64_t to = std::min(end, block_end);
+    std::memcpy(out + (pos - begin), block_scratch.data() + (pos - block_begin), to - pos);
+    pos = to;
+  }
+}
+
+void FileRanges::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
+  const ChunkRecord& c = tensor.chunks.at(chunk);
+  read(c.file, c.byte_offset, c.byte_length, c.block_checksums, begin, end, out,
+       fmt::format("'{}' chunk {}", tensor.key, chunk));
+}
+
+std::string FileRanges::read_object(const ObjectRecord& object) {
+  std::string bytes(object.byte_length, '\0');
+  read(object.file, object.byte_offset, object.byte_length, object.block_checksums, 0, object.byte_length,
+       reinterpret_cast<uint8_t*>(bytes.data()), fmt::format("object '{}'", object.unique_key()));
+  return bytes;
+}
+
+void FileRanges::verify_all(VerifyReport& report, const VerifyProgress& progress) {
+  uint64_t total = 0;
+  for (const TensorRecord& t : index_.tensors) {
+    for (const ChunkRecord& chunk : t.chunks) total += chunk.byte_length;
+  }
+  for (const ObjectRecord& o : index_.objects) total += o.byte_length;
+  BlockChecker checker(*this, index_, total, progress, report);
+  for (const TensorRecord& t : index_.tensors) {
+    for (size_t c = 0; c < t.chunks.size(); ++c) {
+      const ChunkRecord& chunk = t.chunks[c];
+      checker.check(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums,
+                    fmt::format("tensor '{}' chunk {} ({})", t.key, c, to_string(chunk.box)));
+    }
+  }
+  for (const ObjectRecord& o : index_.objects) {
+    checker.check(o.file, o.byte_offset, o.byte_length, o.block_checksums, fmt::format("object '{}'", o.unique_key()));
+  }
+  checker.finish();
+}
+
+}  // namespace distckpt::storage

@@ -1,0 +1,54 @@
+// The files of one checkpoint as byte ranges: opened on demand (a bounded
+// number at once), read with every checksum block they touch verified, and
+// re-read whole for verification. Shared by the storage formats, which
+// differ only in how they find the ranges.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distckpt/format/storage_index.h"
+#include "distckpt/storage/storage_reader.h"
+#include "io/file.h"
+
+namespace distckpt::storage {
+
+class FileRanges {
+ public:
+  static constexpr size_t kMaxOpenFiles = 64;
+
+  // `index` (its files and checksum block size) must outlive this object.
+  FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums);
+
+  const std::string& dir() const { return dir_; }
+  // Bytes [begin, end) of the range [base, base + length) of `file` into
+  // `out`, verifying every checksum block of the range that they overlap
+  // (blocks are counted from `base`; none when `checksums` is empty).
+  void read(uint32_t file, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums, uint64_t begin,
+            uint64_t end, uint8_t* out, const std::string& what);
+  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out);
+  std::string read_object(const ObjectRecord& object);
+  uint64_t bytes_read() const { return bytes_read_.load(); }
+
+  // Re-reads every tensor chunk and object, comparing checksums where the
+  // index has them; one problem line per damaged block or unreadable range.
+  void verify_all(VerifyReport& report, const VerifyProgress& progress);
+
+ private:
+  std::shared_ptr<io::File> file(uint32_t index);
+
+  std::string dir_;
+  const StorageIndex& index_;
+  bool verify_;
+  std::mutex files_mutex_;
+  std::list<std::pair<uint32_t, std::shared_ptr<io::File>>> open_files_;  // most recently used first
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace distckpt::storage

@@ -1,0 +1,64 @@
+// Choosing the storage format of a path, and opening it.
+#include <fmt/format.h>
+
+#include "distckpt/core/errors.h"
+#include "distckpt/storage/storage_reader.h"
+#include "format/commit.h"
+#include "format/safetensors.h"
+#include "io/file.h"
+#include "storage/distckpt_storage.h"
+#include "storage/safetensors_storage.h"
+
+namespace distckpt {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+const char* storage_format_name(StorageFormat format) {
+  switch (format) {
+    case StorageFormat::kAuto:
+      return "auto";
+    case StorageFormat::kDistckpt:
+      return "distckpt";
+    case StorageFormat::kSafetensors:
+      return "safetensors";
+  }
+  return "unknown";
+}
+
+const char* status_name(VerifyReport::Status status) {
+  switch (status) {
+    case VerifyReport::Status::kIntact:
+      return "intact";
+    case VerifyReport::Status::kCorrupt:
+      return "corrupt";
+    case VerifyReport::Status::kNotACheckpoint:
+      return "not_a_checkpoint";
+  }
+  return "unknown";
+}
+
+StorageFormat detect_storage_format(const std::string& path) {
+  if (!io::exists(path)) return StorageFormat::kDistckpt;  // its error says what is missing
+  if (!io::is_dir(path)) {
+    if (ends_with(path, safetensors::kFileSuffix)) return StorageFormat::kSafetensors;
+    throw CheckpointError(fmt::format("'{}' is a file, neither a checkpoint directory nor a .safetensors file", path));
+  }
+  // A distckpt directory is recognised by its commit marker alone: an
+  // uncommitted save must be reported as such, not as some other format.
+  if (io::exists(io::safe_join(path, kCommitFile))) return StorageFormat::kDistckpt;
+  if (storage::holds_safetensors(path)) return StorageFormat::kSafetensors;
+  return StorageFormat::kDistckpt;  // its error says what is missing
+}
+
+std::unique_ptr<StorageReader> open_storage(const std::string& path, const StorageOptions& options) {
+  const StorageFormat format = options.format == StorageFormat::kAuto ? detect_storage_format(path) : options.format;
+  if (format == StorageFormat::kSafetensors) return std::make_unique<storage::SafetensorsStorage>(path);
+  return std::make_unique<storage::DistckptStorage>(path, options.verify_checksums);
+}
+
+}  // namespace distckpt

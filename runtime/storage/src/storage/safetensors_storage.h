@@ -1,0 +1,53 @@
+// Hugging Face safetensors as a StorageReader: one file, or a directory of
+// shards listed by a `*.safetensors.index.json`. Each tensor is one stored
+// chunk covering its whole shape, row-major at a known offset, so the read
+// engine reads exactly the byte ranges a rank's shards overlap. The format
+// records no checksums: reads are as trustworthy as the disk.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/storage/storage_reader.h"
+#include "storage/file_ranges.h"
+
+namespace distckpt::storage {
+
+class SafetensorsStorage final : public StorageReader {
+ public:
+  // `path`: a .safetensors file, or a directory holding one index (and its
+  // shards) or exactly one .safetensors file. CheckpointError when it holds
+  // neither; CorruptionError (naming the file and tensor) for a damaged
+  // header or index.
+  explicit SafetensorsStorage(const std::string& path);
+
+  StorageFormat format() const override { return StorageFormat::kSafetensors; }
+  const std::string& location() const override { return location_; }
+  const StorageIndex& index() const override { return index_; }
+  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
+    ranges_->read_chunk(tensor, chunk, begin, end, out);
+  }
+  std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
+  Value read_common_state() const override { return common_; }
+  void verify(VerifyReport& report, const VerifyProgress& progress) override;
+  uint64_t bytes_read() const override { return ranges_->bytes_read(); }
+
+  // The index file this storage was opened through ("" for one file).
+  const std::string& index_file() const { return index_file_; }
+
+ private:
+  void add_file(const std::string& name, const std::vector<std::string>* expected);
+
+  std::string location_;
+  std::string dir_;
+  std::string index_file_;
+  StorageIndex index_;
+  Value common_ = Value::dict();
+  std::unique_ptr<FileRanges> ranges_;
+};
+
+// Whether `dir` looks like safetensors (an index, or .safetensors files).
+bool holds_safetensors(const std::string& dir);
+
+}  // namespace distckpt::storage

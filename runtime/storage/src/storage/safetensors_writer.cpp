@@ -1,0 +1,121 @@
+#include "storage/safetensors_writer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+
+namespace distckpt::storage {
+namespace {
+
+// Position in the reference implementation's dtype order, which the writer
+// sorts by (descending): wider types first keep every tensor aligned.
+int dtype_rank(at::ScalarType dtype) {
+  constexpr at::ScalarType kOrder[] = {at::kBool,     at::kByte, at::kChar,  at::kShort,  at::kHalf,
+                                       at::kBFloat16, at::kInt,  at::kFloat, at::kDouble, at::kLong};
+  for (size_t i = 0; i < std::size(kOrder); ++i) {
+    if (kOrder[i] == dtype) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint64_t bytes_of(const safetensors::Entry& e) { return static_cast<uint64_t>(numel(e.shape)) * dtype_size(e.dtype); }
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string staging_for(const std::string& dir) {
+  const size_t slash = dir.rfind('/');
+  const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
+  return parent_of(dir) + "/." + name + ".distckpt-staging";
+}
+
+}  // namespace
+
+void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const safetensors::Entry& a, const safetensors::Entry& b) {
+    const int ra = dtype_rank(a.dtype), rb = dtype_rank(b.dtype);
+    return ra != rb ? ra > rb : a.name < b.name;
+  });
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors,
+                                     uint64_t max_shard_bytes, std::map<std::string, std::string> metadata)
+    : dir_(std::move(dir)), staging_(staging_for(dir_)), tensors_(std::move(tensors)) {
+  while (!dir_.empty() && dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  staging_ = staging_for(dir_);
+  if (io::exists(dir_)) {
+    throw CheckpointError(fmt::format("'{}' already exists; remove it or choose another destination (nothing was "
+                                      "written)",
+                                      dir_));
+  }
+  sort_for_safetensors(tensors_);
+  // Shards in order, each up to max_shard_bytes of tensor data (a larger
+  // tensor gets a shard of its own), like the Hugging Face exporters.
+  std::vector<std::vector<safetensors::Entry>> shards(1);
+  uint64_t in_shard = 0;
+  for (const safetensors::Entry& e : tensors_) {
+    const uint64_t n = bytes_of(e);
+    if (max_shard_bytes > 0 && in_shard > 0 && in_shard + n > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(e);
+    in_shard += n;
+    bytes_ += n;
+  }
+  io::remove_tree(staging_);  // left by a crashed earlier run
+  io::make_dirs(staging_);
+  safetensors::Index index;
+  index.metadata["total_size"] = std::to_string(bytes_);
+  tensors_.clear();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shards.size() == 1 ? "model.safetensors"
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
+                                                              shards.size());
+    const std::string header = safetensors::encode_header(shards[s], metadata);
+    io::File& f = files_.emplace_back(staging_ + "/" + name, io::File::Mode::kCreateTruncate);
+    f.pwrite_all(header.data(), header.size(), 0);
+    for (safetensors::Entry& e : shards[s]) {
+      index.weight_map[e.name] = name;
+      tensors_.push_back(std::move(e));
+      file_of_.push_back(s);
+    }
+  }
+  if (shards.size() > 1) io::write_file_atomic(staging_ + "/model.safetensors.index.json", safetensors::encode_index(index));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (committed_) return;
+  files_.clear();
+  try {
+    io::remove_tree(staging_);
+  } catch (...) {  // a destructor must not throw; the staging name is reused next time
+  }
+}
+
+void SafetensorsWriter::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
+  const safetensors::Entry& e = tensors_.at(index);
+  if (offset > e.end - e.begin || n > e.end - e.begin - offset) {
+    throw Error(fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name,
+                            e.end - e.begin));
+  }
+  files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);
+}
+
+void SafetensorsWriter::commit() {
+  for (io::File& f : files_) {
+    f.sync();
+    f.close();
+  }
+  io::fsync_dir(staging_);
+  io::rename_path(staging_, dir_);
+  io::fsync_dir(parent_of(dir_));
+  committed_ = true;
+}
+
+}  // namespace distckpt::storage

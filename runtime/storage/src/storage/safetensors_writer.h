@@ -1,0 +1,53 @@
+// Writes tensors as Hugging Face safetensors: one file, or shards of at
+// most a given size with `model.safetensors.index.json`. The layout is the
+// reference writer's (tensors by dtype width, widest first, then by name;
+// compact JSON header padded to 8 bytes), so the same tensors always give
+// the same bytes. Tensor bytes may come in any order and in pieces (pwrite
+// at known offsets): memory stays bounded by what the caller buffers. The
+// files appear under `dir` only at commit(), all at once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "io/file.h"
+
+namespace distckpt::storage {
+
+class SafetensorsWriter {
+ public:
+  // `tensors`: name, dtype, shape (offsets are filled in). `dir` must not
+  // exist yet. max_shard_bytes = 0: one file.
+  SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
+                    std::map<std::string, std::string> metadata);
+  ~SafetensorsWriter();  // an uncommitted write leaves nothing behind
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The tensors in the order they are laid out.
+  const std::vector<safetensors::Entry>& tensors() const { return tensors_; }
+  // Bytes [offset, offset + n) of tensor `index` (of tensors()).
+  void write(size_t index, uint64_t offset, const void* data, uint64_t n);
+  // Makes every file durable, then renames the staging directory to `dir`.
+  void commit();
+  size_t files() const { return files_.size(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::string dir_;
+  std::string staging_;
+  std::vector<safetensors::Entry> tensors_;
+  std::vector<size_t> file_of_;  // per tensor
+  std::vector<io::File> files_;
+  uint64_t bytes_ = 0;
+  bool committed_ = false;
+};
+
+// The reference writer's order: widest dtype first, then by name.
+void sort_for_safetensors(std::vector<safetensors::Entry>& tensors);
+
+}  // namespace distckpt::storage
