@@ -19,6 +19,8 @@ TEST(BoxTest, NumelIsTheProductAndOneForRankZero) {
   EXPECT_EQ(numel(Shape{5}), 5);
   EXPECT_EQ(numel(Shape{2, 3, 4}), 24);
   EXPECT_EQ(numel(Shape{2, 0, 4}), 0);
+  // A zero after extents whose product overflows (found by fuzz_local_file).
+  EXPECT_EQ(numel(Shape{8192, 7020949529436356615, 0}), 0);
   EXPECT_EQ((Box{{1, 1}, {3, 2}}).numel(), 6);
   EXPECT_TRUE((Box{{0, 0}, {3, 0}}).empty());
   EXPECT_FALSE((Box{{}, {}}).empty());

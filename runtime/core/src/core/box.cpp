@@ -11,6 +11,10 @@
 namespace distckpt {
 
 int64_t numel(const Shape& shape) {
+  // A zero anywhere makes the product 0 even when the extents before it
+  // would overflow int64 (shapes from untrusted files are checked only for
+  // a representable element count).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t extent : shape) n *= extent;
   return n;
