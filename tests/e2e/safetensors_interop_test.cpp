@@ -124,8 +124,8 @@ TEST_F(SafetensorsInterop, ConvertRoundTripsKeepDigestsAndBytes) {
   const CommandResult exported = cli("convert " + ours + " " + out + " --to safetensors --max-shard-size 2KB --quiet");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   EXPECT_EQ(exported.output, "");
-  const CommandResult checked = run_command(
-      fmt::format("cd {}/tests/interop && /usr/bin/python3 check_safetensors.py {}", kSource, out));
+  const CommandResult checked =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_safetensors.py {}", kSource, out));
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
   EXPECT_NE(checked.output.find("ok 12 tensors in 3 files"), std::string::npos) << checked.output;
 
@@ -150,8 +150,8 @@ TEST_F(SafetensorsInterop, ExportConvertsFloatingPointTensorsToTheAskedDtype) {
   const CommandResult checked = run_command(
       fmt::format("cd {}/tests/interop && /usr/bin/python3 check_safetensors.py {} bfloat16", kSource, out));
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
-  const CommandResult bad = run_command(kBin + "/distckpt convert " + path("sharded") + " " + out +
-                                        "-x --to safetensors --dtype int8");
+  const CommandResult bad =
+      run_command(kBin + "/distckpt convert " + path("sharded") + " " + out + "-x --to safetensors --dtype int8");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("must be a floating-point type"), std::string::npos) << bad.output;
 }

@@ -82,8 +82,8 @@ TEST(SafetensorsLoad, ShardedLoadReadsOnlyEachRanksBytes) {
     bytes[r] = rows.bytes_read;
 
     StateDict cols = Value::dict();
-    cols["model.layers.0.mlp.weight"] = ShardedTensor::from_rank_offsets(
-        "model.layers.0.mlp.weight", at::empty({48, 16}, at::kBFloat16), {{1, r, 4}});
+    cols["model.layers.0.mlp.weight"] =
+        ShardedTensor::from_rank_offsets("model.layers.0.mlp.weight", at::empty({48, 16}, at::kBFloat16), {{1, r, 4}});
     const LoadResult c = load(cols, tmp.path(), comm, options);
     EXPECT_TRUE(at::equal(c.state_dict.at("model.layers.0.mlp.weight").as_tensor(), mlp.narrow(1, 16 * r, 16)));
     // A column strip is read in slabs of whole rows (a few long reads, not
@@ -136,7 +136,8 @@ TEST(SafetensorsLoad, ShardedDirectoryWithIndexAndDigestEqualToDistckpt) {
         "model.layers.0.mlp.weight", at::empty({12, 64}, at::kBFloat16), {{0, comm.rank(), 4}});
     sd["step"] = ShardedTensor::from_rank_offsets("step", at::empty({}, at::kLong), {}, ReplicaId{comm.rank()});
     const LoadResult out = load(sd, hf, comm);
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.layers.0.mlp.weight").as_tensor(), all[1].second.narrow(0, 12 * comm.rank(), 12)));
+    EXPECT_TRUE(at::equal(out.state_dict.at("model.layers.0.mlp.weight").as_tensor(),
+                          all[1].second.narrow(0, 12 * comm.rank(), 12)));
     EXPECT_EQ(out.state_dict.at("step").as_tensor().item<int64_t>(), 7);
   });
 }
@@ -151,7 +152,8 @@ TEST(SafetensorsLoad, LoadsThroughAStorageTheCallerOpened) {
     StateDict sd = Value::dict();
     sd["model.norm.weight"] = ShardedTensor::from_rank_offsets("model.norm.weight", at::empty({32}, at::kHalf), {});
     const LoadResult out = load(sd, *storage, comm);
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.norm.weight").as_tensor(), testing::global_tensor("norm", {32}, at::kHalf)));
+    EXPECT_TRUE(
+        at::equal(out.state_dict.at("model.norm.weight").as_tensor(), testing::global_tensor("norm", {32}, at::kHalf)));
   });
   EXPECT_EQ(storage->bytes_read(), 64u);
 }
@@ -180,8 +182,8 @@ TEST(SafetensorsLoad, BadFilesAreRefusedNamingFileAndTensor) {
   index.weight_map = {{"model.embed.weight", "a.safetensors"}, {"lm_head.weight", "a.safetensors"}};
   write_text(hf + "/model.safetensors.index.json", safetensors::encode_index(index));
   EXPECT_TRUE(throws_with<CorruptionError>(
-      [&] { load_plain_tensors(hf); },
-      "the index model.safetensors.index.json puts tensor 'lm_head.weight' in " + hf + "/a.safetensors, which does not hold it"));
+      [&] { load_plain_tensors(hf); }, "the index model.safetensors.index.json puts tensor 'lm_head.weight' in " + hf +
+                                           "/a.safetensors, which does not hold it"));
   index.weight_map = {{"model.embed.weight", "a.safetensors"}, {"lm_head.weight", "b.safetensors"}};
   write_text(hf + "/model.safetensors.index.json", safetensors::encode_index(index));
   EXPECT_TRUE(throws_with<CheckpointError>([&] { load_plain_tensors(hf); }, hf + "/b.safetensors: No such file"));
@@ -191,7 +193,8 @@ TEST(SafetensorsLoad, BadFilesAreRefusedNamingFileAndTensor) {
   ASSERT_EQ(::mkdir(two.c_str(), 0755), 0);
   write_safetensors(two + "/x.safetensors", {model_tensors()[0]});
   write_safetensors(two + "/y.safetensors", {model_tensors()[1]});
-  EXPECT_TRUE(throws_with<CheckpointError>([&] { load_plain_tensors(two); }, "several .safetensors files but no index"));
+  EXPECT_TRUE(
+      throws_with<CheckpointError>([&] { load_plain_tensors(two); }, "several .safetensors files but no index"));
 
   // A request that disagrees with the stored shape.
   run_ranks(1, [&](Communicator& comm) {

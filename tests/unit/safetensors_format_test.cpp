@@ -63,8 +63,7 @@ TEST(SafetensorsHeader, RejectsHeaderLengthsTheFileCannotHold) {
   EXPECT_TRUE(throws_with<CorruptionError>([&] { safetensors::header_length(big, 100, kOrigin); },
                                            "the header length is 4096 bytes but the file has only 100; it is "
                                            "truncated"));
-  EXPECT_TRUE(
-      throws_with<CorruptionError>([&] { safetensors::header_length(big, 5, kOrigin); }, "5 bytes, too short"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { safetensors::header_length(big, 5, kOrigin); }, "5 bytes, too short"));
 }
 
 TEST(SafetensorsHeader, RejectsDamagedHeadersNamingTheTensor) {
@@ -99,11 +98,11 @@ TEST(SafetensorsHeader, RejectsDamagedHeadersNamingTheTensor) {
 }
 
 TEST(SafetensorsHeader, DtypesThisLibTorchLacksAreRefusedClearly) {
-  EXPECT_TRUE(throws_with<CheckpointError>(
-      [] { parse(R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1); },
-      "tensor 'a' has dtype F8_E4M3, which this LibTorch has no type for"));
-  EXPECT_TRUE(throws_with<CheckpointError>([] { safetensors::dtype_name(at::kComplexFloat); },
-                                           "safetensors has no dtype for"));
+  EXPECT_TRUE(
+      throws_with<CheckpointError>([] { parse(R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1); },
+                                   "tensor 'a' has dtype F8_E4M3, which this LibTorch has no type for"));
+  EXPECT_TRUE(
+      throws_with<CheckpointError>([] { safetensors::dtype_name(at::kComplexFloat); }, "safetensors has no dtype for"));
 }
 
 TEST(SafetensorsIndex, ParsesTheWeightMapAndRefusesPathsOutOfTheDirectory) {

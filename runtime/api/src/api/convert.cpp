@@ -24,9 +24,10 @@ constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
 at::ScalarType stored_dtype(at::ScalarType dtype, const ConvertOptions& options) {
   if (!options.dtype) return dtype;
   if (!at::isFloatingType(*options.dtype)) {
-    throw Error(fmt::format("the conversion dtype must be a floating-point type, not {}; integer and bool tensors "
-                            "always keep theirs",
-                            dtype_name(*options.dtype)));
+    throw Error(
+        fmt::format("the conversion dtype must be a floating-point type, not {}; integer and bool tensors "
+                    "always keep theirs",
+                    dtype_name(*options.dtype)));
   }
   return at::isFloatingType(dtype) ? *options.dtype : dtype;
 }
@@ -60,9 +61,10 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
     entries.push_back({t.key, stored_dtype(t.dtype, options), t.global_shape, 0, 0});
   }
   if (!reader.index().objects.empty()) {
-    log_message(LogLevel::kWarning, fmt::format("{} sharded objects of '{}' are not exported: safetensors holds tensors "
-                                                "only",
-                                                reader.index().objects.size(), src));
+    log_message(LogLevel::kWarning,
+                fmt::format("{} sharded objects of '{}' are not exported: safetensors holds tensors "
+                            "only",
+                            reader.index().objects.size(), src));
   }
   storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
   ConvertReport report;

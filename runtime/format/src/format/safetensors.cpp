@@ -24,13 +24,12 @@ struct DtypeName {
   at::ScalarType dtype;
 };
 constexpr DtypeName kDtypes[] = {
-    {"BOOL", at::kBool},  {"U8", at::kByte},   {"I8", at::kChar},      {"I16", at::kShort},
-    {"I32", at::kInt},    {"I64", at::kLong},  {"F16", at::kHalf},     {"BF16", at::kBFloat16},
-    {"F32", at::kFloat},  {"F64", at::kDouble},
+    {"BOOL", at::kBool}, {"U8", at::kByte},  {"I8", at::kChar},       {"I16", at::kShort}, {"I32", at::kInt},
+    {"I64", at::kLong},  {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"F32", at::kFloat}, {"F64", at::kDouble},
 };
 // Names the format defines that this LibTorch has no dtype for.
-constexpr const char* kUnsupported[] = {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
-                                        "F6_E3M2", "F4", "C64", "C128"};
+constexpr const char* kUnsupported[] = {"U16",     "U32",     "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
+                                        "F6_E2M3", "F6_E3M2", "F4",  "C64",     "C128"};
 
 // nlohmann keeps the last of two equal keys; a duplicate tensor name must
 // not pick one of two definitions silently.
@@ -50,8 +49,8 @@ Json parse_json(std::string_view text, const std::string& origin, const char* wh
   try {
     json = Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {
-    throw CorruptionError(
-        fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors", origin, what, e.what()));
+    throw CorruptionError(fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors",
+                                      origin, what, e.what()));
   }
   if (!duplicate.empty()) {
     throw CorruptionError(fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, duplicate));
@@ -128,8 +127,8 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_star
         origin, name, begin, end, data_bytes));
   }
   if (end - begin != numel * element) {
-    throw CorruptionError(fmt::format("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}",
-                                      origin, name, shape.dump(), dtype_name(e.dtype), numel * element, end - begin));
+    throw CorruptionError(fmt::format("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", origin,
+                                      name, shape.dump(), dtype_name(e.dtype), numel * element, end - begin));
   }
   e.begin = data_start + begin;
   e.end = data_start + end;
@@ -149,10 +148,11 @@ void check_tiling(const std::vector<Entry>& tensors, uint64_t data_start, uint64
   const Entry* previous = nullptr;
   for (const Entry* e : by_offset) {
     if (e->begin < covered) {
-      throw CorruptionError(fmt::format("{}: tensors '{}' and '{}' overlap (bytes {}..{} and {}..{}); the file is "
-                                        "damaged",
-                                        origin, previous->name, e->name, previous->begin - data_start,
-                                        previous->end - data_start, e->begin - data_start, e->end - data_start));
+      throw CorruptionError(
+          fmt::format("{}: tensors '{}' and '{}' overlap (bytes {}..{} and {}..{}); the file is "
+                      "damaged",
+                      origin, previous->name, e->name, previous->begin - data_start, previous->end - data_start,
+                      e->begin - data_start, e->end - data_start));
     }
     if (e->begin > covered) {
       throw CorruptionError(fmt::format("{}: data bytes {}..{} belong to no tensor (before '{}'); the file is damaged",
@@ -162,9 +162,10 @@ void check_tiling(const std::vector<Entry>& tensors, uint64_t data_start, uint64
     if (e->end > e->begin) previous = e;
   }
   if (covered != file_size) {
-    throw CorruptionError(fmt::format("{}: the tensors end at byte {} but the file has {} bytes; it was appended to "
-                                      "or is damaged",
-                                      origin, covered, file_size));
+    throw CorruptionError(
+        fmt::format("{}: the tensors end at byte {} but the file has {} bytes; it was appended to "
+                    "or is damaged",
+                    origin, covered, file_size));
   }
 }
 
@@ -184,8 +185,8 @@ std::map<std::string, std::string> string_map(const Json& value, const std::stri
 
 uint64_t header_length(const uint8_t prefix[kPrefixBytes], uint64_t file_size, const std::string& origin) {
   if (file_size < kPrefixBytes) {
-    throw CorruptionError(fmt::format("{}: {} bytes, too short for a safetensors file; it is truncated", origin,
-                                      file_size));
+    throw CorruptionError(
+        fmt::format("{}: {} bytes, too short for a safetensors file; it is truncated", origin, file_size));
   }
   uint64_t n = 0;
   for (size_t i = 0; i < kPrefixBytes; ++i) n |= uint64_t{prefix[i]} << (8 * i);
@@ -243,9 +244,10 @@ std::string encode_header(std::vector<Entry>& tensors, const std::map<std::strin
   std::string text = root.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
   if (text.size() > kMaxHeaderBytes) {
-    throw CheckpointError(fmt::format("the safetensors header of {} tensors would take {} bytes, more than readers "
-                                      "accept ({}); write fewer tensors per file (--max-shard-size)",
-                                      tensors.size(), text.size(), kMaxHeaderBytes));
+    throw CheckpointError(
+        fmt::format("the safetensors header of {} tensors would take {} bytes, more than readers "
+                    "accept ({}); write fewer tensors per file (--max-shard-size)",
+                    tensors.size(), text.size(), kMaxHeaderBytes));
   }
   std::string out(kPrefixBytes, '\0');
   for (size_t i = 0; i < kPrefixBytes; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);

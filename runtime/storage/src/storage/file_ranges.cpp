@@ -39,8 +39,8 @@ class BlockChecker {
         if (checked) {
           ++report_.blocks_checked;
           if (io::xxh3(buffer_.data(), n) != checksums[i]) {
-            report_.problems.push_back(fmt::format("checksum mismatch: {} (file '{}', bytes {}..{})", what, name,
-                                                   offset + s, offset + s + n));
+            report_.problems.push_back(
+                fmt::format("checksum mismatch: {} (file '{}', bytes {}..{})", what, name, offset + s, offset + s + n));
           }
         }
         tick();

@@ -84,9 +84,10 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
     dir_ = path;
     const std::vector<std::string> indexes = names_ending(dir_, safetensors::kIndexSuffix);
     if (indexes.size() > 1) {
-      throw CheckpointError(fmt::format("'{}' holds {} safetensors indexes ({}, ...); pass the one to load with its "
-                                        "shards in a directory of their own",
-                                        dir_, indexes.size(), indexes[0]));
+      throw CheckpointError(
+          fmt::format("'{}' holds {} safetensors indexes ({}, ...); pass the one to load with its "
+                      "shards in a directory of their own",
+                      dir_, indexes.size(), indexes[0]));
     }
     if (indexes.size() == 1) {
       index_file_ = indexes[0];
@@ -141,8 +142,8 @@ void SafetensorsStorage::add_file(const std::string& name, const std::vector<std
     std::set<std::string> listed(expected->begin(), expected->end());
     for (const safetensors::Entry& e : header.tensors) {
       if (listed.erase(e.name) == 0) {
-        throw CorruptionError(fmt::format("{} holds tensor '{}', which the index {} does not list in this file",
-                                          path, e.name, index_file_));
+        throw CorruptionError(fmt::format("{} holds tensor '{}', which the index {} does not list in this file", path,
+                                          e.name, index_file_));
       }
     }
     if (!listed.empty()) {

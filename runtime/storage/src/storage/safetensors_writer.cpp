@@ -43,15 +43,16 @@ void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
   });
 }
 
-SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors,
-                                     uint64_t max_shard_bytes, std::map<std::string, std::string> metadata)
+SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
+                                     std::map<std::string, std::string> metadata)
     : dir_(std::move(dir)), staging_(staging_for(dir_)), tensors_(std::move(tensors)) {
   while (!dir_.empty() && dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   staging_ = staging_for(dir_);
   if (io::exists(dir_)) {
-    throw CheckpointError(fmt::format("'{}' already exists; remove it or choose another destination (nothing was "
-                                      "written)",
-                                      dir_));
+    throw CheckpointError(
+        fmt::format("'{}' already exists; remove it or choose another destination (nothing was "
+                    "written)",
+                    dir_));
   }
   sort_for_safetensors(tensors_);
   // Shards in order, each up to max_shard_bytes of tensor data (a larger
@@ -74,9 +75,9 @@ SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::E
   index.metadata["total_size"] = std::to_string(bytes_);
   tensors_.clear();
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string name = shards.size() == 1 ? "model.safetensors"
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
-                                                              shards.size());
+    const std::string name = shards.size() == 1
+                                 ? "model.safetensors"
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     const std::string header = safetensors::encode_header(shards[s], metadata);
     io::File& f = files_.emplace_back(staging_ + "/" + name, io::File::Mode::kCreateTruncate);
     f.pwrite_all(header.data(), header.size(), 0);
@@ -86,7 +87,8 @@ SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::E
       file_of_.push_back(s);
     }
   }
-  if (shards.size() > 1) io::write_file_atomic(staging_ + "/model.safetensors.index.json", safetensors::encode_index(index));
+  if (shards.size() > 1)
+    io::write_file_atomic(staging_ + "/model.safetensors.index.json", safetensors::encode_index(index));
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -101,8 +103,8 @@ SafetensorsWriter::~SafetensorsWriter() {
 void SafetensorsWriter::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
   const safetensors::Entry& e = tensors_.at(index);
   if (offset > e.end - e.begin || n > e.end - e.begin - offset) {
-    throw Error(fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name,
-                            e.end - e.begin));
+    throw Error(
+        fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name, e.end - e.begin));
   }
   files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);
 }

@@ -34,7 +34,8 @@ struct ConvertReport {
 // when complete (written beside it, then renamed). Tensors stream through
 // windows of bounded size, so memory does not grow with the model.
 // "__metadata__" is {"format": "pt"}, as PyTorch's loaders expect.
-ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
+ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst,
+                                     const ConvertOptions& options = {});
 
 // A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and
 // its common values. Holds all tensors in memory at once.

@@ -60,8 +60,7 @@ class StorageReader {
   // first byte) into `out`, checking whatever the format records about them
   // (distckpt: every checksum block they touch). Thread-safe: the read
   // engine calls it from several threads. Errors name the file and offset.
-  virtual void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end,
-                          uint8_t* out) = 0;
+  virtual void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) = 0;
   // A serialized object's bytes (a format without objects never lists any).
   virtual std::string read_object(const ObjectRecord& object) = 0;
   // Values saved outside tensors: distckpt's common state; for safetensors
