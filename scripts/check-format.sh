@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLANG_FORMAT=${CLANG_FORMAT:-clang-format}
-mapfile -t files < <(git ls-files '*.h' '*.cpp' | grep -v '^generated/')
+# Untracked files too (not ignored ones): new files are checked before their first commit.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cpp' | grep -v '^generated/')
 if [ "${1:-}" = "--fix" ]; then
   "$CLANG_FORMAT" -i "${files[@]}"
   exit 0
