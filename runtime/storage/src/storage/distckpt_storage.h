@@ -14,7 +14,7 @@
 
 namespace distckpt::storage {
 
-class DistckptStorage final : public StorageReader {
+class DistckptStorage final : public FileBackedStorage {
  public:
   // Throws CheckpointError if `dir` holds no committed checkpoint and
   // CorruptionError if its metadata or files are inconsistent.
@@ -27,19 +27,13 @@ class DistckptStorage final : public StorageReader {
   StorageFormat format() const override { return StorageFormat::kDistckpt; }
   const std::string& location() const override { return dir_; }
   const StorageIndex& index() const override { return metadata_; }
-  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
-    ranges_->read_chunk(tensor, chunk, begin, end, out);
-  }
-  std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
   Value read_common_state() const override;
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
-  uint64_t bytes_read() const override { return ranges_->bytes_read(); }
 
  private:
   std::string dir_;
   CheckpointConfig config_;
   CheckpointMetadata metadata_;
-  std::unique_ptr<FileRanges> ranges_;
 };
 
 }  // namespace distckpt::storage

@@ -51,4 +51,19 @@ class FileRanges {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
+// A storage format whose tensors and objects are byte ranges of files: the
+// reads are FileRanges'; the format supplies the index, common state and
+// verification.
+class FileBackedStorage : public StorageReader {
+ public:
+  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
+    ranges_->read_chunk(tensor, chunk, begin, end, out);
+  }
+  std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
+  uint64_t bytes_read() const override { return ranges_->bytes_read(); }
+
+ protected:
+  std::unique_ptr<FileRanges> ranges_;  // set by the format's constructor, once its index is built
+};
+
 }  // namespace distckpt::storage

@@ -14,7 +14,7 @@
 
 namespace distckpt::storage {
 
-class SafetensorsStorage final : public StorageReader {
+class SafetensorsStorage final : public FileBackedStorage {
  public:
   // `path`: a .safetensors file, or a directory holding one index (and its
   // shards) or exactly one .safetensors file. CheckpointError when it holds
@@ -25,13 +25,8 @@ class SafetensorsStorage final : public StorageReader {
   StorageFormat format() const override { return StorageFormat::kSafetensors; }
   const std::string& location() const override { return location_; }
   const StorageIndex& index() const override { return index_; }
-  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
-    ranges_->read_chunk(tensor, chunk, begin, end, out);
-  }
-  std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
   Value read_common_state() const override { return common_; }
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
-  uint64_t bytes_read() const override { return ranges_->bytes_read(); }
 
   // The index file this storage was opened through ("" for one file).
   const std::string& index_file() const { return index_file_; }
@@ -44,7 +39,6 @@ class SafetensorsStorage final : public StorageReader {
   std::string index_file_;
   StorageIndex index_;
   Value common_ = Value::dict();
-  std::unique_ptr<FileRanges> ranges_;
 };
 
 // Whether `dir` looks like safetensors (an index, or .safetensors files).
