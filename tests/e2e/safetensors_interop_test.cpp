@@ -125,7 +125,7 @@ TEST_F(SafetensorsInterop, ConvertRoundTripsKeepDigestsAndBytes) {
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   EXPECT_EQ(exported.output, "");
   const CommandResult checked =
-      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_safetensors.py {}", kSource, out));
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_export.py {}", kSource, out));
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
   EXPECT_NE(checked.output.find("ok 12 tensors in 3 files"), std::string::npos) << checked.output;
 
@@ -147,13 +147,47 @@ TEST_F(SafetensorsInterop, ExportConvertsFloatingPointTensorsToTheAskedDtype) {
   const CommandResult exported =
       run_command(kBin + "/distckpt convert " + path("sharded") + " " + out + " --to safetensors --dtype bfloat16");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const CommandResult checked = run_command(
-      fmt::format("cd {}/tests/interop && /usr/bin/python3 check_safetensors.py {} bfloat16", kSource, out));
+  const CommandResult checked =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_export.py {} bfloat16", kSource, out));
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
   const CommandResult bad =
       run_command(kBin + "/distckpt convert " + path("sharded") + " " + out + "-x --to safetensors --dtype int8");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("must be a floating-point type"), std::string::npos) << bad.output;
+}
+
+// --to torch: one .pt that Python's torch.load opens, with every tensor and
+// the common values (nested dicts and lists included).
+TEST_F(SafetensorsInterop, TorchExportLoadsInPythonWithTensorsAndCommonValues) {
+  const std::string pt = tmp_.path() + "/model.pt";
+  const CommandResult exported = run_command(kBin + "/distckpt convert " + path("sharded") + " " + pt + " --to torch");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const CommandResult checked =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_export.py {}", kSource, pt));
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("ok 12 tensors"), std::string::npos) << checked.output;
+
+  const std::string ckpt = tmp_.path() + "/with-common", pt2 = tmp_.path() + "/with-common.pt";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["w"] = ShardedTensor::from_rank_offsets("w", at::arange(6, at::kFloat).reshape({2, 3}).narrow(0, comm.rank(), 1),
+                                               {{0, comm.rank(), 2}});
+    sd["iteration"] = Value(int64_t{7});
+    sd["args"] = Value::dict();
+    sd["args"]["lr"] = Value(0.5);
+    sd["args"]["name"] = Value("gpt");
+    sd["args"]["layers"] = Value(List{Value(int64_t{1}), Value(true)});
+    save(sd, ckpt, comm);
+  });
+  ASSERT_EQ(run_command(kBin + "/distckpt convert " + ckpt + " " + pt2 + " --to torch --quiet").exit_code, 0);
+  const CommandResult loaded =
+      run_command("/usr/bin/python3 -c \"import torch; d = torch.load('" + pt2 +
+                  "'); print(sorted(d)); print(d['w'].tolist(), d['iteration'], sorted(d['args'].items()))\"");
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_EQ(loaded.output,
+            "['args', 'iteration', 'w']\n[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] 7 [('layers', [1, True]), ('lr', 0.5), "
+            "('name', 'gpt')]\n");
+  EXPECT_EQ(run_command(kBin + "/distckpt convert " + ckpt + " " + pt2 + " --to torch").exit_code, 2);
 }
 
 }  // namespace

@@ -198,8 +198,14 @@ int convert(const std::string& src, const std::string& dst, const std::string& t
       if (done == total) fmt::print(stderr, "\n");
     };
   }
-  const distckpt::ConvertReport report = to == "safetensors" ? distckpt::convert_to_safetensors(src, dst, options)
-                                                             : distckpt::convert_to_distckpt(src, dst, options);
+  distckpt::ConvertReport report;
+  if (to == "safetensors") {
+    report = distckpt::convert_to_safetensors(src, dst, options);
+  } else if (to == "torch") {
+    report = distckpt::convert_to_torch(src, dst, options);
+  } else {
+    report = distckpt::convert_to_distckpt(src, dst, options);
+  }
   if (!quiet) {
     fmt::print("{}: {} tensors, {} bytes in {} file(s) ({})\n", dst, report.tensors, report.bytes, report.files, to);
   }
@@ -226,10 +232,10 @@ int main(int argc, char** argv) {
   bool quiet = false;
   auto* convert_cmd = app.add_subcommand("convert", "write SRC's tensors in another format to DST (a new directory)");
   convert_cmd->add_option("src", dir, "checkpoint: distckpt, or safetensors (file or directory)")->required();
-  convert_cmd->add_option("dst", dst, "directory to create")->required();
-  convert_cmd->add_option("--to", to, "safetensors or distckpt")
+  convert_cmd->add_option("dst", dst, "directory to create (a .pt file for --to torch)")->required();
+  convert_cmd->add_option("--to", to, "safetensors, torch (one file torch.load opens) or distckpt")
       ->required()
-      ->check(CLI::IsMember({"safetensors", "distckpt"}));
+      ->check(CLI::IsMember({"safetensors", "torch", "distckpt"}));
   convert_cmd->add_option("--max-shard-size", max_shard,
                           "safetensors: tensor bytes per file, e.g. 5GB (default: one file)");
   convert_cmd->add_option("--dtype", dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");

@@ -4,8 +4,11 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <chrono>
+#include <string_view>
+#include <vector>
 
 #include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
@@ -52,6 +55,43 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// A common value as an IValue torch.load turns back into Python objects.
+c10::IValue to_ivalue(const Value& v, const std::string& where) {
+  switch (v.kind()) {
+    case Kind::kNone:
+      return c10::IValue();
+    case Kind::kBool:
+      return v.as_bool();
+    case Kind::kInt:
+      return v.as_int();
+    case Kind::kFloat:
+      return v.as_float();
+    case Kind::kString:
+      return v.as_string();
+    case Kind::kTensor:
+      return v.as_tensor();
+    case Kind::kDict: {
+      c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+      for (const auto& [key, item] : v.as_dict()) dict.insert(key, to_ivalue(item, where + "." + key));
+      return dict;
+    }
+    case Kind::kList: {
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (size_t i = 0; i < v.as_list().size(); ++i) list.push_back(to_ivalue(v.as_list()[i], where));
+      return list;
+    }
+    default:
+      throw Error(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
+  }
+}
+
+void refuse_existing(const std::string& dst) {
+  if (io::exists(dst)) {
+    throw CheckpointError(
+        fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
+  }
+}
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
@@ -87,11 +127,34 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
   return report;
 }
 
-ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  if (io::exists(dst)) {
-    throw CheckpointError(
-        fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
+ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  refuse_existing(dst);
+  if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+  const StateDict common = load_common_state_dict(src);
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [key, value] : common.as_dict()) dict.insert(key, to_ivalue(value, key));
+  ConvertReport report;
+  for (const auto& [key, value] : load_plain_tensors(src).as_dict()) {
+    if (dict.contains(key)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
+    }
+    at::Tensor t = value.as_tensor();
+    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
+    if (dtype != t.scalar_type()) t = t.to(dtype);
+    report.bytes += t.nbytes();
+    ++report.tensors;
+    dict.insert(key, t);
   }
+  report.peak_buffer = report.bytes;
+  const std::vector<char> bytes = torch::jit::pickle_save(dict);
+  io::write_file_atomic(dst, std::string_view(bytes.data(), bytes.size()));
+  report.files = 1;
+  if (options.progress) options.progress(report.bytes, report.bytes);
+  return report;
+}
+
+ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  refuse_existing(dst);
   if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
   StateDict state = load_common_state_dict(src);
   ConvertReport report;

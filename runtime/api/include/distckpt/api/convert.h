@@ -1,6 +1,7 @@
 // Converting whole checkpoints between formats, on one process: a distckpt
-// checkpoint to Hugging Face safetensors (consolidated, unsharded tensors)
-// and safetensors (or any readable checkpoint) to distckpt.
+// checkpoint to Hugging Face safetensors or to a torch.save file
+// (consolidated, unsharded tensors), and safetensors (or any readable
+// checkpoint) to distckpt.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -36,6 +37,12 @@ struct ConvertReport {
 // "__metadata__" is {"format": "pt"}, as PyTorch's loaders expect.
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst,
                                      const ConvertOptions& options = {});
+
+// One file that Python's torch.load opens: a dict of SRC's consolidated
+// tensors and its common values (LibTorch's pickler, torch.save's zip
+// format). Holds all tensors in memory at once. DST (a file) must not
+// exist; it appears only when complete.
+ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
 
 // A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and
 // its common values. Holds all tensors in memory at once.

@@ -1,9 +1,10 @@
-"""Checks safetensors files written by distckpt with the real PyTorch,
-reading them by the published format alone: every tensor of
-write_safetensors.TENSORS must be there with its values (and dtype, or
-DTYPE for floating-point tensors when given), and nothing else.
+"""Checks files written by distckpt with the real PyTorch: safetensors,
+read by the published format alone, or a .pt read by torch.load. Every
+tensor of write_safetensors.TENSORS must be there with its values (and
+dtype, or DTYPE for floating-point tensors when given), and nothing else
+(a .pt also holds the common values: "format" = "pt").
 
-    python3 check_safetensors.py DIR [DTYPE]
+    python3 check_export.py DIR|FILE.pt [DTYPE]
 
 DIR holds model.safetensors, or model.safetensors.index.json and shards.
 Prints "ok N tensors in F files" or fails with the first difference.
@@ -44,9 +45,13 @@ def read_file(path):
     return out
 
 
-def main():
-    root = sys.argv[1]
-    wanted = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else None
+def read_all(root):
+    """(tensors by name, files read)"""
+    if root.endswith(".pt"):
+        loaded = torch.load(root)
+        assert isinstance(loaded, dict), f"{root}: a {type(loaded)}, not a dict"
+        assert loaded.pop("format") == "pt", f"{root}: the common value 'format'"
+        return loaded, [root]
     index = os.path.join(root, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -60,6 +65,13 @@ def main():
         if weight_map is not None:
             assert all(weight_map[name] == file for name in got), f"{file}: tensors the index puts elsewhere"
         tensors.update(got)
+    return tensors, files
+
+
+def main():
+    root = sys.argv[1]
+    wanted = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else None
+    tensors, files = read_all(root)
     assert set(tensors) == {name for name, _, _ in TENSORS}, f"names differ: {sorted(tensors)}"
     for k, (name, shape, dtype) in enumerate(TENSORS):
         expected = value(k, shape, dtype)
