@@ -18,8 +18,8 @@ case "$mode" in
     BUILD_DIR=${BUILD_DIR:-build-tsan}
     flags="-fsanitize=thread -fno-omit-frame-pointer"
     # Writer threads and buffer pools, async saves, the exchange engine (loads
-    # and local checkpoints), the Gloo communicator.
-    regex=${2:-'^(IoThreads|BufferPool|FileWriteJob|AsyncSave|ExchangeEngine|FullyParallelLoad|LocalCheckpoint|CommGlooTest)'}
+    # and local checkpoints), the Gloo communicator, loads from safetensors.
+    regex=${2:-'^(IoThreads|BufferPool|FileWriteJob|AsyncSave|ExchangeEngine|FullyParallelLoad|LocalCheckpoint|CommGlooTest|Safetensors)'}
     ;;
   *)
     echo "usage: $0 [asan|tsan] [CTEST_REGEX]" >&2
