@@ -14,7 +14,7 @@ PACKAGES=(
   clang-16 libclang-rt-16-dev         # libFuzzer + sanitizers (scripts/fuzz.sh)
   strace                              # faults and crashes injected at exact system calls (tests, torture scripts)
   tao-pegtl-dev                       # schema DSL grammar
-  python3-torch                       # baseline benchmark against PyTorch DCP
+  python3-torch                       # interop tests (safetensors, torch.save) and the PyTorch DCP baseline
   iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
 )
 
