@@ -11,6 +11,12 @@
 namespace distckpt {
 namespace {
 
+SaveOptions overwriting() {
+  SaveOptions options;
+  options.overwrite = true;
+  return options;
+}
+
 using testing::global_tensor;
 
 std::string message_of(const std::function<void()>& f) {
@@ -96,13 +102,13 @@ TEST(Integrity, OverwriteOnlyWhenAskedAndNeverLosesTheOldCheckpoint) {
     // A failing overwrite keeps the old checkpoint.
     StateDict broken = v2;
     if (comm.rank() == 1) broken["t"] = Value(broken.at("t").as_sharded_tensor().without_data());
-    EXPECT_THROW(save(broken, dir, comm, {.overwrite = true}), Error);
+    EXPECT_THROW(save(broken, dir, comm, overwriting()), Error);
   });
   EXPECT_TRUE(at::equal(load_plain_tensors(dir).at("t").as_tensor(), global_tensor("t", {8, 2})));
   run_ranks(2, [&](Communicator& comm) {
     StateDict v2 = rows(comm.rank() * 4);
     v2["t"].as_sharded_tensor().data.fill_(42);
-    save(v2, dir, comm, {.overwrite = true});
+    save(v2, dir, comm, overwriting());
   });
   EXPECT_TRUE(at::equal(load_plain_tensors(dir).at("t").as_tensor(), at::full({8, 2}, 42.0)));
   EXPECT_FALSE(io::exists(tmp.path() + "/.ckpt.distckpt-old"));
