@@ -32,7 +32,8 @@ def read_file(path):
         begin, end = info["data_offsets"]
         raw = bytearray(data[8 + n + begin:8 + n + end])
         dtype = BY_NAME[info["dtype"]]
-        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        # clone: the tensor must not outlive `raw`, whose memory frombuffer shares
+        flat = torch.frombuffer(raw, dtype=torch.uint8).clone() if raw else torch.empty(0, dtype=torch.uint8)
         if dtype == torch.bool:
             t = flat.to(torch.bool)
         else:

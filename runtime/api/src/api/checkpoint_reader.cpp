@@ -47,7 +47,7 @@ void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint6
     const FlatRange range{start, std::min(start + window, total)};
     at::Tensor part = buffer.narrow(0, 0, range.size());
     if (record.global_shape.empty()) {
-      reader.read_region(record, whole, part.view({}));
+      reader.read_region(record, whole, part.view(Shape{}));  // view({}) would pick view(ScalarType)
     } else {
       for (const FlatPiece& piece : decompose_flat_range(whole, range)) {
         reader.read_region(record, piece.box,
@@ -97,7 +97,7 @@ void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const pl
   const uint64_t begin = piece.byte_in_chunk + static_cast<uint64_t>(first) * element;
   const uint64_t end = piece.byte_in_chunk + static_cast<uint64_t>(last) * element;
   const bool dense = static_cast<int64_t>(last - first) == part.numel();
-  if (dense && dest.is_contiguous() && dest.device().is_cpu()) {
+  if (dense && dest.is_contiguous() && dest.device().is_cpu() && dest.scalar_type() == record.dtype) {
     // The stored bytes are the destination's bytes: read straight into it.
     read_chunk_bytes(record, piece.chunk, begin, end, static_cast<uint8_t*>(dest.data_ptr()));
     return;

@@ -54,7 +54,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   run_agreed(comm, "plan the reads", [&] {
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
       *leaf = leaf->kind() == Kind::kShardedTensor
-                  ? Value(api::plan_tensor_reads(*reader, leaf->as_sharded_tensor(), reads))
+                  ? Value(api::plan_tensor_reads(*reader, leaf->as_sharded_tensor(), reads, options.convert_dtype))
                   : api::load_object(*reader, leaf->as_sharded_object());
     }
   });

@@ -9,11 +9,14 @@
 namespace distckpt::api {
 namespace {
 
-void check_compatible(const CheckpointReader& reader, const TensorRecord& stored, const ShardedTensor& request) {
-  if (stored.dtype != request.dtype) {
-    throw ShardingError(fmt::format(
-        "'{}' is stored as {} in '{}' but requested as {}; request the stored dtype and convert after loading",
-        request.key, dtype_name(stored.dtype), reader.dir(), dtype_name(request.dtype)));
+void check_compatible(const CheckpointReader& reader, const TensorRecord& stored, const ShardedTensor& request,
+                      bool convert_dtype) {
+  const bool convertible = convert_dtype && at::isFloatingType(stored.dtype) && at::isFloatingType(request.dtype);
+  if (stored.dtype != request.dtype && !convertible) {
+    throw ShardingError(
+        fmt::format("'{}' is stored as {} in '{}' but requested as {}; request the stored dtype, or set "
+                    "LoadOptions::convert_dtype to convert between floating-point types as it loads",
+                    request.key, dtype_name(stored.dtype), reader.dir(), dtype_name(request.dtype)));
   }
   if (stored.global_shape.size() != request.global_shape.size() ||
       (stored.global_shape != request.global_shape && !request.allow_shape_mismatch)) {
@@ -47,12 +50,13 @@ void plan_region(CheckpointReader& reader, const TensorRecord& stored, const Box
 
 }  // namespace
 
-at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& request, std::vector<TensorRead>& reads) {
+at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& request, std::vector<TensorRead>& reads,
+                             bool convert_dtype) {
   // Loading writes into the caller's tensors (often parameters that require
   // grad); those writes are not part of any graph.
   at::NoGradGuard no_grad;
   const TensorRecord& stored = reader.tensor(request.key);
-  check_compatible(reader, stored, request);
+  check_compatible(reader, stored, request, convert_dtype);
   at::Tensor data = request.data;
   if (!data.defined()) {
     const Shape shape = request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;

@@ -21,7 +21,10 @@ struct TensorRead {
 // Appends the reads of `request` to `reads` and returns the tensor the caller
 // gets back. Throws ShardingError for an incompatible dtype or shape and
 // CheckpointError when the checkpoint does not hold all of the request.
-at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& request, std::vector<TensorRead>& reads);
+// `convert_dtype`: a floating-point request may differ from the stored
+// floating-point dtype (the values are converted as they are copied).
+at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& request, std::vector<TensorRead>& reads,
+                             bool convert_dtype = false);
 
 // A ShardedObject's stored bytes as a string Value (KeyMismatchError when absent).
 Value load_object(CheckpointReader& reader, const ShardedObject& object);

@@ -100,9 +100,10 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
     bool direct = true;
     for (size_t k = i; k < j && direct; ++k) {
       const TensorRead& r = reads[order[k]];
-      direct = r.dest.device().is_cpu() && r.dest.is_contiguous() && dense_in(piece.box, r.need.part);
+      direct = r.dest.device().is_cpu() && r.dest.is_contiguous() && r.dest.scalar_type() == record.dtype &&
+               dense_in(piece.box, r.need.part);
     }
-    if (direct) {  // the stored bytes are the destination's bytes
+    if (direct) {  // the stored bytes are the destination's bytes (else copies convert the dtype)
       for (size_t k = i; k < j; ++k) {
         const TensorRead& r = reads[order[k]];
         const uint64_t begin = piece.byte_in_chunk + first_element(piece.box, r.need.part) * element;

@@ -78,6 +78,10 @@ struct LoadOptions {
   StorageFormat format = StorageFormat::kAuto;
   // Verify the checksum of every block read (cheap: XXH3 runs at memory speed).
   bool verify_checksums = true;
+  // A floating-point tensor may be requested in another floating-point dtype
+  // than it is stored in (bf16 stored, fp32 wanted, and back): the values are
+  // converted as they are copied. Off: any dtype difference is an error.
+  bool convert_dtype = false;
   LoadExchange exchange = LoadExchange::kAuto;
   // Reader threads per rank for pieces read straight into their destination;
   // 0 = resolve_io_threads' share of this host's cores.
