@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <chrono>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -85,11 +86,33 @@ c10::IValue to_ivalue(const Value& v, const std::string& where) {
   }
 }
 
-void refuse_existing(const std::string& dst) {
+// The checks of the conversions that write one whole target.
+void check_whole_target(const std::string& dst, const ConvertOptions& options) {
   if (io::exists(dst)) {
     throw CheckpointError(
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
+  if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+}
+
+// Hands every stored tensor of `src`, whole and in its converted dtype, to
+// `add`; a key that is also a common value is an error. Counts into `report`
+// (all tensors are held at once).
+void for_each_whole_tensor(const std::string& src, const StateDict& common, const ConvertOptions& options,
+                           ConvertReport& report, const std::function<void(const std::string&, at::Tensor)>& add) {
+  for (const auto& [key, value] : load_plain_tensors(src).as_dict()) {
+    if (common.contains(key)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
+    }
+    at::Tensor t = value.as_tensor();
+    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
+    if (dtype != t.scalar_type()) t = t.to(dtype);
+    report.bytes += t.nbytes();
+    ++report.tensors;
+    add(key, std::move(t));
+  }
+  report.peak_buffer = report.bytes;
+  report.files = 1;
 }
 
 }  // namespace
@@ -128,52 +151,29 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 }
 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  refuse_existing(dst);
-  if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+  check_whole_target(dst, options);
   const StateDict common = load_common_state_dict(src);
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [key, value] : common.as_dict()) dict.insert(key, to_ivalue(value, key));
   ConvertReport report;
-  for (const auto& [key, value] : load_plain_tensors(src).as_dict()) {
-    if (dict.contains(key)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
-    }
-    at::Tensor t = value.as_tensor();
-    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
-    if (dtype != t.scalar_type()) t = t.to(dtype);
-    report.bytes += t.nbytes();
-    ++report.tensors;
-    dict.insert(key, t);
-  }
-  report.peak_buffer = report.bytes;
+  for_each_whole_tensor(src, common, options, report,
+                        [&](const std::string& key, at::Tensor t) { dict.insert(key, std::move(t)); });
   const std::vector<char> bytes = torch::jit::pickle_save(dict);
   io::write_file_atomic(dst, std::string_view(bytes.data(), bytes.size()));
-  report.files = 1;
   if (options.progress) options.progress(report.bytes, report.bytes);
   return report;
 }
 
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  refuse_existing(dst);
-  if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+  check_whole_target(dst, options);
   StateDict state = load_common_state_dict(src);
   ConvertReport report;
-  const StateDict tensors = load_plain_tensors(src);
-  for (const auto& [key, value] : tensors.as_dict()) {
-    if (state.contains(key)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
-    }
-    at::Tensor t = value.as_tensor();
-    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
-    if (dtype != t.scalar_type()) t = t.to(dtype);
-    report.bytes += t.nbytes();
-    report.peak_buffer += t.nbytes();
-    ++report.tensors;
-    state[key] = ShardedTensor::from_rank_offsets(key, t, {});
-  }
+  // Stored keys are unique: only a common value can collide with one.
+  for_each_whole_tensor(src, state, options, report, [&](const std::string& key, at::Tensor t) {
+    state[key] = ShardedTensor::from_rank_offsets(key, std::move(t), {});
+  });
   const std::shared_ptr<Communicator> one = make_single_process_communicator();
   save(state, dst, *one);
-  report.files = 1;
   if (options.progress) options.progress(report.bytes, report.bytes);
   return report;
 }

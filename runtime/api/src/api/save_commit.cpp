@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <exception>
-#include <filesystem>
 #include <mutex>
 #include <set>
 
@@ -38,18 +37,6 @@ void remove_previous(const std::string& old_copy, const std::string& target) {
 
 }  // namespace
 
-SavePaths save_paths(const std::string& dir) {
-  std::filesystem::path target = std::filesystem::path(dir).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();  // "ckpt/" -> "ckpt"
-  const std::string name = target.filename().string();
-  if (name.empty() || name == "." || name == "..") {
-    throw CheckpointError(fmt::format("cannot save into '{}': name a checkpoint directory", dir));
-  }
-  const std::filesystem::path parent = target.parent_path();
-  return SavePaths{target.string(), (parent / ("." + name + ".distckpt-staging")).string(),
-                   (parent / ("." + name + ".distckpt-old")).string()};
-}
-
 InFlightClaim::InFlightClaim(std::string target) : target_(std::move(target)) {
   std::lock_guard<std::mutex> lock(claims_mutex());
   if (!claims().insert(target_).second) {
@@ -65,7 +52,7 @@ InFlightClaim::~InFlightClaim() {
   claims().erase(target_);
 }
 
-std::shared_ptr<InFlightClaim> prepare_directory(const SavePaths& paths, bool overwrite) {
+std::shared_ptr<InFlightClaim> prepare_directory(const io::StagingPaths& paths, bool overwrite) {
   auto claim = std::make_shared<InFlightClaim>(paths.target);
   const bool committed = is_distributed_checkpoint(paths.target);
   if (committed && !overwrite) {
@@ -94,7 +81,7 @@ std::shared_ptr<InFlightClaim> prepare_directory(const SavePaths& paths, bool ov
   return claim;
 }
 
-void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, const std::string& common_state,
+void commit_checkpoint(const io::StagingPaths& paths, CheckpointMetadata metadata, const std::string& common_state,
                        bool overwrite) {
   io::write_file_atomic(paths.staging + "/" + kCommonFile, common_state);
   metadata.common_file = kCommonFile;
@@ -112,14 +99,12 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
   config.created_by = std::string("distckpt ") + DISTCKPT_VERSION;
   write_commit_marker(paths.staging, config);
 
-  const std::string parent = std::filesystem::path(paths.target).parent_path().string();
-  const std::string parent_dir = parent.empty() ? "." : parent;
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);
   if (replacing && io::exchange_paths(paths.staging, paths.target)) {
     // One atomic step: the target name holds the old checkpoint, then the
     // new one, never nothing (a kill -9 at any instant leaves one of them).
     try {
-      io::fsync_dir(parent_dir);  // not committed until the exchange is durable
+      io::fsync_dir(paths.parent);  // not committed until the exchange is durable
     } catch (const std::exception& e) {
       try {
         io::exchange_paths(paths.staging, paths.target);  // the previous checkpoint back in place
@@ -142,7 +127,7 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
   try {
     io::rename_path(paths.staging, paths.target);  // also replaces an empty target directory
     moved_in = true;
-    io::fsync_dir(parent_dir);  // not committed until the renames are durable
+    io::fsync_dir(paths.parent);  // not committed until the renames are durable
   } catch (const std::exception& e) {
     // Undone in reverse: the new checkpoint back to staging (the caller
     // discards it), the previous one back in place. A failed save loses nothing.
@@ -158,7 +143,7 @@ void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, cons
   if (replacing) remove_previous(paths.old, paths.target);
 }
 
-void discard_staging(const SavePaths& paths) noexcept {
+void discard_staging(const io::StagingPaths& paths) noexcept {
   try {
     io::remove_tree(paths.staging);
   } catch (...) {

@@ -8,17 +8,9 @@
 #include <string>
 
 #include "format/metadata.h"
+#include "io/staging.h"
 
 namespace distckpt::api {
-
-struct SavePaths {
-  std::string target;
-  std::string staging;  // ".<name>.distckpt-staging"
-  std::string old;      // ".<name>.distckpt-old": a replaced checkpoint until the new one is in place
-};
-
-// Throws CheckpointError for a path that names no directory ("", ".", "..").
-SavePaths save_paths(const std::string& dir);
 
 // Marks a target as being saved by this process until released, so that two
 // saves in flight (e.g. asynchronous ones) never share a staging directory.
@@ -35,15 +27,15 @@ class InFlightClaim {
 
 // Coordinator only: refuses to touch a committed checkpoint unless asked to,
 // never deletes a directory it did not create, starts a fresh staging area.
-std::shared_ptr<InFlightClaim> prepare_directory(const SavePaths& paths, bool overwrite);
+std::shared_ptr<InFlightClaim> prepare_directory(const io::StagingPaths& paths, bool overwrite);
 
 // Coordinator only: common state, metadata, the commit marker, then the
 // staging directory takes the target's place (replacing an old checkpoint
 // only when `overwrite`).
-void commit_checkpoint(const SavePaths& paths, CheckpointMetadata metadata, const std::string& common_state,
+void commit_checkpoint(const io::StagingPaths& paths, CheckpointMetadata metadata, const std::string& common_state,
                        bool overwrite);
 
 // Coordinator only, after a failure: removes the staging directory; never throws.
-void discard_staging(const SavePaths& paths) noexcept;
+void discard_staging(const io::StagingPaths& paths) noexcept;
 
 }  // namespace distckpt::api

@@ -107,7 +107,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
     announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
       if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
       resolve_io_threads(options.io_threads);  // rejects a negative count
-      p->paths = save_paths(dir);
+      p->paths = io::staging_paths(dir);
       local = describe_local(*p, state_dict, comm.is_coordinator());
       const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
       if (comm.is_coordinator()) p->claim = prepare_directory(p->paths, options.overwrite);

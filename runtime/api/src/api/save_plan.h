@@ -14,6 +14,7 @@
 #include "distckpt/api/options.h"
 #include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/communicator.h"
+#include "io/staging.h"
 #include "plan/global_plan.h"
 
 namespace distckpt {
@@ -40,7 +41,7 @@ struct SavePlanCacheAccess {
 namespace api {
 
 struct PreparedSave {
-  SavePaths paths;
+  io::StagingPaths paths;
   SaveOptions options;
   int rank = 0;
   int world_size = 1;

@@ -4,19 +4,11 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/storage/storage_reader.h"
 #include "format/commit.h"
-#include "format/safetensors.h"
 #include "io/file.h"
 #include "storage/distckpt_storage.h"
 #include "storage/safetensors_storage.h"
 
 namespace distckpt {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 const char* storage_format_name(StorageFormat format) {
   switch (format) {
@@ -45,7 +37,7 @@ const char* status_name(VerifyReport::Status status) {
 StorageFormat detect_storage_format(const std::string& path) {
   if (!io::exists(path)) return StorageFormat::kDistckpt;  // its error says what is missing
   if (!io::is_dir(path)) {
-    if (ends_with(path, safetensors::kFileSuffix)) return StorageFormat::kSafetensors;
+    if (storage::is_safetensors_name(path)) return StorageFormat::kSafetensors;
     throw CheckpointError(fmt::format("'{}' is a file, neither a checkpoint directory nor a .safetensors file", path));
   }
   // A distckpt directory is recognised by its commit marker alone: an

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -69,6 +70,8 @@ void check_inside(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
+bool is_safetensors_name(const std::string& path) { return ends_with(path, safetensors::kFileSuffix); }
+
 bool holds_safetensors(const std::string& dir) {
   return !names_ending(dir, safetensors::kIndexSuffix).empty() || !names_ending(dir, safetensors::kFileSuffix).empty();
 }
@@ -77,9 +80,9 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
   std::vector<std::string> files;
   std::optional<safetensors::Index> index;
   if (!io::is_dir(path)) {
-    const size_t slash = path.rfind('/');
-    dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    files.push_back(slash == std::string::npos ? path : path.substr(slash + 1));
+    const std::filesystem::path file(path);
+    dir_ = file.has_parent_path() ? file.parent_path().string() : ".";
+    files.push_back(file.filename().string());
   } else {
     dir_ = path;
     const std::vector<std::string> indexes = names_ending(dir_, safetensors::kIndexSuffix);

@@ -43,5 +43,7 @@ class SafetensorsStorage final : public FileBackedStorage {
 
 // Whether `dir` looks like safetensors (an index, or .safetensors files).
 bool holds_safetensors(const std::string& dir);
+// Whether `path` is named like a safetensors file ("*.safetensors").
+bool is_safetensors_name(const std::string& path);
 
 }  // namespace distckpt::storage

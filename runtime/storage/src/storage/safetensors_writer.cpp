@@ -23,17 +23,6 @@ int dtype_rank(at::ScalarType dtype) {
 
 uint64_t bytes_of(const safetensors::Entry& e) { return static_cast<uint64_t>(numel(e.shape)) * dtype_size(e.dtype); }
 
-std::string parent_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string staging_for(const std::string& dir) {
-  const size_t slash = dir.rfind('/');
-  const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
-  return parent_of(dir) + "/." + name + ".distckpt-staging";
-}
-
 }  // namespace
 
 void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
@@ -43,16 +32,12 @@ void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
   });
 }
 
-SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
-                                     std::map<std::string, std::string> metadata)
-    : dir_(std::move(dir)), staging_(staging_for(dir_)), tensors_(std::move(tensors)) {
-  while (!dir_.empty() && dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
-  staging_ = staging_for(dir_);
-  if (io::exists(dir_)) {
-    throw CheckpointError(
-        fmt::format("'{}' already exists; remove it or choose another destination (nothing was "
-                    "written)",
-                    dir_));
+SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safetensors::Entry> tensors,
+                                     uint64_t max_shard_bytes, std::map<std::string, std::string> metadata)
+    : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
+  if (io::exists(paths_.target)) {
+    throw CheckpointError(fmt::format(
+        "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
   }
   sort_for_safetensors(tensors_);
   // Shards in order, each up to max_shard_bytes of tensor data (a larger
@@ -69,8 +54,8 @@ SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::E
     in_shard += n;
     bytes_ += n;
   }
-  io::remove_tree(staging_);  // left by a crashed earlier run
-  io::make_dirs(staging_);
+  io::remove_tree(paths_.staging);  // left by a crashed earlier run
+  io::make_dirs(paths_.staging);
   safetensors::Index index;
   index.metadata["total_size"] = std::to_string(bytes_);
   tensors_.clear();
@@ -79,7 +64,7 @@ SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::E
                                  ? "model.safetensors"
                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     const std::string header = safetensors::encode_header(shards[s], metadata);
-    io::File& f = files_.emplace_back(staging_ + "/" + name, io::File::Mode::kCreateTruncate);
+    io::File& f = files_.emplace_back(paths_.staging + "/" + name, io::File::Mode::kCreateTruncate);
     f.pwrite_all(header.data(), header.size(), 0);
     for (safetensors::Entry& e : shards[s]) {
       index.weight_map[e.name] = name;
@@ -88,14 +73,14 @@ SafetensorsWriter::SafetensorsWriter(std::string dir, std::vector<safetensors::E
     }
   }
   if (shards.size() > 1)
-    io::write_file_atomic(staging_ + "/model.safetensors.index.json", safetensors::encode_index(index));
+    io::write_file_atomic(paths_.staging + "/model.safetensors.index.json", safetensors::encode_index(index));
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
   if (committed_) return;
   files_.clear();
   try {
-    io::remove_tree(staging_);
+    io::remove_tree(paths_.staging);
   } catch (...) {  // a destructor must not throw; the staging name is reused next time
   }
 }
@@ -114,9 +99,9 @@ void SafetensorsWriter::commit() {
     f.sync();
     f.close();
   }
-  io::fsync_dir(staging_);
-  io::rename_path(staging_, dir_);
-  io::fsync_dir(parent_of(dir_));
+  io::fsync_dir(paths_.staging);
+  io::rename_path(paths_.staging, paths_.target);
+  io::fsync_dir(paths_.parent);
   committed_ = true;
 }
 

@@ -15,6 +15,7 @@
 
 #include "format/safetensors.h"
 #include "io/file.h"
+#include "io/staging.h"
 
 namespace distckpt::storage {
 
@@ -22,7 +23,7 @@ class SafetensorsWriter {
  public:
   // `tensors`: name, dtype, shape (offsets are filled in). `dir` must not
   // exist yet. max_shard_bytes = 0: one file.
-  SafetensorsWriter(std::string dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
+  SafetensorsWriter(const std::string& dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
                     std::map<std::string, std::string> metadata);
   ~SafetensorsWriter();  // an uncommitted write leaves nothing behind
   SafetensorsWriter(const SafetensorsWriter&) = delete;
@@ -38,8 +39,7 @@ class SafetensorsWriter {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  std::string dir_;
-  std::string staging_;
+  io::StagingPaths paths_;
   std::vector<safetensors::Entry> tensors_;
   std::vector<size_t> file_of_;  // per tensor
   std::vector<io::File> files_;
