@@ -52,6 +52,8 @@ int inspect(const std::string& dir, bool as_json) {
       j["format_version"] = ours->metadata().format_version;
       j["world_size"] = ours->metadata().world_size;
       j["layout"] = {{"name", ours->metadata().layout_name}, {"fingerprint", ours->metadata().layout_fingerprint}};
+      j["name_mappings"] = nlohmann::json::array();
+      for (const distckpt::NameMapping& m : ours->metadata().name_mappings) j["name_mappings"].push_back(m.name());
     }
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : md.tensors) {
@@ -77,6 +79,9 @@ int inspect(const std::string& dir, bool as_json) {
                total, md.objects.size());
     if (!ours->metadata().layout_name.empty()) {
       fmt::print("  layout {} ({})\n", ours->metadata().layout_name, ours->metadata().layout_fingerprint);
+    }
+    for (const distckpt::NameMapping& m : ours->metadata().name_mappings) {
+      fmt::print("  name mapping {} (convert --to safetensors --map {})\n", m.name(), m.name());
     }
   } else {
     fmt::print("checkpoint {}\n  {}, {} files, {} tensors ({} bytes)\n", dir,
@@ -167,9 +172,35 @@ std::optional<uint64_t> parse_size(const std::string& text) {
   return std::nullopt;
 }
 
-int convert(const std::string& src, const std::string& dst, const std::string& to, const std::string& max_shard,
-            const std::string& dtype, bool quiet) {
+struct ConvertArgs {
+  std::string dst, to, max_shard, dtype, map;
+  bool quiet = false;
+};
+
+// --map NAME or LAYOUT.NAME: a mapping recorded in SRC (LAYOUT must be the one that saved it).
+std::string mapping_name(const std::string& src, const std::string& map) {
+  const size_t dot = map.find('.');
+  if (dot == std::string::npos) return map;
+  const std::string layout = map.substr(0, dot);
+  const std::unique_ptr<distckpt::StorageReader> storage =
+      distckpt::open_storage(src, distckpt::StorageOptions{distckpt::StorageFormat::kAuto, false});
+  const auto* ours = dynamic_cast<const distckpt::storage::DistckptStorage*>(storage.get());
+  const std::string saved = ours == nullptr ? "" : ours->metadata().layout_name;
+  if (saved != layout) {
+    throw distckpt::Error(fmt::format("--map {}: '{}' was saved {}, not by layout '{}'", map, src,
+                                      saved.empty() ? "without a layout" : "by layout '" + saved + "'", layout));
+  }
+  return map.substr(dot + 1);
+}
+
+int convert(const std::string& src, const ConvertArgs& args) {
+  const std::string& dst = args.dst;
+  const std::string& to = args.to;
+  const std::string& max_shard = args.max_shard;
+  const std::string& dtype = args.dtype;
+  const bool quiet = args.quiet;
   distckpt::ConvertOptions options;
+  if (!args.map.empty()) options.mapping = mapping_name(src, args.map);
   if (!max_shard.empty()) {
     const std::optional<uint64_t> bytes = parse_size(max_shard);
     if (!bytes) {
@@ -228,18 +259,20 @@ int main(int argc, char** argv) {
   verify_cmd->add_flag("--json", as_json, "machine-readable report");
   auto* digest_cmd = app.add_subcommand("digest", "one line per tensor: KEY DTYPE SHAPE HASH (layout-independent)");
   digest_cmd->add_option("dir", dir, "checkpoint directory")->required();
-  std::string dst, to, max_shard, dtype;
-  bool quiet = false;
+  ConvertArgs args;
   auto* convert_cmd = app.add_subcommand("convert", "write SRC's tensors in another format to DST (a new directory)");
   convert_cmd->add_option("src", dir, "checkpoint: distckpt, or safetensors (file or directory)")->required();
-  convert_cmd->add_option("dst", dst, "directory to create (a .pt file for --to torch)")->required();
-  convert_cmd->add_option("--to", to, "safetensors, torch (one file torch.load opens) or distckpt")
+  convert_cmd->add_option("dst", args.dst, "directory to create (a .pt file for --to torch)")->required();
+  convert_cmd->add_option("--to", args.to, "safetensors, torch (one file torch.load opens) or distckpt")
       ->required()
       ->check(CLI::IsMember({"safetensors", "torch", "distckpt"}));
-  convert_cmd->add_option("--max-shard-size", max_shard,
+  convert_cmd->add_option("--max-shard-size", args.max_shard,
                           "safetensors: tensor bytes per file, e.g. 5GB (default: one file)");
-  convert_cmd->add_option("--dtype", dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");
-  convert_cmd->add_flag("--quiet", quiet, "no progress, no summary");
+  convert_cmd->add_option("--dtype", args.dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");
+  convert_cmd->add_option("--map", args.map,
+                          "safetensors: name tensors by this mapping of the layout schema, recorded in SRC "
+                          "(NAME or LAYOUT.NAME, e.g. gpt.llama)");
+  convert_cmd->add_flag("--quiet", args.quiet, "no progress, no summary");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -249,7 +282,7 @@ int main(int argc, char** argv) {
   try {
     if (*inspect_cmd) return inspect(dir, as_json);
     if (*verify_cmd) return verify(dir, as_json);
-    if (*convert_cmd) return convert(dir, dst, to, max_shard, dtype, quiet);
+    if (*convert_cmd) return convert(dir, args);
     return digest(dir);
   } catch (const distckpt::Error& e) {
     fmt::print(stderr, "distckpt: {}\n", e.what());

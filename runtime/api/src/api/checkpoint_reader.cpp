@@ -39,17 +39,21 @@ at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner) 
 
 void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint64_t window_bytes,
                      const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit) {
-  const int64_t total = numel(record.global_shape);
+  read_in_windows(reader, record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, window_bytes, visit);
+}
+
+void read_in_windows(CheckpointReader& reader, const TensorRecord& record, const Box& region, uint64_t window_bytes,
+                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit) {
+  const int64_t total = region.numel();
   const auto window = static_cast<int64_t>(std::max<uint64_t>(1, window_bytes / dtype_size(record.dtype)));
-  const Box whole{Shape(record.global_shape.size(), 0), record.global_shape};
   at::Tensor buffer = at::empty({std::min(window, total)}, at::TensorOptions().dtype(record.dtype));
   for (int64_t start = 0; start < total; start += window) {
     const FlatRange range{start, std::min(start + window, total)};
     at::Tensor part = buffer.narrow(0, 0, range.size());
     if (record.global_shape.empty()) {
-      reader.read_region(record, whole, part.view(Shape{}));  // view({}) would pick view(ScalarType)
+      reader.read_region(record, region, part.view(Shape{}));  // view({}) would pick view(ScalarType)
     } else {
-      for (const FlatPiece& piece : decompose_flat_range(whole, range)) {
+      for (const FlatPiece& piece : decompose_flat_range(region, range)) {
         reader.read_region(record, piece.box,
                            part.narrow(0, piece.flat_start - start, piece.box.numel()).view(piece.box.length));
       }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "api/checkpoint_reader.h"
@@ -93,6 +94,7 @@ void check_whole_target(const std::string& dst, const ConvertOptions& options) {
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
   if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
+  if (!options.mapping.empty()) throw Error("a name mapping applies to the export to safetensors only");
 }
 
 // Hands every stored tensor of `src`, whole and in its converted dtype, to
@@ -115,13 +117,54 @@ void for_each_whole_tensor(const std::string& src, const StateDict& common, cons
   report.files = 1;
 }
 
+// One tensor of the export: its name, the stored tensor and the region of it.
+struct Export {
+  std::string name;
+  const TensorRecord* record;
+  Box region;
+  Shape shape;  // as exported: the region's lengths without leading stacked axes
+};
+
+std::vector<Export> every_tensor(api::CheckpointReader& reader) {
+  std::vector<Export> out;
+  for (const TensorRecord& t : reader.index().tensors) {
+    out.push_back({t.key, &t, Box{Shape(t.global_shape.size(), 0), t.global_shape}, t.global_shape});
+  }
+  return out;
+}
+
+// The external tensors of the mapping `name` recorded in the checkpoint.
+std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& name) {
+  const std::vector<NameMapping> recorded = reader.storage().name_mappings();
+  const NameMapping& mapping = find_mapping(recorded, name, fmt::format("checkpoint '{}'", reader.dir()));
+  std::vector<Export> out;
+  for (MappedName& n : mapping.expand()) {
+    const TensorRecord& record = reader.tensor(n.key);
+    if (n.key_pad_dim >= 0 && record.global_shape.size() == n.key_shape.size()) {
+      const auto pad = static_cast<size_t>(n.key_pad_dim);
+      n.key_shape[pad] = record.global_shape[pad];  // padded rows are exported as stored
+      n.region.length[pad] = record.global_shape[pad];
+    }
+    if (record.global_shape != n.key_shape) {
+      throw CheckpointError(fmt::format("'{}' in '{}' has shape {}, but name mapping '{}' expects {} (for '{}')", n.key,
+                                        reader.dir(), to_string(record.global_shape), name, to_string(n.key_shape),
+                                        n.external));
+    }
+    out.push_back({n.external, &record, n.region, n.external_shape()});
+  }
+  return out;
+}
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   api::CheckpointReader reader(src);
+  const std::vector<Export> exports = options.mapping.empty() ? every_tensor(reader) : mapped(reader, options.mapping);
   std::vector<safetensors::Entry> entries;
-  for (const TensorRecord& t : reader.index().tensors) {
-    entries.push_back({t.key, stored_dtype(t.dtype, options), t.global_shape, 0, 0});
+  std::unordered_map<std::string, const Export*> by_name;
+  for (const Export& e : exports) {
+    entries.push_back({e.name, stored_dtype(e.record->dtype, options), e.shape, 0, 0});
+    by_name.emplace(e.name, &e);
   }
   if (!reader.index().objects.empty()) {
     log_message(LogLevel::kWarning,
@@ -133,10 +176,11 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
   ConvertReport report;
   Progress progress(options, writer.bytes());
   for (size_t i = 0; i < writer.tensors().size(); ++i) {
-    const safetensors::Entry& e = writer.tensors()[i];
-    const uint64_t element = dtype_size(e.dtype);
-    api::read_in_windows(reader, reader.tensor(e.name), kWindowBytes, [&](int64_t start, const at::Tensor& values) {
-      const at::Tensor out = values.scalar_type() == e.dtype ? values : values.to(e.dtype);
+    const safetensors::Entry& entry = writer.tensors()[i];
+    const Export& e = *by_name.at(entry.name);
+    const uint64_t element = dtype_size(entry.dtype);
+    api::read_in_windows(reader, *e.record, e.region, kWindowBytes, [&](int64_t start, const at::Tensor& values) {
+      const at::Tensor out = values.scalar_type() == entry.dtype ? values : values.to(entry.dtype);
       writer.write(i, static_cast<uint64_t>(start) * element, out.data_ptr(), out.nbytes());
       report.peak_buffer = std::max<uint64_t>(
           report.peak_buffer, values.nbytes() + (out.data_ptr() == values.data_ptr() ? 0 : out.nbytes()));

@@ -73,8 +73,10 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
 LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                 const LoadOptions& options) {
   const OpenReader open = [&] {
-    return std::make_unique<api::CheckpointReader>(
-        open_storage(dir, StorageOptions{options.format, options.verify_checksums}));
+    std::unique_ptr<StorageReader> storage =
+        open_storage(dir, StorageOptions{options.format, options.verify_checksums});
+    if (options.mapping) storage = map_storage(std::move(storage), *options.mapping);
+    return std::make_unique<api::CheckpointReader>(std::move(storage));
   };
   return load_from(sharded_state_dict, open, comm, options);
 }

@@ -30,6 +30,7 @@ CheckpointMetadata final_metadata(const PreparedSave& p, const std::vector<std::
   m.layout_name = p.options.layout_name;
   m.layout_fingerprint = p.options.layout_fingerprint;
   m.layout_schema = p.options.layout_schema;
+  m.name_mappings = p.options.name_mappings;
   m.plan_hashes = p.plan_hashes;
   m.writer_policy = writer_policy_name(p.options.writers);
   return plan::fill_skeleton(global, results);

@@ -36,6 +36,15 @@ constexpr uint32_t kMaxVerifierDepth = 64;
 // stop before the 2 GiB FlatBuffers limit.
 uint64_t chunk_bytes(const ChunkRecord& chunk) { return 96 + 16 * chunk.box.ndim() + 8 * chunk.block_checksums.size(); }
 
+uint64_t mapping_bytes(const NameMapping& m) {
+  uint64_t total = 32 + m.name().size();
+  for (const MappedTensor& t : m.tensors()) {
+    total += 96 + t.key.size() + t.external.size() + 8 * t.shape.size();
+    for (const auto& index : t.indices) total += 32 + index.name.size();
+  }
+  return total;
+}
+
 uint64_t estimated_size(const CheckpointMetadata& m) {
   uint64_t total = 1024 + m.layout_schema.size() + m.layout_name.size() + m.layout_fingerprint.size();
   for (const auto& t : m.tensors) {
@@ -44,6 +53,7 @@ uint64_t estimated_size(const CheckpointMetadata& m) {
   }
   for (const auto& o : m.objects) total += 96 + o.key.size() + 16 * o.global_shape.size();
   for (const auto& f : m.files) total += 32 + f.path.size();
+  for (const auto& mapping : m.name_mappings) total += mapping_bytes(mapping);
   return total;
 }
 
@@ -76,6 +86,25 @@ flatbuffers::Offset<fb::ObjectRecord> encode_object(flatbuffers::FlatBufferBuild
   const auto offset = fbb.CreateVector(o.global_offset);
   const auto checksums = fbb.CreateVector(o.block_checksums);
   return fb::CreateObjectRecord(fbb, key, shape, offset, o.file, o.byte_offset, o.byte_length, checksums);
+}
+
+flatbuffers::Offset<fb::NameMapping> encode_mapping(flatbuffers::FlatBufferBuilder& fbb, const NameMapping& m) {
+  ensure_room(fbb, mapping_bytes(m), "the checkpoint metadata");
+  std::vector<flatbuffers::Offset<fb::MappedTensor>> tensors;
+  for (const MappedTensor& t : m.tensors()) {
+    std::vector<flatbuffers::Offset<fb::MappingIndex>> indices;
+    for (const auto& index : t.indices) {
+      indices.push_back(fb::CreateMappingIndex(fbb, fbb.CreateString(index.name), index.count, index.leading_axis));
+    }
+    const auto key = fbb.CreateString(t.key);
+    const auto external = fbb.CreateString(t.external);
+    const auto index_vector = fbb.CreateVector(indices);
+    const auto shape = fbb.CreateVector(t.shape);
+    tensors.push_back(fb::CreateMappedTensor(fbb, key, external, index_vector, shape, t.part_dim, t.part_offset,
+                                             t.part_extent, t.pad_dim));
+  }
+  const auto name = fbb.CreateString(m.name());
+  return fb::CreateNameMapping(fbb, name, fbb.CreateVector(tensors));
 }
 
 // --- decoding ---
@@ -118,12 +147,44 @@ class MetadataDecoder {
     }
     m.writer_policy = std::string(view(root_.writer_policy()));
     budget_.charge(m.writer_policy.size());
+    m.name_mappings = decode_mappings();
     return m;
   }
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw CorruptionError(fmt::format("{}: {}; the checkpoint metadata is corrupted", origin_, what));
+  }
+
+  // Only what the buffer itself can get wrong is checked here: negative
+  // counts and extents. NameMapping::expand() checks the rest when used.
+  std::vector<NameMapping> decode_mappings() {
+    std::vector<NameMapping> out;
+    if (root_.name_mappings() == nullptr) return out;
+    for (const fb::NameMapping* m : *root_.name_mappings()) {
+      NameMapping& mapping = out.emplace_back(std::string(view(m->name())));
+      budget_.charge(64 + mapping.name().size());
+      if (m->tensors() == nullptr) continue;
+      for (const fb::MappedTensor* t : *m->tensors()) {
+        MappedTensor& entry =
+            mapping.map(std::string(view(t->key())), std::string(view(t->external())), budget_.copy_vector(t->shape()));
+        budget_.charge(96 + entry.key.size() + entry.external.size());
+        for (const int64_t extent : entry.shape) {
+          if (extent < 0) fail(fmt::format("name mapping '{}': negative extent for '{}'", mapping.name(), entry.key));
+        }
+        entry.part_dim = t->part_dim();
+        entry.part_offset = t->part_offset();
+        entry.part_extent = t->part_extent();
+        entry.pad_dim = t->pad_dim();
+        if (t->indices() == nullptr) continue;
+        for (const fb::MappingIndex* index : *t->indices()) {
+          if (index->count() < 0) fail(fmt::format("name mapping '{}': negative index count", mapping.name()));
+          entry.indices.push_back({std::string(view(index->name())), index->count(), index->leading_axis()});
+          budget_.charge(32 + entry.indices.back().name.size());
+        }
+      }
+    }
+    return out;
   }
 
   uint32_t check_version(uint32_t version) const {
@@ -366,9 +427,12 @@ std::string encode_metadata(const CheckpointMetadata& metadata) {
   ensure_room(fbb, 8 * metadata.plan_hashes.size() + metadata.writer_policy.size(), "the checkpoint metadata");
   const auto hashes = metadata.plan_hashes.empty() ? 0 : fbb.CreateVector(metadata.plan_hashes);
   const auto policy = metadata.writer_policy.empty() ? 0 : fbb.CreateString(metadata.writer_policy);
+  std::vector<flatbuffers::Offset<fb::NameMapping>> mappings;
+  for (const NameMapping& m : metadata.name_mappings) mappings.push_back(encode_mapping(fbb, m));
+  const auto mappings_vec = mappings.empty() ? 0 : fbb.CreateVector(mappings);
   const auto root = fb::CreateCheckpointMetadata(fbb, metadata.format_version, metadata.world_size,
                                                  metadata.checksum_block_size, tensors_vec, objects_vec, files_vec,
-                                                 common, name, fingerprint, schema, hashes, policy);
+                                                 common, name, fingerprint, schema, hashes, policy, mappings_vec);
   fb::FinishCheckpointMetadataBuffer(fbb, root);
   return std::string(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
 }

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "distckpt/format/name_mapping.h"
 #include "distckpt/format/storage_index.h"
 
 namespace distckpt {
@@ -32,6 +33,8 @@ struct CheckpointMetadata : StorageIndex {
   // the writer policy name. Empty when not recorded.
   std::vector<uint64_t> plan_hashes;
   std::string writer_policy;
+  // The layout schema's name mappings under the saved config.
+  std::vector<NameMapping> name_mappings;
 };
 
 std::string encode_metadata(const CheckpointMetadata& metadata);

@@ -22,6 +22,7 @@ class DistckptStorage final : public FileBackedStorage {
 
   // What only this format records (layout, plan hashes, world size).
   const CheckpointMetadata& metadata() const { return metadata_; }
+  std::vector<NameMapping> name_mappings() const override { return metadata_.name_mappings; }
   const CheckpointConfig& config() const { return config_; }
 
   StorageFormat format() const override { return StorageFormat::kDistckpt; }

@@ -20,6 +20,9 @@ struct ConvertOptions {
   // Floating-point tensors are stored in this dtype (integer and bool
   // tensors keep theirs). Unset: every tensor keeps its dtype.
   std::optional<at::ScalarType> dtype;
+  // safetensors: export under this name mapping recorded in SRC (the
+  // layout schema's `mapping NAME`, e.g. "llama") instead of checkpoint keys.
+  std::string mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };

@@ -3,8 +3,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "distckpt/format/name_mapping.h"
 #include "distckpt/plan/writer_policy.h"
 #include "distckpt/storage/storage_reader.h"
 
@@ -54,6 +57,9 @@ struct SaveOptions {
   std::string layout_name;
   std::string layout_fingerprint;
   std::string layout_schema;
+  // The schema's name mappings under this config (metadata; `distckpt
+  // convert --map` exports under them).
+  std::vector<NameMapping> name_mappings;
 };
 
 // How a stored piece that several ranks need reaches them.
@@ -82,6 +88,10 @@ struct LoadOptions {
   // than it is stored in (bf16 stored, fp32 wanted, and back): the values are
   // converted as they are copied. Off: any dtype difference is an error.
   bool convert_dtype = false;
+  // Read a checkpoint in another naming (a Hugging Face directory) through
+  // this mapping from the layout schema (gpt::llama_mapping(config)): the
+  // request keeps its checkpoint keys. See map_storage.
+  std::optional<NameMapping> mapping;
   LoadExchange exchange = LoadExchange::kAuto;
   // Reader threads per rank for pieces read straight into their destination;
   // 0 = resolve_io_threads' share of this host's cores.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "distckpt/format/name_mapping.h"
 #include "distckpt/format/storage_index.h"
 
 namespace distckpt {
@@ -71,6 +72,9 @@ class StorageReader {
   virtual void verify(VerifyReport& report, const VerifyProgress& progress) = 0;
   // Bytes read from storage so far (loads assert they read only their shards).
   virtual uint64_t bytes_read() const = 0;
+  // The layout schema's name mappings saved with the checkpoint (the
+  // distckpt format records them; other formats have none).
+  virtual std::vector<NameMapping> name_mappings() const { return {}; }
 };
 
 struct StorageOptions {
@@ -85,5 +89,14 @@ StorageFormat detect_storage_format(const std::string& path);
 // Opens the checkpoint at `path`. Throws CheckpointError when there is none
 // and CorruptionError when its metadata or files are inconsistent.
 std::unique_ptr<StorageReader> open_storage(const std::string& path, const StorageOptions& options = {});
+
+// `external` (say, a Hugging Face directory) seen through `mapping`: its
+// tensors under checkpoint keys, each external tensor a stored chunk of the
+// key's tensor at the place the mapping gives it (a layer of a stacked
+// tensor, a fused part). Loads then read only the byte ranges a rank's
+// shards overlap. External tensors the mapping does not name are not listed.
+// CheckpointError naming the location and the tensor when one the mapping
+// names is missing or its shape or dtype disagrees.
+std::unique_ptr<StorageReader> map_storage(std::unique_ptr<StorageReader> external, const NameMapping& mapping);
 
 }  // namespace distckpt

@@ -1,0 +1,89 @@
+// Name mappings: expansion into one external tensor per index combination
+// (stacked axes, keys per element, fused parts, padded dims), the errors of
+// an inconsistent mapping, and their round trip through the metadata.
+#include "distckpt/format/name_mapping.h"
+
+#include <gtest/gtest.h>
+
+#include "distckpt/core/errors.h"
+#include "format/metadata.h"
+
+namespace distckpt {
+namespace {
+
+TEST(NameMapping, ExpandsStackedFusedAndKeyedEntries) {
+  NameMapping m("llama");
+  m.map("layers.qkv", "l.{layer}.k", {12, 4}).over("layer", 2).part(0, 6, 3);
+  m.map("blocks.{b}.experts.w", "b.{b}.e.{e}.w", {5, 4}).over_keys("b", 2).over("e", 3);
+  m.map("emb", "embed", {10, 4}).with_pad(0);
+  const std::vector<MappedName> names = m.expand();
+  ASSERT_EQ(names.size(), 2 + 6 + 1U);
+
+  EXPECT_EQ(names[1].external, "l.1.k");
+  EXPECT_EQ(names[1].key, "layers.qkv");
+  EXPECT_EQ(names[1].key_shape, (Shape{2, 12, 4}));
+  EXPECT_EQ(names[1].region.offset, (Shape{1, 6, 0}));
+  EXPECT_EQ(names[1].region.length, (Shape{1, 3, 4}));
+  EXPECT_EQ(names[1].external_shape(), (Shape{3, 4}));
+
+  // Keys per element of the outer stack, a leading axis for the inner one (last index fastest).
+  EXPECT_EQ(names[2 + 4].external, "b.1.e.1.w");
+  EXPECT_EQ(names[2 + 4].key, "blocks.1.experts.w");
+  EXPECT_EQ(names[2 + 4].key_shape, (Shape{3, 5, 4}));
+  EXPECT_EQ(names[2 + 4].region.offset, (Shape{1, 0, 0}));
+
+  EXPECT_EQ(names[8].key_pad_dim, 0);
+  EXPECT_EQ(names[8].leading_axes, 0);
+}
+
+TEST(NameMapping, InconsistentMappingsAreErrorsNamingIt) {
+  NameMapping twice("m");
+  twice.map("a", "same", {2});
+  twice.map("b", "same", {2});
+  EXPECT_THROW(
+      {
+        try {
+          twice.expand();
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(), "name mapping 'm' names the external tensor 'same' twice: for 'a' and for 'b'");
+          throw;
+        }
+      },
+      Error);
+  NameMapping outside("m");
+  outside.map("a", "x", {4, 2}).part(0, 3, 2);
+  EXPECT_THROW(outside.expand(), Error);
+  NameMapping unknown("m");
+  unknown.map("a", "x.{layer}", {4});
+  EXPECT_THROW(unknown.expand(), Error);
+  EXPECT_THROW(find_mapping({twice}, "llama", "checkpoint 'c'"), Error);
+}
+
+TEST(NameMapping, RoundTripsThroughTheMetadata) {
+  CheckpointMetadata m;
+  NameMapping& mapping = m.name_mappings.emplace_back("mixtral");
+  mapping.map("decoder.layers.mlp.experts.linear_fc1.weight", "model.layers.{l}.experts.{e}.w1.weight", {8, 4})
+      .over("l", 2)
+      .over_keys("e", 3)
+      .part(0, 0, 4)
+      .with_pad(1);
+  const CheckpointMetadata back = decode_metadata(encode_metadata(m), "metadata.fb");
+  ASSERT_EQ(back.name_mappings.size(), 1U);
+  const MappedTensor& t = back.name_mappings[0].tensors().at(0);
+  EXPECT_EQ(back.name_mappings[0].name(), "mixtral");
+  EXPECT_EQ(t.key, "decoder.layers.mlp.experts.linear_fc1.weight");
+  EXPECT_EQ(t.external, "model.layers.{l}.experts.{e}.w1.weight");
+  EXPECT_EQ(t.shape, (Shape{8, 4}));
+  ASSERT_EQ(t.indices.size(), 2U);
+  EXPECT_EQ(t.indices[1].name, "e");
+  EXPECT_EQ(t.indices[1].count, 3);
+  EXPECT_FALSE(t.indices[1].leading_axis);
+  EXPECT_EQ(t.part_dim, 0);
+  EXPECT_EQ(t.part_extent, 4);
+  EXPECT_EQ(t.pad_dim, 1);
+  // A checkpoint without mappings records none.
+  EXPECT_TRUE(decode_metadata(encode_metadata(CheckpointMetadata{}), "m").name_mappings.empty());
+}
+
+}  // namespace
+}  // namespace distckpt
