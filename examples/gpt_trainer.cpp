@@ -34,6 +34,7 @@ struct Args {
   std::string optimizer = "sgd";      // sgd (stateless), adam or adamw
   int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp
   std::string save_dir, load_dir;
+  std::string load_mapping;  // --load reads another naming through this mapping of the schema
   bool overwrite = false;
 };
 
@@ -79,6 +80,15 @@ void set_objects_and_common(Model& model, const Coords& c, int64_t iteration) {
   model.iteration(iteration);
 }
 
+// The tensors of a request (what another framework's files can hold).
+StateDict weights_only(const StateDict& request) {
+  StateDict out = StateDict::dict();
+  for (const auto& [key, value] : request.as_dict()) {
+    if (value.kind() == Kind::kShardedTensor || value.kind() == Kind::kFactory) out[key] = value;
+  }
+  return out;
+}
+
 // Runs `steps` of the elementwise loss, 0.5 * |p - target|^2.
 template <typename Optimizer>
 void train(Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params,
@@ -104,9 +114,21 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
   if (!a.load_dir.empty()) {
     set_objects_and_common(layout, c, 0);
     StateDict request = layout.state_dict();
-    if constexpr (kStateful) merge(request, layout_optimizer.load_request(optimizer));
+    LoadOptions options{StrictHandling::kReturnUnexpected};
+    if (!a.load_mapping.empty()) {
+      // Weights only (a Hugging Face directory has no optimizer state, objects or common values).
+      options.mapping = find_mapping(layout.save_options().name_mappings, a.load_mapping, "the layout schema");
+      request = weights_only(request);
+    } else if constexpr (kStateful) {
+      merge(request, layout_optimizer.load_request(optimizer));
+    }
     // Per-tp objects (extra_state) exist only for the saving tp; every tensor must be found.
-    LoadResult result = load(request, a.load_dir, comm, {StrictHandling::kReturnUnexpected});
+    LoadResult result = load(request, a.load_dir, comm, options);
+    if (!a.load_mapping.empty()) {
+      uint64_t shard_bytes = 0;
+      for (const auto& [name, tensor] : params) shard_bytes += tensor.nbytes();
+      fmt::print("rank {} read {} bytes for {} bytes of shards\n", comm.rank(), result.bytes_read, shard_bytes);
+    }
     for (const std::string& key : result.unexpected_keys) {
       if (key.find("._extra_state/") == std::string::npos) {
         throw Error(fmt::format("'{}' is not in the checkpoint {}", key, a.load_dir));
@@ -119,8 +141,10 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       torch::NoGradGuard no_grad;
       for (auto& [name, tensor] : params) tensor.copy_(result.state_dict.at(name).as_tensor());  // fused: merged
     }
-    if constexpr (kStateful) layout_optimizer.load_state_dict(optimizer, result.state_dict);
-    iteration = result.state_dict.at("iteration").as_int();
+    if (a.load_mapping.empty()) {
+      if constexpr (kStateful) layout_optimizer.load_state_dict(optimizer, result.state_dict);
+      iteration = result.state_dict.at("iteration").as_int();
+    }
   }
   train(optimizer, params, targets, a.steps);
   iteration += a.steps;
@@ -205,6 +229,9 @@ int main(int argc, char** argv) {
                  "1: each dp rank saves its ZeRO-1 flat range of the optimizer state; 0: full state");
   app.add_option("--save", a.save_dir, "save a checkpoint here at the end");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
+  app.add_option("--load-mapping", a.load_mapping,
+                 "--load is in another naming (a Hugging Face directory): read it through this mapping of the "
+                 "schema (llama for gpt, mixtral for moe); weights only");
   app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");
   CLI11_PARSE(app, argc, argv);
   try {

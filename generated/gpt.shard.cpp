@@ -7,6 +7,59 @@ namespace {
 // Mesh axes, in schema order.
 enum Axis : int { kTp = 0, kPp = 1, kDp = 2 };
 
+distckpt::NameMapping llama_mapping_of(const ResolvedConfig& c) {
+  distckpt::NameMapping m("llama");
+  // embedding.word_embeddings.weight = "model.embed_tokens.weight";
+  m.map("embedding.word_embeddings.weight", "model.embed_tokens.weight", {c.vocab, c.hidden})
+      .with_pad(0);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { q = "model.layers.{layer}.self_attn.q_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.q_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, 0, c.heads * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { k = "model.layers.{layer}.self_attn.k_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.k_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, c.heads * c.head_dim, c.kv_groups * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { v = "model.layers.{layer}.self_attn.v_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.v_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, c.heads * c.head_dim + c.kv_groups * c.head_dim, c.kv_groups * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.layer_norm_weight = "model.layers.{layer}.input_layernorm.weight";
+  m.map("decoder.layers.self_attention.linear_qkv.layer_norm_weight", "model.layers.{layer}.input_layernorm.weight",
+        {c.hidden})
+      .over("layer", c.layers);
+  // decoder.layers[layer].self_attention.linear_proj.weight = "model.layers.{layer}.self_attn.o_proj.weight";
+  m.map("decoder.layers.self_attention.linear_proj.weight", "model.layers.{layer}.self_attn.o_proj.weight",
+        {c.hidden, c.heads * c.head_dim})
+      .over("layer", c.layers);
+  // decoder.layers[layer].mlp.linear_fc1.weight { w = "model.layers.{layer}.mlp.gate_proj.weight"; }
+  m.map("decoder.layers.mlp.linear_fc1.weight", "model.layers.{layer}.mlp.gate_proj.weight", {2 * c.ffn, c.hidden})
+      .over("layer", c.layers)
+      .part(0, 0, c.ffn);
+  // decoder.layers[layer].mlp.linear_fc1.weight { v = "model.layers.{layer}.mlp.up_proj.weight"; }
+  m.map("decoder.layers.mlp.linear_fc1.weight", "model.layers.{layer}.mlp.up_proj.weight", {2 * c.ffn, c.hidden})
+      .over("layer", c.layers)
+      .part(0, c.ffn, c.ffn);
+  // decoder.layers[layer].mlp.linear_fc1.layer_norm_weight = "model.layers.{layer}.post_attention_layernorm.weight";
+  m.map("decoder.layers.mlp.linear_fc1.layer_norm_weight", "model.layers.{layer}.post_attention_layernorm.weight",
+        {c.hidden})
+      .over("layer", c.layers);
+  // decoder.layers[layer].mlp.linear_fc2.weight = "model.layers.{layer}.mlp.down_proj.weight";
+  m.map("decoder.layers.mlp.linear_fc2.weight", "model.layers.{layer}.mlp.down_proj.weight", {c.hidden, c.ffn})
+      .over("layer", c.layers);
+  // decoder.final_layernorm.weight = "model.norm.weight";
+  m.map("decoder.final_layernorm.weight", "model.norm.weight", {c.hidden});
+  if (c.tie_embeddings == 0) {
+    // output_layer.weight = "lm_head.weight";
+    m.map("output_layer.weight", "lm_head.weight", {c.vocab, c.hidden})
+        .with_pad(0);
+  }
+  return m;
+}
+
 using distckpt::layout::Placement;
 using distckpt::layout::Position;
 using distckpt::layout::TensorSpec;
@@ -55,6 +108,29 @@ optimizer adam {
 common iteration: int;
 common consumed_samples: int;
 transient rng_tracker;
+
+# Hugging Face Llama names. Q, K and V keep their head order (all query
+# heads, then the kv_groups key heads, then the value heads); gate/up are
+# SwiGLU's two halves. A tied output layer is stored as the embedding, so
+# lm_head.weight appears only when the embeddings are not tied.
+mapping llama {
+  embedding.word_embeddings.weight = "model.embed_tokens.weight";
+  decoder.layers[layer].self_attention.linear_qkv.weight {
+    q = "model.layers.{layer}.self_attn.q_proj.weight";
+    k = "model.layers.{layer}.self_attn.k_proj.weight";
+    v = "model.layers.{layer}.self_attn.v_proj.weight";
+  }
+  decoder.layers[layer].self_attention.linear_qkv.layer_norm_weight = "model.layers.{layer}.input_layernorm.weight";
+  decoder.layers[layer].self_attention.linear_proj.weight = "model.layers.{layer}.self_attn.o_proj.weight";
+  decoder.layers[layer].mlp.linear_fc1.weight {
+    w = "model.layers.{layer}.mlp.gate_proj.weight";
+    v = "model.layers.{layer}.mlp.up_proj.weight";
+  }
+  decoder.layers[layer].mlp.linear_fc1.layer_norm_weight = "model.layers.{layer}.post_attention_layernorm.weight";
+  decoder.layers[layer].mlp.linear_fc2.weight = "model.layers.{layer}.mlp.down_proj.weight";
+  decoder.final_layernorm.weight = "model.norm.weight";
+  output_layer.weight = "lm_head.weight";
+}
 )schema";
 
 }  // namespace
@@ -73,6 +149,8 @@ ResolvedConfig resolve(const Config& config) {
   c.tie_embeddings = config.tie_embeddings ? *config.tie_embeddings : 0;
   return c;
 }
+
+distckpt::NameMapping llama_mapping(const Config& config) { return llama_mapping_of(resolve(config)); }
 
 Model::Model(const Config& config, const Mesh& mesh)
     : config_(resolve(config)),
@@ -247,12 +325,13 @@ distckpt::SaveOptions Model::save_options() const {
   options.layout_name = kLayoutName;
   options.layout_fingerprint = fingerprint();
   options.layout_schema = kSchema;
+  options.name_mappings = {llama_mapping_of(config_)};
   return options;
 }
 
 const char* Model::schema_text() { return kSchema; }
 
-const char* Model::fingerprint() { return "a4447aa07f7f7697"; }
+const char* Model::fingerprint() { return "18d94e3e3571419f"; }
 
 Adam::Adam(const Model& model, bool distributed)
     : builder_(model.builder_),

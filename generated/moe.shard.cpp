@@ -7,6 +7,68 @@ namespace {
 // Mesh axes, in schema order.
 enum Axis : int { kTp = 0, kPp = 1, kEp = 2, kDp = 3 };
 
+distckpt::NameMapping mixtral_mapping_of(const ResolvedConfig& c) {
+  distckpt::NameMapping m("mixtral");
+  // embedding.word_embeddings.weight = "model.embed_tokens.weight";
+  m.map("embedding.word_embeddings.weight", "model.embed_tokens.weight", {c.vocab, c.hidden})
+      .with_pad(0);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { q = "model.layers.{layer}.self_attn.q_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.q_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, 0, c.heads * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { k = "model.layers.{layer}.self_attn.k_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.k_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, c.heads * c.head_dim, c.kv_groups * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.weight { v = "model.layers.{layer}.self_attn.v_proj.weight"; }
+  m.map("decoder.layers.self_attention.linear_qkv.weight", "model.layers.{layer}.self_attn.v_proj.weight",
+        {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+      .over("layer", c.layers)
+      .part(0, c.heads * c.head_dim + c.kv_groups * c.head_dim, c.kv_groups * c.head_dim);
+  // decoder.layers[layer].self_attention.linear_qkv.layer_norm_weight = "model.layers.{layer}.input_layernorm.weight";
+  m.map("decoder.layers.self_attention.linear_qkv.layer_norm_weight", "model.layers.{layer}.input_layernorm.weight",
+        {c.hidden})
+      .over("layer", c.layers);
+  // decoder.layers[layer].self_attention.linear_proj.weight = "model.layers.{layer}.self_attn.o_proj.weight";
+  m.map("decoder.layers.self_attention.linear_proj.weight", "model.layers.{layer}.self_attn.o_proj.weight",
+        {c.hidden, c.heads * c.head_dim})
+      .over("layer", c.layers);
+  // decoder.layers[layer].pre_mlp_layernorm.weight = "model.layers.{layer}.post_attention_layernorm.weight";
+  m.map("decoder.layers.pre_mlp_layernorm.weight", "model.layers.{layer}.post_attention_layernorm.weight", {c.hidden})
+      .over("layer", c.layers);
+  // decoder.layers[layer].mlp.router.weight = "model.layers.{layer}.block_sparse_moe.gate.weight";
+  m.map("decoder.layers.mlp.router.weight", "model.layers.{layer}.block_sparse_moe.gate.weight", {c.experts, c.hidden})
+      .over("layer", c.layers);
+  // decoder.layers[layer].mlp.experts[expert].linear_fc1.weight
+  //     { w = "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight"; }
+  m.map("decoder.layers.mlp.experts.linear_fc1.weight",
+        "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight", {2 * c.ffn, c.hidden})
+      .over("layer", c.layers)
+      .over("expert", c.experts)
+      .part(0, 0, c.ffn);
+  // decoder.layers[layer].mlp.experts[expert].linear_fc1.weight
+  //     { v = "model.layers.{layer}.block_sparse_moe.experts.{expert}.w3.weight"; }
+  m.map("decoder.layers.mlp.experts.linear_fc1.weight",
+        "model.layers.{layer}.block_sparse_moe.experts.{expert}.w3.weight", {2 * c.ffn, c.hidden})
+      .over("layer", c.layers)
+      .over("expert", c.experts)
+      .part(0, c.ffn, c.ffn);
+  // decoder.layers[layer].mlp.experts[expert].linear_fc2.weight =
+  //     "model.layers.{layer}.block_sparse_moe.experts.{expert}.w2.weight";
+  m.map("decoder.layers.mlp.experts.linear_fc2.weight",
+        "model.layers.{layer}.block_sparse_moe.experts.{expert}.w2.weight", {c.hidden, c.ffn})
+      .over("layer", c.layers)
+      .over("expert", c.experts);
+  // decoder.final_layernorm.weight = "model.norm.weight";
+  m.map("decoder.final_layernorm.weight", "model.norm.weight", {c.hidden});
+  // output_layer.weight = "lm_head.weight";
+  m.map("output_layer.weight", "lm_head.weight", {c.vocab, c.hidden})
+      .with_pad(0);
+  return m;
+}
+
 using distckpt::layout::Placement;
 using distckpt::layout::Position;
 using distckpt::layout::TensorSpec;
@@ -54,6 +116,29 @@ optimizer adam {
 }
 
 common iteration: int;
+
+# Hugging Face Mixtral names: the router is block_sparse_moe.gate, each
+# expert's SwiGLU halves are w1 (gate) and w3 (up), its down projection w2.
+mapping mixtral {
+  embedding.word_embeddings.weight = "model.embed_tokens.weight";
+  decoder.layers[layer].self_attention.linear_qkv.weight {
+    q = "model.layers.{layer}.self_attn.q_proj.weight";
+    k = "model.layers.{layer}.self_attn.k_proj.weight";
+    v = "model.layers.{layer}.self_attn.v_proj.weight";
+  }
+  decoder.layers[layer].self_attention.linear_qkv.layer_norm_weight = "model.layers.{layer}.input_layernorm.weight";
+  decoder.layers[layer].self_attention.linear_proj.weight = "model.layers.{layer}.self_attn.o_proj.weight";
+  decoder.layers[layer].pre_mlp_layernorm.weight = "model.layers.{layer}.post_attention_layernorm.weight";
+  decoder.layers[layer].mlp.router.weight = "model.layers.{layer}.block_sparse_moe.gate.weight";
+  decoder.layers[layer].mlp.experts[expert].linear_fc1.weight {
+    w = "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight";
+    v = "model.layers.{layer}.block_sparse_moe.experts.{expert}.w3.weight";
+  }
+  decoder.layers[layer].mlp.experts[expert].linear_fc2.weight =
+      "model.layers.{layer}.block_sparse_moe.experts.{expert}.w2.weight";
+  decoder.final_layernorm.weight = "model.norm.weight";
+  output_layer.weight = "lm_head.weight";
+}
 )schema";
 
 }  // namespace
@@ -72,6 +157,8 @@ ResolvedConfig resolve(const Config& config) {
   c.head_dim = config.head_dim ? *config.head_dim : distckpt::layout::exact_div(c.hidden, c.heads, "hidden / heads");
   return c;
 }
+
+distckpt::NameMapping mixtral_mapping(const Config& config) { return mixtral_mapping_of(resolve(config)); }
 
 Model::Model(const Config& config, const Mesh& mesh)
     : config_(resolve(config)),
@@ -239,12 +326,13 @@ distckpt::SaveOptions Model::save_options() const {
   options.layout_name = kLayoutName;
   options.layout_fingerprint = fingerprint();
   options.layout_schema = kSchema;
+  options.name_mappings = {mixtral_mapping_of(config_)};
   return options;
 }
 
 const char* Model::schema_text() { return kSchema; }
 
-const char* Model::fingerprint() { return "6d2f0773ac00dfad"; }
+const char* Model::fingerprint() { return "5f708d36ee9aec0c"; }
 
 Adam::Adam(const Model& model, bool distributed)
     : builder_(model.builder_),

@@ -340,11 +340,12 @@ TEST(Parser, UnclosedBlocks) {
 }
 
 TEST(Parser, StrayTokensAtTopLevel) {
-  EXPECT_THAT(syntax_errors("layout t;\n}\ntensr x [1];\ntensor y [1];\n"),
-              ElementsAre("2:1: expected a declaration (layout, config, mesh, tensor, stack, object, common, transient "
-                          "or optimizer) (found '}')",
-                          "3:1: expected a declaration (layout, config, mesh, tensor, stack, object, common, transient "
-                          "or optimizer) (found 'tensr')"));
+  EXPECT_THAT(
+      syntax_errors("layout t;\n}\ntensr x [1];\ntensor y [1];\n"),
+      ElementsAre("2:1: expected a declaration (layout, config, mesh, tensor, stack, object, common, transient, "
+                  "optimizer or mapping) (found '}')",
+                  "3:1: expected a declaration (layout, config, mesh, tensor, stack, object, common, transient, "
+                  "optimizer or mapping) (found 'tensr')"));
 }
 
 TEST(Parser, EmptyInputIsAnEmptySchema) {

@@ -107,6 +107,7 @@ std::optional<Layout> check_schema(const ast::Schema& schema, Diagnostics& diagn
   resolve_ties(ctx);
   check_commons_and_transients(ctx, schema);
   check_optimizers(ctx, schema);
+  check_mappings(ctx, schema);
   check_class_names(ctx);
   check_member_names(ctx);
   ctx.warn_unused_params();

@@ -131,6 +131,8 @@ void resolve_ties(CheckContext& ctx);
 // check_extras.cpp: common values, transients and optimizers.
 void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema);
 void check_optimizers(CheckContext& ctx, const ast::Schema& schema);
+// check_mapping.cpp: every `mapping` block, once the layout is complete.
+void check_mappings(CheckContext& ctx, const ast::Schema& schema);
 
 // Once the layout is complete, the C++ names it generates:
 // check_class_names.cpp, those of the generated classes;

@@ -124,6 +124,7 @@ GeneratedFiles emit_cpp(const Layout& layout, const std::string& header_name) {
   parts.push_back(mesh_part(ctx));
   parts.push_back(common_part(ctx));
   parts.push_back(optimizer_part(ctx));
+  parts.push_back(mapping_part(ctx));
   const Members members = member_emitters(ctx, layout.body);
   return GeneratedFiles{wrap_lines(header(ctx, members, parts, header_name)),
                         wrap_lines(source(ctx, members, parts, header_name))};

@@ -44,5 +44,6 @@ std::unique_ptr<LayoutPart> config_part(const EmitContext& ctx);
 std::unique_ptr<LayoutPart> mesh_part(const EmitContext& ctx);
 std::unique_ptr<LayoutPart> common_part(const EmitContext& ctx);  // common values and transients
 std::unique_ptr<LayoutPart> optimizer_part(const EmitContext& ctx);
+std::unique_ptr<LayoutPart> mapping_part(const EmitContext& ctx);  // name mappings
 
 }  // namespace distckpt::gen

@@ -10,6 +10,14 @@ namespace {
 
 const ClassScope kModel{"Model", "Model", "", "builder_."};
 
+// The schema's name mappings go into every checkpoint saved with these options.
+std::string record_mappings(const Layout& layout) {
+  std::vector<std::string> calls;
+  for (const MappingDecl& m : layout.mappings) calls.push_back(m.function + "_of(config_)");
+  if (calls.empty()) return "";
+  return fmt::format("options.name_mappings = {{{}}};", comma_list(calls));
+}
+
 }  // namespace
 
 void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members, const Parts& parts) {
@@ -96,6 +104,7 @@ void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& m
       options.layout_name = kLayoutName;
       options.layout_fingerprint = fingerprint();
       options.layout_schema = kSchema;
+      $record_mappings$
       return options;
     }
 
@@ -114,6 +123,7 @@ void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& m
                 for (const auto& part : parts) part->model_definitions(p);
               })},
              {"fingerprint", layout_fingerprint(ctx.layout().source_text)},
+             {"record_mappings", record_mappings(ctx.layout())},
          });
 }
 

@@ -127,6 +127,34 @@ struct OptimizerDecl {
   Loc loc;
 };
 
+// One line of a `mapping` block, resolved against one declaration of its
+// key: the external tensors it names (one per combination of its indices).
+struct MapIndex {
+  std::string name;   // "layer"
+  ExprPtr count;      // the stack's element count
+  bool leading_axis;  // the stack stores a leading axis (else one key per element)
+};
+
+struct MappedTensor {
+  std::string key;                // checkpoint key; "{layer}" where a stack stores one key per element
+  std::string external;           // external name template: "model.layers.{layer}.self_attn.q_proj.weight"
+  std::vector<MapIndex> indices;  // outermost stack first
+  std::vector<ExprPtr> shape;     // one element's global shape
+  int part_dim = -1;              // a fused part's dim; -1: the whole tensor
+  ExprPtr part_offset, part_extent;
+  std::optional<int> pad_dim;
+  std::vector<Condition> conditions;  // the declaration's own and its stacks'
+  std::string source;                 // the mapping line, for the comment above it
+  Loc loc;
+};
+
+struct MappingDecl {
+  std::string name;      // "llama"
+  std::string function;  // "llama_mapping"
+  std::vector<MappedTensor> tensors;
+  Loc loc;
+};
+
 struct Layout {
   std::string name;         // from `layout NAME;`
   std::string file_name;    // as given on the command line (for messages)
@@ -137,6 +165,7 @@ struct Layout {
   std::vector<CommonDecl> commons;
   std::vector<TransientDecl> transients;
   std::vector<OptimizerDecl> optimizers;
+  std::vector<MappingDecl> mappings;
 };
 
 }  // namespace distckpt::gen

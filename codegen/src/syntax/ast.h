@@ -145,8 +145,43 @@ struct Optimizer {
   std::vector<Name> distributed_axes;  // more than one is an error
 };
 
-using Item =
-    std::variant<LayoutDecl, Config, Mesh, Tensor, Object, std::unique_ptr<Stack>, Common, Transient, Optimizer>;
+// A schema key in a mapping, with the index names bound to its stacks:
+// `decoder.layers[layer].mlp.linear_fc1.weight` has text
+// "decoder.layers.mlp.linear_fc1.weight" and one index "layer" bound after
+// "decoder.layers" (prefix length 14).
+struct MapIndex {
+  Name name;
+  size_t prefix = 0;  // length of the key text before the '['
+};
+
+struct MapKey {
+  std::string text;
+  std::vector<MapIndex> indices;
+  Loc loc;
+};
+
+// `= "external"` for the whole tensor, or `PART = "external"` in a block.
+struct MapTarget {
+  std::optional<Name> part;
+  std::string external;
+  Loc loc;  // the string literal
+};
+
+struct MapEntry {
+  MapKey key;
+  bool whole = true;  // `KEY = "...";` rather than `KEY { part = "..."; }`
+  std::vector<MapTarget> targets;
+};
+
+struct Mapping {
+  Loc loc;  // the `mapping` keyword
+  Name name;
+  std::vector<MapEntry> entries;
+  std::vector<Name> skips;  // `skip KEY;`
+};
+
+using Item = std::variant<LayoutDecl, Config, Mesh, Tensor, Object, std::unique_ptr<Stack>, Common, Transient,
+                          Optimizer, Mapping>;
 
 struct Schema {
   std::vector<Item> items;  // in source order

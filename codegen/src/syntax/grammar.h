@@ -73,18 +73,20 @@ DISTCKPT_KW(kw_int, "int");
 DISTCKPT_KW(kw_float, "float");
 DISTCKPT_KW(kw_string, "string");
 DISTCKPT_KW(kw_bool, "bool");
+DISTCKPT_KW(kw_mapping, "mapping");
+DISTCKPT_KW(kw_skip, "skip");
 #undef DISTCKPT_KW
 
 struct reserved : sor<kw_layout, kw_config, kw_mesh, kw_tensor, kw_stack, kw_over, kw_as, kw_axis, kw_keys, kw_first,
                       kw_last, kw_object, kw_per, kw_common, kw_transient, kw_optimizer, kw_state, kw_like, kw_param,
                       kw_scalar, kw_distributed, kw_split, kw_by, kw_pad, kw_stage, kw_fused, kw_tied, kw_when,
-                      kw_unless, kw_dtype, kw_int, kw_float, kw_string, kw_bool> {};
+                      kw_unless, kw_dtype, kw_int, kw_float, kw_string, kw_bool, kw_mapping, kw_skip> {};
 
 struct ident : seq<not_at<reserved>, pegtl::identifier> {};
 
 // Words that start a statement. A block meeting one of the top-level-only
 // words has lost its '}'; recovery resumes at any of them (syntax_recovery.h).
-struct top_level_word : sor<kw_layout, kw_config, kw_mesh, kw_common, kw_transient, kw_optimizer> {};
+struct top_level_word : sor<kw_layout, kw_config, kw_mesh, kw_common, kw_transient, kw_optimizer, kw_mapping> {};
 struct item_word : sor<top_level_word, kw_tensor, kw_stack, kw_object> {};
 struct optimizer_word_or_item : sor<item_word, kw_state, kw_scalar, kw_distributed> {};
 struct dotted_part : ident {};
@@ -289,11 +291,50 @@ struct optimizer_items
 struct optimizer
     : seq<optimizer_word, must<optimizer_name>, must<optimizer_open>, optimizer_items, must<optimizer_close>> {};
 
+// ---- mapping --------------------------------------------------------------
+
+// `decoder.layers[layer].mlp.linear_fc1.weight`: a key whose stacks bind index names.
+struct map_index_open : one<'['> {};
+struct map_index : ident {};
+struct map_index_close : one<']'> {};
+struct map_key_tail
+    : sor<seq<one<'.'>, must<dotted_part>>, seq<map_index_open, must<map_index>, must<map_index_close>>> {};
+struct map_key_text : seq<ident, star<map_key_tail>> {};
+struct map_key : token<map_key_text> {};
+
+// An external tensor name: printable ASCII without '"' or backslash.
+struct string_char : pegtl::ranges<' ', '!', '#', '[', ']', '~'> {};
+struct string_close : one<'"'> {};
+struct external_text : seq<one<'"'>, star<string_char>, must<string_close>> {};
+struct external_name : token<external_text> {};
+
+struct map_equals : punct<'='> {};
+struct map_end : punct<';'> {};
+struct map_part : token<ident> {};
+struct map_part_entry : seq<map_part, must<map_equals>, must<external_name>, must<map_end>> {};
+struct map_parts_close : punct<'}'> {};
+struct map_parts : seq<punct<'{'>, star<map_part_entry>, must<map_parts_close>> {};
+struct map_whole : seq<map_equals, must<external_name>, must<map_end>> {};
+struct map_target : sor<map_whole, map_parts> {};
+struct map_entry : seq<map_key, must<map_target>> {};
+struct skip_key : token<dotted> {};
+struct skip_end : punct<';'> {};
+struct map_skip : seq<token<kw_skip>, must<skip_key>, must<skip_end>> {};
+struct map_item : sor<map_skip, map_entry> {};
+
+struct mapping_word : token<kw_mapping> {};
+struct mapping_name : token<ident> {};
+struct mapping_open : punct<'{'> {};
+struct mapping_close : punct<'}'> {};
+struct mapping_items : star<not_at<one<'}'>>, not_at<top_level_word>, not_at<item_word>, not_at<eof>,
+                            recover<must<map_item>, item_word>> {};
+struct mapping : seq<mapping_word, must<mapping_name>, must<mapping_open>, mapping_items, must<mapping_close>> {};
+
 // ---- schema ---------------------------------------------------------------
 
 // `layout` is an ordinary item here so that a misplaced or repeated one is
 // reported by the checker with a useful message instead of a syntax error.
-struct item : sor<layout_decl, config, mesh, tensor, stack, object, common, transient, optimizer> {};
+struct item : sor<layout_decl, config, mesh, tensor, stack, object, common, transient, optimizer, mapping> {};
 struct schema : seq<skip, star<not_at<eof>, recover<must<item>, item_word, Level::kTop>>, eof> {};
 
 }  // namespace distckpt::gen::grammar

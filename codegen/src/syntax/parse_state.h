@@ -38,6 +38,9 @@ struct ParseState {
   ast::Common common;
   ast::Transient transient;
   ast::Optimizer optimizer;
+  ast::Mapping mapping;
+  ast::MapEntry map_entry;
+  std::optional<ast::Name> map_part;                     // of the fused part whose external name comes next
   ast::Name part_name;                                   // of the fused part whose extent comes next
   std::vector<std::unique_ptr<ast::Stack>> open_stacks;  // innermost last
   std::optional<ast::Condition> condition;               // not yet attached to its statement
@@ -93,6 +96,36 @@ std::string word_of(const Input& in) {
     ++n;
   }
   return std::string(text.substr(0, n));
+}
+
+// A mapping key as written, `decoder.layers[layer].w`: the key text without
+// the brackets, and each index name with the length of the text before it.
+template <typename Input>
+ast::MapKey map_key_of(const Input& in) {
+  const std::string_view text = in.string_view();
+  const Loc at = loc_of(in);
+  ast::MapKey key{{}, {}, at};
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '[') {
+      const std::size_t close = text.find(']', i);
+      const Loc loc{at.line, at.col + static_cast<int>(i) + 1};
+      key.indices.push_back(ast::MapIndex{{std::string(text.substr(i + 1, close - i - 1)), loc}, key.text.size()});
+      i = close;
+    } else if (c == '.' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+      key.text += c;
+    } else {
+      break;
+    }
+  }
+  return key;
+}
+
+// A string literal's contents (the grammar admits no escapes).
+template <typename Input>
+std::string string_of(const Input& in) {
+  const std::string_view text = in.string_view();
+  return std::string(text.substr(1, text.find('"', 1) - 1));
 }
 
 template <typename Input>

@@ -171,6 +171,28 @@ DISTCKPT_ACTION(scalar_name, s.optimizer.scalars.push_back(name_of(in)));
 DISTCKPT_ACTION(distributed_axis, s.optimizer.distributed_axes.push_back(name_of(in)));
 DISTCKPT_ACTION(optimizer, s.schema.items.emplace_back(std::move(s.optimizer)));
 
+// ---- mapping --------------------------------------------------------------
+
+DISTCKPT_ACTION(mapping_word, {
+  s.mapping = ast::Mapping{};
+  s.mapping.loc = loc_of(in);
+});
+DISTCKPT_ACTION(mapping_name, s.mapping.name = name_of(in));
+DISTCKPT_ACTION(map_key, {
+  s.map_entry = ast::MapEntry{};
+  s.map_part.reset();
+  s.map_entry.key = map_key_of(in);
+});
+DISTCKPT_ACTION(map_whole, s.map_entry.whole = true);
+DISTCKPT_ACTION(map_parts, s.map_entry.whole = false);
+DISTCKPT_ACTION(map_part, s.map_part = name_of(in));
+DISTCKPT_ACTION(external_name, {
+  s.map_entry.targets.push_back(ast::MapTarget{std::exchange(s.map_part, std::nullopt), string_of(in), loc_of(in)});
+});
+DISTCKPT_ACTION(map_entry, s.mapping.entries.push_back(std::move(s.map_entry)));
+DISTCKPT_ACTION(skip_key, s.mapping.skips.push_back(name_of(in)));
+DISTCKPT_ACTION(mapping, s.schema.items.emplace_back(std::move(s.mapping)));
+
 #undef DISTCKPT_ACTION
 
 }  // namespace distckpt::gen

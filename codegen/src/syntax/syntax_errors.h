@@ -25,7 +25,9 @@ inline constexpr const char* kUnknownWord = nullptr;
   template <>                         \
   inline constexpr const char* kExpected<rule> = text
 
-DISTCKPT_EXPECTED(item, "a declaration (layout, config, mesh, tensor, stack, object, common, transient or optimizer)");
+DISTCKPT_EXPECTED(item,
+                  "a declaration (layout, config, mesh, tensor, stack, object, common, transient, optimizer or "
+                  "mapping)");
 DISTCKPT_EXPECTED(dotted_part, "a name after '.'");
 DISTCKPT_EXPECTED(expr, "an expression after '('");
 DISTCKPT_EXPECTED(close_paren, "')' to close '('");
@@ -116,6 +118,21 @@ DISTCKPT_EXPECTED(scalar_end, "';' after the scalar name");
 DISTCKPT_EXPECTED(distributed_over, "'over' after 'distributed'");
 DISTCKPT_EXPECTED(distributed_axis, "a mesh axis after 'distributed over'");
 DISTCKPT_EXPECTED(distributed_end, "';' after the distributed axis");
+
+DISTCKPT_EXPECTED(mapping_name, "the mapping name after 'mapping'");
+DISTCKPT_EXPECTED(mapping_open, "'{' after the mapping name");
+DISTCKPT_EXPECTED(map_item, "a schema key, 'skip' or '}' in the mapping");
+DISTCKPT_EXPECTED(mapping_close, "'}' to close the mapping");
+DISTCKPT_EXPECTED(map_index, "an index name after '[', as in decoder.layers[layer]");
+DISTCKPT_EXPECTED(map_index_close, "']' after the index name");
+DISTCKPT_EXPECTED(map_target, "'= \"EXTERNAL NAME\";' or '{' with the fused parts after the key");
+DISTCKPT_EXPECTED(map_equals, "'=' after the fused part name");
+DISTCKPT_EXPECTED(external_name, "the external tensor name as a string, \"like.this\"");
+DISTCKPT_EXPECTED(string_close, "'\"' to close the string (names are printable ASCII without '\"' or backslash)");
+DISTCKPT_EXPECTED(map_end, "';' after the external name");
+DISTCKPT_EXPECTED(map_parts_close, "a fused part 'PART = \"NAME\";' or '}'");
+DISTCKPT_EXPECTED(skip_key, "the schema key after 'skip'");
+DISTCKPT_EXPECTED(skip_end, "';' after the skipped key");
 #undef DISTCKPT_EXPECTED
 
 template <>
@@ -149,6 +166,7 @@ inline bool is_reserved(const std::string& word) {
 inline std::string describe_found(const char* p, const char* end) {
   if (p == end) return "end of file";
   const auto byte = static_cast<unsigned char>(*p);
+  if (byte == '\n' || byte == '\r') return "end of line";
   if (byte < 0x20 || byte >= 0x7f) return fmt::format("byte 0x{:02x}", byte);  // control or non-ASCII
   const std::string word = word_at(p, end);
   if (word.empty()) return fmt::format("'{}'", *p);
