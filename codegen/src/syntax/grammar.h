@@ -313,7 +313,10 @@ struct map_end : punct<';'> {};
 struct map_part : token<ident> {};
 struct map_part_entry : seq<map_part, must<map_equals>, must<external_name>, must<map_end>> {};
 struct map_parts_close : punct<'}'> {};
-struct map_parts : seq<punct<'{'>, star<map_part_entry>, must<map_parts_close>> {};
+// A bad part recovers at its ';' inside the braces, so the block still closes.
+struct map_part_entries
+    : star<not_at<one<'}'>>, not_at<item_word>, not_at<eof>, recover<must<map_part_entry>, item_word>> {};
+struct map_parts : seq<punct<'{'>, map_part_entries, must<map_parts_close>> {};
 struct map_whole : seq<map_equals, must<external_name>, must<map_end>> {};
 struct map_target : sor<map_whole, map_parts> {};
 struct map_entry : seq<map_key, must<map_target>> {};

@@ -130,7 +130,8 @@ DISTCKPT_EXPECTED(map_equals, "'=' after the fused part name");
 DISTCKPT_EXPECTED(external_name, "the external tensor name as a string, \"like.this\"");
 DISTCKPT_EXPECTED(string_close, "'\"' to close the string (names are printable ASCII without '\"' or backslash)");
 DISTCKPT_EXPECTED(map_end, "';' after the external name");
-DISTCKPT_EXPECTED(map_parts_close, "a fused part 'PART = \"NAME\";' or '}'");
+DISTCKPT_EXPECTED(map_part_entry, "a fused part 'PART = \"NAME\";' or '}'");
+DISTCKPT_EXPECTED(map_parts_close, "'}' to close the fused parts");
 DISTCKPT_EXPECTED(skip_key, "the schema key after 'skip'");
 DISTCKPT_EXPECTED(skip_end, "';' after the skipped key");
 #undef DISTCKPT_EXPECTED

@@ -194,32 +194,29 @@ std::string mapping_name(const std::string& src, const std::string& map) {
 }
 
 int convert(const std::string& src, const ConvertArgs& args) {
-  const std::string& dst = args.dst;
-  const std::string& to = args.to;
-  const std::string& max_shard = args.max_shard;
-  const std::string& dtype = args.dtype;
-  const bool quiet = args.quiet;
   distckpt::ConvertOptions options;
   if (!args.map.empty()) options.mapping = mapping_name(src, args.map);
-  if (!max_shard.empty()) {
-    const std::optional<uint64_t> bytes = parse_size(max_shard);
+  if (!args.max_shard.empty()) {
+    const std::optional<uint64_t> bytes = parse_size(args.max_shard);
     if (!bytes) {
-      fmt::print(stderr, "distckpt convert: --max-shard-size '{}' is not a size (e.g. 5GB, 500MB, 2GiB)\n", max_shard);
+      fmt::print(stderr, "distckpt convert: --max-shard-size '{}' is not a size (e.g. 5GB, 500MB, 2GiB)\n",
+                 args.max_shard);
       return 2;
     }
     options.max_shard_bytes = *bytes;
   }
-  if (!dtype.empty()) {
+  if (!args.dtype.empty()) {
     try {
-      options.dtype = distckpt::dtype_from_name(dtype);
+      options.dtype = distckpt::dtype_from_name(args.dtype);
     } catch (const distckpt::Error&) {
-      fmt::print(stderr, "distckpt convert: --dtype '{}' is not a dtype (e.g. bfloat16, float16, float32)\n", dtype);
+      fmt::print(stderr, "distckpt convert: --dtype '{}' is not a dtype (e.g. bfloat16, float16, float32)\n",
+                 args.dtype);
       return 2;
     }
   }
   // Progress for a person watching a terminal: done / total, rate, time left.
   const auto start = std::chrono::steady_clock::now();
-  if (!quiet && isatty(STDERR_FILENO)) {
+  if (!args.quiet && isatty(STDERR_FILENO)) {
     options.progress = [&](uint64_t done, uint64_t total) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
@@ -230,15 +227,16 @@ int convert(const std::string& src, const ConvertArgs& args) {
     };
   }
   distckpt::ConvertReport report;
-  if (to == "safetensors") {
-    report = distckpt::convert_to_safetensors(src, dst, options);
-  } else if (to == "torch") {
-    report = distckpt::convert_to_torch(src, dst, options);
+  if (args.to == "safetensors") {
+    report = distckpt::convert_to_safetensors(src, args.dst, options);
+  } else if (args.to == "torch") {
+    report = distckpt::convert_to_torch(src, args.dst, options);
   } else {
-    report = distckpt::convert_to_distckpt(src, dst, options);
+    report = distckpt::convert_to_distckpt(src, args.dst, options);
   }
-  if (!quiet) {
-    fmt::print("{}: {} tensors, {} bytes in {} file(s) ({})\n", dst, report.tensors, report.bytes, report.files, to);
+  if (!args.quiet) {
+    fmt::print("{}: {} tensors, {} bytes in {} file(s) ({})\n", args.dst, report.tensors, report.bytes, report.files,
+               args.to);
   }
   return 0;
 }

@@ -141,9 +141,7 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
   for (MappedName& n : mapping.expand()) {
     const TensorRecord& record = reader.tensor(n.key);
     if (n.key_pad_dim >= 0 && record.global_shape.size() == n.key_shape.size()) {
-      const auto pad = static_cast<size_t>(n.key_pad_dim);
-      n.key_shape[pad] = record.global_shape[pad];  // padded rows are exported as stored
-      n.region.length[pad] = record.global_shape[pad];
+      n.take_pad_extent(record.global_shape[static_cast<size_t>(n.key_pad_dim)]);  // padded rows exported as stored
     }
     if (record.global_shape != n.key_shape) {
       throw CheckpointError(fmt::format("'{}' in '{}' has shape {}, but name mapping '{}' expects {} (for '{}')", n.key,

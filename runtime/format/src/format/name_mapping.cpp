@@ -75,6 +75,12 @@ MappedTensor& MappedTensor::with_pad(int dim) {
 
 Shape MappedName::external_shape() const { return Shape(region.length.begin() + leading_axes, region.length.end()); }
 
+void MappedName::take_pad_extent(int64_t extent) {
+  if (key_pad_dim < 0) return;
+  key_shape[static_cast<size_t>(key_pad_dim)] = extent;
+  region.length[static_cast<size_t>(key_pad_dim)] = extent;
+}
+
 MappedTensor& NameMapping::map(std::string key, std::string external, Shape shape) {
   MappedTensor& t = tensors_.emplace_back();
   t.key = std::move(key);

@@ -26,7 +26,7 @@ class MappedStorage final : public StorageReader {
     index_.files = outside.files;
     index_.checksum_block_size = outside.checksum_block_size;
     std::map<std::string, Building> by_key;
-    for (const MappedName& name : mapping.expand()) add(outside, mapping, name, by_key);
+    for (MappedName& name : mapping.expand()) add(outside, mapping, std::move(name), by_key);
     index_.tensors.reserve(by_key.size());
     sources_.reserve(by_key.size());
     for (auto& [key, building] : by_key) {  // std::map: sorted by key, as StorageIndex requires
@@ -65,7 +65,7 @@ class MappedStorage final : public StorageReader {
     std::vector<Source> sources;  // parallel to record.chunks
   };
 
-  void add(const StorageIndex& outside, const NameMapping& mapping, const MappedName& name,
+  void add(const StorageIndex& outside, const NameMapping& mapping, MappedName name,
            std::map<std::string, Building>& by_key) {
     const TensorRecord* source = outside.find_tensor(name.external);
     if (source == nullptr) {
@@ -74,16 +74,11 @@ class MappedStorage final : public StorageReader {
           "{}`). Is this checkpoint of the model and config the mapping was made for?",
           location(), mapping.name(), name.external, place_of(name), outside.tensors.size(), location()));
     }
-    Shape expected = name.external_shape();
-    Shape key_shape = name.key_shape;
-    Box region = name.region;
-    if (name.key_pad_dim >= 0 && source->global_shape.size() == expected.size()) {
-      // A padded dim (vocabulary rows) takes the stored extent; the load pads or truncates it.
-      const auto element_dim = static_cast<size_t>(name.key_pad_dim - name.leading_axes);
-      expected[element_dim] = source->global_shape[element_dim];
-      key_shape[static_cast<size_t>(name.key_pad_dim)] = expected[element_dim];
-      region.length[static_cast<size_t>(name.key_pad_dim)] = expected[element_dim];
+    if (name.key_pad_dim >= 0 && source->global_shape.size() == name.key_shape.size() - name.leading_axes) {
+      // Padded rows (vocabulary) take the stored extent; the load pads or truncates them.
+      name.take_pad_extent(source->global_shape[static_cast<size_t>(name.key_pad_dim - name.leading_axes)]);
     }
+    const Shape expected = name.external_shape();
     if (source->global_shape != expected) {
       throw CheckpointError(fmt::format(
           "{}: tensor '{}' has shape {}, but name mapping '{}' expects {} for {} (the layout schema's shape under the "
@@ -96,8 +91,8 @@ class MappedStorage final : public StorageReader {
     if (inserted) {
       record.key = name.key;
       record.dtype = source->dtype;
-      record.global_shape = key_shape;
-    } else if (record.dtype != source->dtype || record.global_shape != key_shape) {
+      record.global_shape = name.key_shape;
+    } else if (record.dtype != source->dtype || record.global_shape != name.key_shape) {
       throw CheckpointError(fmt::format(
           "{}: tensor '{}' is {} {} but the other tensors mapped to '{}' are {} {}; name mapping '{}' needs them to "
           "agree",
@@ -106,7 +101,7 @@ class MappedStorage final : public StorageReader {
     }
     for (uint32_t c = 0; c < source->chunks.size(); ++c) {
       ChunkRecord chunk = source->chunks[c];
-      Box box = region;
+      Box box = name.region;
       for (size_t d = 0; d < chunk.box.offset.size(); ++d) {
         const size_t at = d + static_cast<size_t>(name.leading_axes);
         box.offset[at] += chunk.box.offset[d];

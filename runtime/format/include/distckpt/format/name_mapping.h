@@ -50,6 +50,9 @@ struct MappedName {
   int leading_axes = 0;          // stacked axes before the element's dims (each of length 1 in region)
   int key_pad_dim = -1;          // pad dim of key_shape, -1 when none
   Shape external_shape() const;  // region's lengths without the leading axes
+  // A padded dim (vocabulary rows) takes the extent the other side stores:
+  // in key_shape and region both. No-op without a pad dim.
+  void take_pad_extent(int64_t extent);
 };
 
 class NameMapping {
