@@ -6,6 +6,7 @@
 //   distckpt-launch -n 8 -- distckpt-gpt-trainer --tp 2 --pp 4 --steps 3 --save A
 //   distckpt-launch -n 8 -- distckpt-gpt-trainer --tp 4 --pp 2 --load A --save B
 //   distckpt digest A; distckpt digest B      # equal: same logical state
+//   ... --load A --save HF --save-mapping llama  # Hugging Face files, from every rank
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
 // the loss is elementwise (0.5 * |p - target|^2 with a global target), so
@@ -35,6 +36,7 @@ struct Args {
   int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp
   std::string save_dir, load_dir;
   std::string load_mapping;  // --load reads another naming through this mapping of the schema
+  std::string save_mapping;  // --save writes safetensors under this mapping of the schema
   bool overwrite = false;
 };
 
@@ -154,6 +156,10 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     if constexpr (kStateful) merge(sd, layout_optimizer.state_dict(optimizer));
     SaveOptions options = layout.save_options();
     options.overwrite = a.overwrite;
+    if (!a.save_mapping.empty()) {
+      options.format = StorageFormat::kSafetensors;
+      options.safetensors.mapping = find_mapping(options.name_mappings, a.save_mapping, "the layout schema");
+    }
     save(sd, a.save_dir, comm, options);
   }
   return iteration;
@@ -232,6 +238,9 @@ int main(int argc, char** argv) {
   app.add_option("--load-mapping", a.load_mapping,
                  "--load is in another naming (a Hugging Face directory): read it through this mapping of the "
                  "schema (llama for gpt, mixtral for moe); weights only");
+  app.add_option("--save-mapping", a.save_mapping,
+                 "--save writes Hugging Face safetensors under this mapping of the schema, from every rank; "
+                 "weights only");
   app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -100,6 +100,13 @@ TEST_F(HfMapping, GptExportedWithTheLlamaMappingLoadsUnderOtherMeshes) {
     EXPECT_EQ(read, shards + 147456U);
   }
 
+  // Saved straight from the (tp=2, pp=2) ranks under the mapping, every rank
+  // writing its shards into the consolidated files: the export's bytes.
+  const CommandResult direct =
+      trainer({2, 2, 1, 1}, kGpt + " --load " + path("a") + " --save " + path("direct") + " --save-mapping llama");
+  ASSERT_EQ(direct.exit_code, 0) << direct.output;
+  EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("direct") + " && echo identical").output, "identical\n");
+
   const CommandResult pp4 = load_mapped({1, 4, 2, 1}, kGpt, "llama", "pp4dp2");
   ASSERT_EQ(pp4.exit_code, 0) << pp4.output;
   EXPECT_EQ(digest(path("pp4dp2")), original);
@@ -123,6 +130,11 @@ TEST_F(HfMapping, MoeExportedWithTheMixtralMappingLoadsUnderTwoMeshes) {
   EXPECT_EQ(digest(path("ep4")), original);
   // Each expert-parallel rank reads its experts plus the replicated dense weights.
   for (const auto& [read, shards] : reads(ep4.output, 4)) EXPECT_EQ(read, shards);
+
+  const CommandResult direct =
+      trainer({1, 1, 1, 4}, kMoe + " --load " + path("a") + " --save " + path("direct") + " --save-mapping mixtral");
+  ASSERT_EQ(direct.exit_code, 0) << direct.output;
+  EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("direct") + " && echo identical").output, "identical\n");
 
   const CommandResult mixed = load_mapped({2, 2, 1, 2}, kMoe, "mixtral", "tp2pp2ep2");
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;

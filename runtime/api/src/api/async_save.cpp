@@ -2,6 +2,7 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 
+#include "api/distckpt_writer.h"
 #include "api/messages.h"
 #include "api/save_finalize.h"
 #include "api/save_items.h"
@@ -23,7 +24,7 @@ struct AsyncRequest::Impl {
 
   ~Impl() {
     job.reset();  // cancels and joins the writer threads
-    if (!finalized && prepared && prepared->claim) api::discard_staging(prepared->paths);
+    if (!finalized && prepared && prepared->claim) prepared->writer->discard();
   }
 };
 
@@ -52,13 +53,26 @@ SaveReport AsyncRequest::finalize(Communicator& comm) {
   if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
   impl_->finalized = true;  // whatever happens next, it is not retried
   if (!impl_->prepared) return impl_->finalize(comm);
+  api::PreparedSave& p = *impl_->prepared;
   return api::finalize_save(
-      *impl_->prepared, [&] { return impl_->job->wait(); }, comm);
+      p,
+      [&] {
+        const io::FileWritten file = impl_->job->wait();
+        p.direct_io = file.direct;
+        api::RankWritten written{api::encode_file_written(p.rank, file), file.items.size(), 0};
+        for (const io::ItemWritten& item : file.items) written.bytes += item.byte_length;
+        return written;
+      },
+      comm);
 }
 
 AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                         const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool) {
   if (!pool) throw Error("async_save needs a buffer pool (io::BufferPool::create)");
+  if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto) {
+    throw Error(fmt::format("asynchronous saves write the distckpt format; save {} with save()",
+                            storage_format_name(options.format)));
+  }
   auto impl = std::make_unique<AsyncRequest::Impl>();
   impl->prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
   api::PreparedSave& p = *impl->prepared;
@@ -66,7 +80,7 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
     io::FileWriteOptions write_options = api::file_write_options(options);
     write_options.background_writes = true;
     impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
-                                                   api::make_write_items(p), pool, write_options);
+                                                   api::write_items_of(api::make_save_pieces(p)), pool, write_options);
     impl->job->wait_staged();
   });
   // Staged: the caller's state dict is no longer referenced.

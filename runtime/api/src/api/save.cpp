@@ -1,25 +1,41 @@
-// save(): plan (or reuse the cached plan) -> write this rank's assignment ->
-// agree -> commit. The same steps as async_save, without the background.
+// save(): plan (or reuse the cached plan) -> the storage writer writes this
+// rank's pieces -> agree -> commit. The same steps as async_save, without
+// the background.
 #include "api/save_finalize.h"
 #include "api/save_items.h"
 #include "api/save_plan.h"
 #include "distckpt/api/checkpoint.h"
 
 namespace distckpt {
+namespace {
 
-SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                const SaveOptions& options) {
-  std::unique_ptr<api::PreparedSave> prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
-  std::unique_ptr<io::FileWriteJob> job;
+SaveReport save_with(const StateDict& state_dict, const std::string& dir, StorageWriter* writer, Communicator& comm,
+                     const SaveOptions& options) {
+  std::unique_ptr<api::PreparedSave> prepared = api::prepare_save(state_dict, dir, comm, options, writer);
   return api::finalize_save(
       *prepared,
       [&] {
-        job = std::make_unique<io::FileWriteJob>(
-            io::safe_join(prepared->paths.staging, plan::rank_file_path(comm.rank())), api::make_write_items(*prepared),
-            api::sync_write_pool(), api::file_write_options(options));
-        return job->wait();
+        std::vector<SavePiece> pieces = api::make_save_pieces(*prepared);
+        api::RankWritten written;
+        written.items = pieces.size();
+        for (const SavePiece& piece : pieces)
+          written.bytes += piece.object ? piece.object->size() : piece.data.nbytes();
+        written.result = prepared->writer->write(std::move(pieces));
+        return written;
       },
       comm);
+}
+
+}  // namespace
+
+SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const SaveOptions& options) {
+  return save_with(sharded_state_dict, dir, nullptr, comm, options);
+}
+
+SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Communicator& comm,
+                const SaveOptions& options) {
+  return save_with(sharded_state_dict, writer.location(), &writer, comm, options);
 }
 
 }  // namespace distckpt

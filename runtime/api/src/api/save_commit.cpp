@@ -52,8 +52,7 @@ InFlightClaim::~InFlightClaim() {
   claims().erase(target_);
 }
 
-std::shared_ptr<InFlightClaim> prepare_directory(const io::StagingPaths& paths, bool overwrite) {
-  auto claim = std::make_shared<InFlightClaim>(paths.target);
+void prepare_directory(const io::StagingPaths& paths, bool overwrite) {
   const bool committed = is_distributed_checkpoint(paths.target);
   if (committed && !overwrite) {
     throw CheckpointError(fmt::format(
@@ -78,7 +77,6 @@ std::shared_ptr<InFlightClaim> prepare_directory(const io::StagingPaths& paths, 
   }
   io::remove_tree(paths.staging);  // left by a save that crashed: never committed
   io::make_dirs(paths.staging + "/data");
-  return claim;
 }
 
 void commit_checkpoint(const io::StagingPaths& paths, CheckpointMetadata metadata, const std::string& common_state,

@@ -27,7 +27,7 @@ class InFlightClaim {
 
 // Coordinator only: refuses to touch a committed checkpoint unless asked to,
 // never deletes a directory it did not create, starts a fresh staging area.
-std::shared_ptr<InFlightClaim> prepare_directory(const io::StagingPaths& paths, bool overwrite);
+void prepare_directory(const io::StagingPaths& paths, bool overwrite);
 
 // Coordinator only: common state, metadata, the commit marker, then the
 // staging directory takes the target's place (replacing an old checkpoint

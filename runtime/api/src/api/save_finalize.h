@@ -1,21 +1,25 @@
 // The end of a save, shared by save() and the asynchronous queue: agree that
-// every rank's data is durable, gather the write results, fill the metadata
-// skeleton and commit on the coordinator. Any failure on any rank is raised
-// on every rank and leaves no committed-looking directory.
+// every rank's data is durable, gather what each rank's writer reports, and
+// commit on the coordinator. Any failure on any rank is raised on every rank
+// and leaves nothing that looks committed.
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "api/save_plan.h"
 #include "distckpt/api/checkpoint.h"
-#include "io/file_write_job.h"
 
 namespace distckpt::api {
 
-// Collective. `written` blocks until this rank's file is durable (or throws).
-SaveReport finalize_save(PreparedSave& prepared, const std::function<io::FileWritten()>& written, Communicator& comm);
+// What this rank wrote.
+struct RankWritten {
+  std::string result;  // for the coordinator's StorageWriter::commit
+  uint64_t items = 0;
+  uint64_t bytes = 0;
+};
 
-// The write options a save's file uses.
-io::FileWriteOptions file_write_options(const SaveOptions& options);
+// Collective. `write` blocks until this rank's data is durable (or throws).
+SaveReport finalize_save(PreparedSave& prepared, const std::function<RankWritten()>& write, Communicator& comm);
 
 }  // namespace distckpt::api

@@ -16,7 +16,7 @@ namespace {
 // the process, so each save copies into warm memory (see io/buffer_pool.h).
 constexpr uint64_t kSyncPoolBytes = uint64_t{64} << 20;
 
-io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
+SavePiece tensor_piece(const ShardedTensor& tensor, int rank) {
   if (!tensor.data.defined()) {
     throw ShardingError(fmt::format("rank {} cannot save {}: it has no data", rank, tensor.describe()));
   }
@@ -26,14 +26,18 @@ io::WriteItem tensor_item(const ShardedTensor& tensor, int rank) {
                                     tensor.describe(), data.numel(), dtype_name(data.scalar_type()),
                                     tensor.held_numel(), dtype_name(tensor.dtype)));
   }
-  return tensor_write_item(data);
+  if (!data.is_contiguous()) data = data.contiguous();  // the one case that needs a copy of the whole shard
+  return SavePiece{tensor.key, tensor.global_shape, tensor.global_box(), tensor.flattened_range, std::move(data), {}};
 }
 
-io::WriteItem object_item(const ShardedObject& object) {
-  auto bytes = std::make_shared<const std::string>(object.data);  // the caller may change it after staging
-  return io::WriteItem{bytes->size(), [bytes](uint64_t offset, uint64_t n, uint8_t* dst) {
-                         std::memcpy(dst, bytes->data() + offset, n);
-                       }};
+SavePiece object_piece(const ShardedObject& object) {
+  // Copied: the caller may change it once the save has staged it.
+  return SavePiece{object.key,
+                   object.global_shape,
+                   Box{object.global_offset, Shape(object.global_offset.size(), 1)},
+                   std::nullopt,
+                   {},
+                   std::make_shared<const std::string>(object.data)};
 }
 
 }  // namespace
@@ -59,12 +63,28 @@ io::WriteItem tensor_write_item(at::Tensor data) {
                        }};
 }
 
-std::vector<io::WriteItem> make_write_items(const PreparedSave& p) {
-  std::vector<io::WriteItem> items;
-  items.reserve(p.assignment.size());
+std::vector<SavePiece> make_save_pieces(const PreparedSave& p) {
+  std::vector<SavePiece> pieces;
+  pieces.reserve(p.assignment.size());
   const size_t n = p.tensors.size();
   for (uint32_t i : p.assignment) {
-    items.push_back(i < n ? tensor_item(*p.tensors[i], p.rank) : object_item(*p.objects[i - n]));
+    pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.rank) : object_piece(*p.objects[i - n]));
+  }
+  return pieces;
+}
+
+std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces) {
+  std::vector<io::WriteItem> items;
+  items.reserve(pieces.size());
+  for (const SavePiece& piece : pieces) {
+    if (!piece.object) {
+      items.push_back(tensor_write_item(piece.data));
+      continue;
+    }
+    items.push_back(
+        io::WriteItem{piece.object->size(), [bytes = piece.object](uint64_t offset, uint64_t n, uint8_t* dst) {
+                        std::memcpy(dst, bytes->data() + offset, n);
+                      }});
   }
   return items;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "api/distckpt_writer.h"
 #include "api/messages.h"
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -84,6 +85,26 @@ void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCach
   });
 }
 
+std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
+  switch (p.options.format) {
+    case StorageFormat::kAuto:
+    case StorageFormat::kDistckpt:
+      return std::make_unique<DistckptWriter>(p);
+    case StorageFormat::kSafetensors:
+      return make_safetensors_writer(p.paths.target, p.options.safetensors);
+  }
+  throw Error("SaveOptions::format names no known format");
+}
+
+SaveContents contents_of(const plan::GlobalSavePlan& global, const StateDict& common) {
+  SaveContents contents;
+  contents.tensors.reserve(global.skeleton.tensors.size());
+  for (const TensorRecord& t : global.skeleton.tensors) contents.tensors.push_back({t.key, t.dtype, t.global_shape});
+  for (const ObjectRecord& o : global.skeleton.objects) contents.objects.push_back(o.unique_key());
+  contents.common = &common;
+  return contents;
+}
+
 }  // namespace
 
 uint64_t plan_digest(const std::vector<uint64_t>& hashes) {
@@ -91,8 +112,9 @@ uint64_t plan_digest(const std::vector<uint64_t>& hashes) {
 }
 
 std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const std::string& dir, Communicator& comm,
-                                           const SaveOptions& options) {
+                                           const SaveOptions& options, StorageWriter* writer) {
   auto p = std::make_unique<PreparedSave>();
+  p->writer = writer;
   p->options = options;
   p->rank = comm.rank();
   p->world_size = comm.size();
@@ -108,13 +130,17 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
       resolve_io_threads(options.io_threads);  // rejects a negative count
       p->paths = io::staging_paths(dir);
+      if (!p->writer) p->writer = (p->owned_writer = make_writer(*p)).get();
       local = describe_local(*p, state_dict, comm.is_coordinator());
       const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
-      if (comm.is_coordinator()) p->claim = prepare_directory(p->paths, options.overwrite);
+      if (comm.is_coordinator()) {
+        p->claim = std::make_shared<InFlightClaim>(p->paths.target);
+        p->writer->claim();
+      }
       return encode_plan_announcement(mine);
     });
   } catch (...) {
-    if (p->claim) discard_staging(p->paths);
+    if (p->claim) p->writer->discard();
     throw;
   }
   bool same_cached_plan = true;
@@ -133,8 +159,11 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
     } else {
       plan_from_scratch(*p, local, comm);
     }
+    run_agreed(comm, "prepare the storage", [&] {
+      if (comm.is_coordinator()) p->writer->prepare(contents_of(*p->global, p->split.common));
+    });
   } catch (...) {
-    if (p->claim) discard_staging(p->paths);
+    if (p->claim) p->writer->discard();
     throw;
   }
   if (cache) {

@@ -14,6 +14,7 @@
 #include "distckpt/api/options.h"
 #include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/communicator.h"
+#include "distckpt/storage/storage_writer.h"
 #include "io/staging.h"
 #include "plan/global_plan.h"
 
@@ -51,15 +52,19 @@ struct PreparedSave {
   std::vector<uint32_t> assignment;           // items this rank writes, canonical order
   bool plan_reused = false;
   std::vector<uint64_t> plan_hashes;  // every rank's structure hash
+  StorageWriter* writer = nullptr;    // the caller's, or owned_writer
+  std::unique_ptr<StorageWriter> owned_writer;
+  bool direct_io = false;  // set by the distckpt writer
   // Coordinator only:
   std::shared_ptr<const plan::GlobalSavePlan> global;
   std::string common_state;  // encoded when planned, so later changes do not leak in
   std::shared_ptr<InFlightClaim> claim;
 };
 
-// Collective. Errors on any rank are raised on every rank.
+// Collective. Errors on any rank are raised on every rank. `writer` null:
+// the format SaveOptions::format names, at `dir`; otherwise `dir` is its location.
 std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const std::string& dir, Communicator& comm,
-                                           const SaveOptions& options);
+                                           const SaveOptions& options, StorageWriter* writer = nullptr);
 
 // The digest of all ranks' structure hashes: what a cache records.
 uint64_t plan_digest(const std::vector<uint64_t>& hashes);

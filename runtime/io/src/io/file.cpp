@@ -174,6 +174,14 @@ uint64_t File::size() const {
   return static_cast<uint64_t>(st.st_size);
 }
 
+void File::resize(uint64_t size) {
+  int rc;
+  do {
+    rc = ::ftruncate(fd_.get(), static_cast<off_t>(size));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) throw_errno("ftruncate", path_, errno);
+}
+
 void File::sync() {
   int rc;
   do {

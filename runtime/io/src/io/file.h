@@ -37,7 +37,8 @@ class File {
   void pwrite_all(const void* data, size_t n, uint64_t offset);
   void pread_all(void* data, size_t n, uint64_t offset) const;  // throws on EOF
   uint64_t size() const;
-  void sync();  // fsync
+  void resize(uint64_t size);  // ftruncate: a longer file reads as zeros until written
+  void sync();                 // fsync
   void close();
   bool is_open() const { return fd_.valid(); }
   const std::string& path() const { return path_; }

@@ -66,6 +66,9 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
     const std::string header = safetensors::encode_header(shards[s], metadata);
     io::File& f = files_.emplace_back(paths_.staging + "/" + name, io::File::Mode::kCreateTruncate);
     f.pwrite_all(header.data(), header.size(), 0);
+    // Full size now: other ranks writing into the staging files read their
+    // layout from the headers, and a header's offsets must fit its file.
+    f.resize(shards[s].empty() ? header.size() : shards[s].back().end);
     for (safetensors::Entry& e : shards[s]) {
       index.weight_map[e.name] = name;
       tensors_.push_back(std::move(e));

@@ -12,6 +12,7 @@
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/state_dict.h"
 #include "distckpt/storage/storage_reader.h"
+#include "distckpt/storage/storage_writer.h"
 
 namespace distckpt {
 
@@ -30,6 +31,11 @@ struct SaveReport {
 // committed (metadata.json written) only after every rank's data is durable;
 // an error on any rank is raised on every rank and leaves `dir` untouched.
 SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
+                const SaveOptions& options = {});
+// The same into any storage: `writer` (the same kind on every rank, at the
+// same location) decides the format and where the bytes go; see
+// distckpt/storage/storage_writer.h. SaveOptions::format is not consulted.
+SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Communicator& comm,
                 const SaveOptions& options = {});
 
 struct LoadResult {

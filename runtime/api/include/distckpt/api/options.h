@@ -10,6 +10,7 @@
 #include "distckpt/format/name_mapping.h"
 #include "distckpt/plan/writer_policy.h"
 #include "distckpt/storage/storage_reader.h"
+#include "distckpt/storage/storage_writer.h"
 
 namespace distckpt {
 
@@ -37,8 +38,15 @@ const char* writer_policy_name(WriterPolicy policy);
 class SavePlanCache;  // distckpt/api/plan_cache.h
 
 struct SaveOptions {
+  // What to write: distckpt's own format (kAuto means the same), or Hugging
+  // Face safetensors straight from every rank (consolidated tensors, written
+  // where they belong; options in `safetensors`; tensors and string common
+  // values only). Asynchronous saves write distckpt's format.
+  StorageFormat format = StorageFormat::kDistckpt;
+  SafetensorsWriteOptions safetensors;
   // Replace a committed checkpoint in the target directory. The old one is
   // removed only after the new one is committed, so a failed save loses nothing.
+  // (distckpt format; a safetensors save never replaces a directory.)
   bool overwrite = false;
   // Checksum granularity: loads verify every block they read.
   uint64_t checksum_block_size = uint64_t{1} << 20;

@@ -1,0 +1,66 @@
+#include "api/distckpt_writer.h"
+
+#include <fmt/format.h>
+
+#include "api/save_commit.h"
+#include "api/save_items.h"
+
+namespace distckpt::api {
+namespace {
+
+CheckpointMetadata final_metadata(const PreparedSave& p, const std::vector<std::string>& gathered) {
+  std::vector<plan::WriteResults> results;
+  results.reserve(gathered.size());
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    results.push_back(plan::decode_write_results(gathered[r], fmt::format("rank {}", r)));
+  }
+  plan::GlobalSavePlan global = *p.global;
+  CheckpointMetadata& m = global.skeleton;
+  m.world_size = p.world_size;
+  m.checksum_block_size = p.options.checksum_block_size;
+  m.layout_name = p.options.layout_name;
+  m.layout_fingerprint = p.options.layout_fingerprint;
+  m.layout_schema = p.options.layout_schema;
+  m.name_mappings = p.options.name_mappings;
+  m.plan_hashes = p.plan_hashes;
+  m.writer_policy = writer_policy_name(p.options.writers);
+  return plan::fill_skeleton(global, results);
+}
+
+}  // namespace
+
+std::string encode_file_written(int rank, const io::FileWritten& written) {
+  plan::WriteResults r;
+  r.rank = rank;
+  r.file_size = written.file_size;
+  r.items.reserve(written.items.size());
+  for (const io::ItemWritten& w : written.items) r.items.push_back({w.byte_offset, w.byte_length, w.block_checksums});
+  return plan::encode_write_results(r);
+}
+
+io::FileWriteOptions file_write_options(const SaveOptions& options) {
+  io::FileWriteOptions o;
+  o.threads = resolve_io_threads(options.io_threads);
+  o.direct_io = options.direct_io;
+  o.checksum_block = options.checksum_block_size;
+  return o;
+}
+
+void DistckptWriter::claim() { prepare_directory(save_.paths, save_.options.overwrite); }
+
+std::string DistckptWriter::write(std::vector<SavePiece> pieces) {
+  const io::FileWritten written =
+      io::FileWriteJob(io::safe_join(save_.paths.staging, plan::rank_file_path(save_.rank)), write_items_of(pieces),
+                       sync_write_pool(), file_write_options(save_.options))
+          .wait();
+  save_.direct_io = written.direct;
+  return encode_file_written(save_.rank, written);
+}
+
+void DistckptWriter::commit(const std::vector<std::string>& written) {
+  commit_checkpoint(save_.paths, final_metadata(save_, written), save_.common_state, save_.options.overwrite);
+}
+
+void DistckptWriter::discard() noexcept { discard_staging(save_.paths); }
+
+}  // namespace distckpt::api

@@ -1,0 +1,100 @@
+// Where a save puts its bytes. save() plans first (which rank writes which
+// piece of which tensor, replicas written once), then drives a StorageWriter
+// through four steps, each agreed by every rank (a failure anywhere fails
+// the save everywhere):
+//
+//   coordinator  claim()                    refuse or claim the destination
+//   coordinator  prepare(contents)          lay out every tensor, before any rank writes
+//   every rank   write(pieces) -> result    its pieces, durable when it returns
+//   coordinator  commit(results)            the checkpoint appears, all at once
+//   coordinator  discard()                  after a failure: nothing of this save stays
+//
+// Two formats are built in: distckpt's own (the default; its writer lives
+// with the save pipeline because its metadata is the save plan) and Hugging
+// Face safetensors (make_safetensors_writer). docs/STORAGE.md says what a
+// third (an object store) must do; the planner does not change.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distckpt/core/box.h"
+#include "distckpt/core/state_dict.h"
+#include "distckpt/format/name_mapping.h"
+#include "distckpt/storage/storage_reader.h"
+
+namespace distckpt {
+
+// One tensor of a save: what every rank's pieces of it add up to.
+struct SaveTensor {
+  std::string key;
+  at::ScalarType dtype = at::kFloat;
+  Shape global_shape;
+};
+
+// Everything a save writes, each piece once.
+struct SaveContents {
+  std::vector<SaveTensor> tensors;
+  std::vector<std::string> objects;   // keys of sharded objects
+  const StateDict* common = nullptr;  // the values saved outside tensors
+};
+
+// One piece a rank writes: a box of a tensor, or a flat slice of a box
+// (a ZeRO shard), with its elements row-major and contiguous in `data`; or
+// a sharded object's bytes.
+struct SavePiece {
+  std::string key;
+  Shape global_shape;                         // the tensor's
+  Box box;                                    // in the tensor's global coordinates (an object: its place in the grid)
+  std::optional<FlatRange> flat;              // the elements of `box` it holds; all when unset
+  at::Tensor data;                            // contiguous; CPU or device memory
+  std::shared_ptr<const std::string> object;  // set for an object instead of data
+};
+
+class StorageWriter {
+ public:
+  virtual ~StorageWriter() = default;
+
+  virtual StorageFormat format() const = 0;
+  virtual const std::string& location() const = 0;
+
+  // Coordinator, first: refuses a destination this save must not replace
+  // (CheckpointError saying what to do) and claims it.
+  virtual void claim() = 0;
+  // Coordinator, after planning and before any rank writes: what the save
+  // writes. CheckpointError for what the format cannot hold.
+  virtual void prepare(const SaveContents& contents) = 0;
+  // Every rank, after prepare: writes its pieces and makes them durable.
+  // Returns what commit() needs from this rank (empty when nothing).
+  virtual std::string write(std::vector<SavePiece> pieces) = 0;
+  // Coordinator, once every rank's write returned: each rank's result, in
+  // rank order. The checkpoint appears at location() in one step.
+  virtual void commit(const std::vector<std::string>& written) = 0;
+  // Coordinator, after a failure anywhere: removes whatever this save
+  // created; what was at location() before stays. Never throws.
+  virtual void discard() noexcept = 0;
+};
+
+struct SafetensorsWriteOptions {
+  // The most tensor bytes per file (0: one model.safetensors); a larger
+  // tensor gets a file of its own. Shards come with model.safetensors.index.json.
+  uint64_t max_shard_bytes = 0;
+  // Write under this mapping's external names (the layout schema's
+  // `mapping llama`); each key's pieces land in the external tensors its
+  // regions cover. Keys the mapping does not name (optimizer state),
+  // sharded objects and common values are not written (warned).
+  std::optional<NameMapping> mapping;
+};
+
+// Writes a Hugging Face safetensors directory at `dir`, which must not exist.
+// The bytes are those convert_to_safetensors writes for the same tensors.
+// Without a mapping, common values must be strings (they become
+// "__metadata__"); sharded objects cannot be stored (an error at prepare).
+std::unique_ptr<StorageWriter> make_safetensors_writer(const std::string& dir, SafetensorsWriteOptions options = {});
+
+}  // namespace distckpt
