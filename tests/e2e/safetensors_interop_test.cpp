@@ -190,5 +190,62 @@ TEST_F(SafetensorsInterop, TorchExportLoadsInPythonWithTensorsAndCommonValues) {
   EXPECT_EQ(run_command(kBin + "/distckpt convert " + ckpt + " " + pt2 + " --to torch").exit_code, 2);
 }
 
+// torch.save files written by Python (a state_dict with common values, a
+// nested dict, a list) convert to distckpt and to safetensors; every value
+// equal, nested tensors named by their dotted path.
+TEST_F(SafetensorsInterop, TorchSaveFilesConvertToDistckptAndSafetensors) {
+  const std::string py = tmp_.path() + "/pt";
+  const CommandResult written =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 write_torch_save.py {}", kSource, py));
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  const auto cli = [](const std::string& args) { return run_command(kBin + "/distckpt " + args); };
+
+  const std::string ours = tmp_.path() + "/from-pt", hf = tmp_.path() + "/from-pt-hf";
+  const CommandResult in = cli("convert " + py + "/state.pt " + ours + " --to distckpt");
+  ASSERT_EQ(in.exit_code, 0) << in.output;
+  EXPECT_NE(in.output.find("12 tensors"), std::string::npos) << in.output;
+  const StateDict plain = load_plain_tensors(ours);
+  for (size_t k = 0; k < kTensors.size(); ++k) {
+    EXPECT_TRUE(at::equal(plain.at(kTensors[k].name).as_tensor(), expected_value(k, kTensors[k]))) << kTensors[k].name;
+  }
+  const StateDict common = load_common_state_dict(ours);
+  EXPECT_EQ(common.at("iteration").as_int(), 7);
+  EXPECT_EQ(common.at("optimizer").at("state").at("0").at("step").as_int(), 3);
+  EXPECT_EQ(common.at("optimizer").at("param_groups").as_list()[0].at("lr").as_float(), 0.5);
+
+  // pytorch_model.bin -> model.safetensors, read back by Python from the published format.
+  ASSERT_EQ(cli("convert " + py + "/state.pt " + hf + " --to safetensors --quiet").exit_code, 0);
+  const CommandResult checked =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 check_export.py {}", kSource, hf));
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_EQ(cli("digest " + hf).output, cli("digest " + path("single")).output);
+
+  const std::string nested = tmp_.path() + "/nested";
+  ASSERT_EQ(cli("convert " + py + "/nested.pt " + nested + " --to distckpt --quiet").exit_code, 0);
+  const StateDict n = load_plain_tensors(nested);
+  EXPECT_TRUE(at::equal(n.at("model.w").as_tensor(), at::arange(6, at::kFloat).reshape({2, 3})));
+  EXPECT_TRUE(at::equal(n.at("model.inner.b").as_tensor(), at::ones({2}, at::kHalf)));
+  EXPECT_EQ(n.at("model.inner.c").as_tensor().item<int64_t>(), 4);
+  EXPECT_EQ(load_common_state_dict(nested).at("epoch").as_int(), 2);
+  EXPECT_FALSE(load_common_state_dict(nested).contains("model"));  // it held only tensors
+
+  const CommandResult list = cli("convert " + py + "/list.pt " + tmp_.path() + "/list --to distckpt");
+  EXPECT_EQ(list.exit_code, 2);
+  EXPECT_NE(list.output.find("list.pt' holds no dict of tensors"), std::string::npos) << list.output;
+  // A dict of one entry (pickle's SETITEM, which LibTorch 1.13's own unpickler lacks).
+  ASSERT_EQ(cli("convert " + py + "/one.pt " + tmp_.path() + "/one --to distckpt --quiet").exit_code, 0);
+  EXPECT_TRUE(at::equal(load_plain_tensors(tmp_.path() + "/one").at("w").as_tensor(), at::zeros({2})));
+  ASSERT_EQ(cli("convert " + py + "/views.pt " + tmp_.path() + "/views --to distckpt --quiet").exit_code, 0);
+  const StateDict views = load_plain_tensors(tmp_.path() + "/views");
+  const at::Tensor base = at::arange(12, at::kFloat).reshape({3, 4});
+  EXPECT_TRUE(at::equal(views.at("p").as_tensor(), at::ones({2, 3})));
+  EXPECT_TRUE(at::equal(views.at("cols").as_tensor(), base.slice(1, 1, 3)));
+  EXPECT_TRUE(at::equal(views.at("row").as_tensor(), base[2]));
+  run_command("head -c 500 " + py + "/state.pt > " + py + "/cut.pt");
+  const CommandResult cut = cli("convert " + py + "/cut.pt " + tmp_.path() + "/cut --to distckpt");
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_NE(cut.output.find("cut.pt' cannot be read as a torch.save file"), std::string::npos) << cut.output;
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -259,7 +259,9 @@ int main(int argc, char** argv) {
   digest_cmd->add_option("dir", dir, "checkpoint directory")->required();
   ConvertArgs args;
   auto* convert_cmd = app.add_subcommand("convert", "write SRC's tensors in another format to DST (a new directory)");
-  convert_cmd->add_option("src", dir, "checkpoint: distckpt, or safetensors (file or directory)")->required();
+  convert_cmd
+      ->add_option("src", dir, "checkpoint: distckpt, safetensors (file or directory) or a torch.save file (.pt, .bin)")
+      ->required();
   convert_cmd->add_option("dst", args.dst, "directory to create (a .pt file for --to torch)")->required();
   convert_cmd->add_option("--to", args.to, "safetensors, torch (one file torch.load opens) or distckpt")
       ->required()

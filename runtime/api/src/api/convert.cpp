@@ -1,10 +1,10 @@
 // Whole-checkpoint conversions: any readable checkpoint to safetensors
-// (streamed in windows) and to distckpt (one rank saves everything).
+// (streamed in windows); any checkpoint or torch.save file to torch.save or
+// to distckpt (whole tensors, one rank saves everything).
 #include "distckpt/api/convert.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <chrono>
 #include <functional>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/checkpoint_reader.h"
+#include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/errors.h"
@@ -57,36 +58,6 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// A common value as an IValue torch.load turns back into Python objects.
-c10::IValue to_ivalue(const Value& v, const std::string& where) {
-  switch (v.kind()) {
-    case Kind::kNone:
-      return c10::IValue();
-    case Kind::kBool:
-      return v.as_bool();
-    case Kind::kInt:
-      return v.as_int();
-    case Kind::kFloat:
-      return v.as_float();
-    case Kind::kString:
-      return v.as_string();
-    case Kind::kTensor:
-      return v.as_tensor();
-    case Kind::kDict: {
-      c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-      for (const auto& [key, item] : v.as_dict()) dict.insert(key, to_ivalue(item, where + "." + key));
-      return dict;
-    }
-    case Kind::kList: {
-      c10::impl::GenericList list(c10::AnyType::get());
-      for (size_t i = 0; i < v.as_list().size(); ++i) list.push_back(to_ivalue(v.as_list()[i], where));
-      return list;
-    }
-    default:
-      throw Error(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
-  }
-}
-
 // The checks of the conversions that write one whole target.
 void check_whole_target(const std::string& dst, const ConvertOptions& options) {
   if (io::exists(dst)) {
@@ -97,24 +68,35 @@ void check_whole_target(const std::string& dst, const ConvertOptions& options) {
   if (!options.mapping.empty()) throw Error("a name mapping applies to the export to safetensors only");
 }
 
-// Hands every stored tensor of `src`, whole and in its converted dtype, to
-// `add`; a key that is also a common value is an error. Counts into `report`
-// (all tensors are held at once).
-void for_each_whole_tensor(const std::string& src, const StateDict& common, const ConvertOptions& options,
-                           ConvertReport& report, const std::function<void(const std::string&, at::Tensor)>& add) {
-  for (const auto& [key, value] : load_plain_tensors(src).as_dict()) {
-    if (common.contains(key)) {
+// SRC's tensors, whole, and its common values: a torch.save file, or any
+// checkpoint load() reads. All tensors are held at once.
+api::TorchFileContents whole_contents(const std::string& src) {
+  if (api::is_torch_file(src)) return api::read_torch_file(src);
+  api::TorchFileContents contents;
+  contents.common = load_common_state_dict(src);
+  for (auto& [key, value] : load_plain_tensors(src).as_dict()) contents.tensors.emplace_back(key, value.as_tensor());
+  return contents;
+}
+
+// `contents`' tensors in their converted dtype; a key that is also a common
+// value is an error. Counts into `report`.
+api::NamedTensors converted_tensors(api::TorchFileContents& contents, const std::string& src,
+                                    const ConvertOptions& options, ConvertReport& report) {
+  api::NamedTensors out;
+  for (auto& [key, tensor] : contents.tensors) {
+    if (contents.common.contains(key)) {
       throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
     }
-    at::Tensor t = value.as_tensor();
-    const at::ScalarType dtype = stored_dtype(t.scalar_type(), options);
-    if (dtype != t.scalar_type()) t = t.to(dtype);
+    const at::ScalarType dtype = stored_dtype(tensor.scalar_type(), options);
+    at::Tensor t = dtype == tensor.scalar_type() ? tensor : tensor.to(dtype);
     report.bytes += t.nbytes();
     ++report.tensors;
-    add(key, std::move(t));
+    out.emplace_back(key, std::move(t));
   }
+  contents.tensors.clear();
   report.peak_buffer = report.bytes;
   report.files = 1;
+  return out;
 }
 
 // One tensor of the export: its name, the stored tensor and the region of it.
@@ -153,9 +135,33 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
   return out;
 }
 
+// A torch.save file's tensors (held at once, as torch.load holds them).
+ConvertReport torch_file_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
+  api::TorchFileContents contents = api::read_torch_file(src);
+  ConvertReport report;
+  const api::NamedTensors tensors = converted_tensors(contents, src, options, report);
+  std::vector<safetensors::Entry> entries;
+  std::unordered_map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, t] : tensors) {
+    entries.push_back({name, t.scalar_type(), t.sizes().vec(), 0, 0});
+    by_name.emplace(name, &t);
+  }
+  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
+  for (size_t i = 0; i < writer.tensors().size(); ++i) {
+    const at::Tensor t = by_name.at(writer.tensors()[i].name)->contiguous();
+    writer.write(i, 0, t.data_ptr(), t.nbytes());
+  }
+  writer.commit();
+  report.files = writer.files();
+  if (options.progress) options.progress(report.bytes, report.bytes);
+  return report;
+}
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  if (api::is_torch_file(src)) return torch_file_to_safetensors(src, dst, options);
   api::CheckpointReader reader(src);
   const std::vector<Export> exports = options.mapping.empty() ? every_tensor(reader) : mapped(reader, options.mapping);
   std::vector<safetensors::Entry> entries;
@@ -194,26 +200,23 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
-  const StateDict common = load_common_state_dict(src);
-  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  for (const auto& [key, value] : common.as_dict()) dict.insert(key, to_ivalue(value, key));
+  api::TorchFileContents contents = whole_contents(src);
   ConvertReport report;
-  for_each_whole_tensor(src, common, options, report,
-                        [&](const std::string& key, at::Tensor t) { dict.insert(key, std::move(t)); });
-  const std::vector<char> bytes = torch::jit::pickle_save(dict);
-  io::write_file_atomic(dst, std::string_view(bytes.data(), bytes.size()));
+  const api::NamedTensors tensors = converted_tensors(contents, src, options, report);
+  api::write_torch_file(dst, contents.common, tensors);
   if (options.progress) options.progress(report.bytes, report.bytes);
   return report;
 }
 
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
-  StateDict state = load_common_state_dict(src);
+  api::TorchFileContents contents = whole_contents(src);
   ConvertReport report;
-  // Stored keys are unique: only a common value can collide with one.
-  for_each_whole_tensor(src, state, options, report, [&](const std::string& key, at::Tensor t) {
+  StateDict state = contents.common;
+  // Names are unique within a source: only a common value can collide with one.
+  for (auto& [key, t] : converted_tensors(contents, src, options, report)) {
     state[key] = ShardedTensor::from_rank_offsets(key, std::move(t), {});
-  });
+  }
   const std::shared_ptr<Communicator> one = make_single_process_communicator();
   save(state, dst, *one);
   if (options.progress) options.progress(report.bytes, report.bytes);

@@ -1,7 +1,14 @@
 // Converting whole checkpoints between formats, on one process: a distckpt
 // checkpoint to Hugging Face safetensors or to a torch.save file
-// (consolidated, unsharded tensors), and safetensors (or any readable
-// checkpoint) to distckpt.
+// (consolidated, unsharded tensors), and safetensors, a torch.save file (or
+// any readable checkpoint) to distckpt. To reshard at the same time, load
+// the source under the target layout on N ranks and save (README).
+//
+// SRC may be a torch.save file (Python's zip format, e.g. pytorch_model.bin)
+// everywhere: its tensors at any depth of nested dicts, named by their
+// dotted path; everything else becomes common values. Its pickle is read
+// by a restricted reader that imports and runs nothing (only the classes
+// state dicts use are known); all tensors are held in memory at once.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -34,7 +41,7 @@ struct ConvertReport {
   uint64_t peak_buffer = 0;  // largest buffer of tensor values held at once
 };
 
-// SRC: any checkpoint load() reads. DST must not exist; it appears only
+// SRC: any checkpoint load() reads (or a torch.save file). DST must not exist; it appears only
 // when complete (written beside it, then renamed). Tensors stream through
 // windows of bounded size, so memory does not grow with the model.
 // "__metadata__" is {"format": "pt"}, as PyTorch's loaders expect.
@@ -49,6 +56,7 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 
 // A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and
 // its common values. Holds all tensors in memory at once.
+// SRC: safetensors, a torch.save file, or a distckpt checkpoint.
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
 
 }  // namespace distckpt

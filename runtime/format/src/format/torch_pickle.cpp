@@ -1,0 +1,385 @@
+#include "format/torch_pickle.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <unordered_map>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::torch_pickle {
+namespace {
+
+// The machine's stack: values, and marks.
+struct Item {
+  bool mark = false;
+  NodeRef node;
+};
+
+template <typename T>
+Item value_item(T v) {
+  auto n = std::make_shared<Node>();
+  n->value = std::move(v);
+  return Item{false, std::move(n)};
+}
+
+// Storage classes torch.save names in a storage's persistent id.
+const std::unordered_map<std::string, at::ScalarType>& storage_types() {
+  static const std::unordered_map<std::string, at::ScalarType> types{
+      {"torch.FloatStorage", at::kFloat},       {"torch.DoubleStorage", at::kDouble}, {"torch.HalfStorage", at::kHalf},
+      {"torch.BFloat16Storage", at::kBFloat16}, {"torch.LongStorage", at::kLong},     {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},       {"torch.CharStorage", at::kChar},     {"torch.ByteStorage", at::kByte},
+      {"torch.BoolStorage", at::kBool}};
+  return types;
+}
+
+class Machine {
+ public:
+  Machine(std::string_view bytes, const StorageLoader& storage, const std::string& origin)
+      : in_(bytes), storage_(storage), origin_(origin) {}
+
+  NodeRef run() {
+    while (true) {
+      op_at_ = pos_;
+      const uint8_t op = u8();
+      switch (op) {
+        case 0x80: {  // PROTO
+          if (u8() > 5) fail("pickle protocol newer than 5");
+          break;
+        }
+        case 0x95:  // FRAME: a length hint
+          take(8);
+          break;
+        case '.': {  // STOP
+          NodeRef root = pop_node("the result");
+          if (!stack_.empty()) fail("values left on the stack at STOP");
+          return root;
+        }
+        case '(':
+          stack_.push_back(Item{true, nullptr});
+          break;
+        case '}':
+          stack_.push_back(value_item(std::make_shared<Dict>()));
+          break;
+        case ']':
+          stack_.push_back(value_item(std::make_shared<List>()));
+          break;
+        case ')':
+          stack_.push_back(value_item(std::make_shared<List>(List{{}, true})));
+          break;
+        case 'N':
+          stack_.push_back(value_item(std::monostate{}));
+          break;
+        case 0x88:
+          stack_.push_back(value_item(true));
+          break;
+        case 0x89:
+          stack_.push_back(value_item(false));
+          break;
+        case 'J':
+          stack_.push_back(value_item(static_cast<int64_t>(static_cast<int32_t>(le(4)))));
+          break;
+        case 'K':
+          stack_.push_back(value_item(static_cast<int64_t>(le(1))));
+          break;
+        case 'M':
+          stack_.push_back(value_item(static_cast<int64_t>(le(2))));
+          break;
+        case 0x8a:  // LONG1: little-endian two's complement of n bytes
+          stack_.push_back(value_item(long1()));
+          break;
+        case 'G': {  // BINFLOAT, big-endian
+          uint64_t bits = 0;
+          for (const char c : take(8)) bits = (bits << 8) | static_cast<uint8_t>(c);
+          double d;
+          std::memcpy(&d, &bits, sizeof d);
+          stack_.push_back(value_item(d));
+          break;
+        }
+        case 'X':
+        case 'T':
+          stack_.push_back(value_item(std::string(take(le(4)))));
+          break;
+        case 0x8c:
+        case 'U':
+          stack_.push_back(value_item(std::string(take(le(1)))));
+          break;
+        case 0x8d:
+          stack_.push_back(value_item(std::string(take(le(8)))));
+          break;
+        case 'q':
+          memo_[le(1)] = top();
+          break;
+        case 'r':
+          memo_[le(4)] = top();
+          break;
+        case 0x94: {
+          const uint64_t index = memo_.size();
+          memo_[index] = top();
+          break;
+        }
+        case 'h':
+          stack_.push_back(get(le(1)));
+          break;
+        case 'j':
+          stack_.push_back(get(le(4)));
+          break;
+        case 't':
+          stack_.push_back(value_item(std::make_shared<List>(List{pop_to_mark(), true})));
+          break;
+        case 0x85:
+        case 0x86:
+        case 0x87: {
+          std::vector<NodeRef> items(op - 0x84u);
+          for (size_t i = items.size(); i-- > 0;) items[i] = pop_node("a tuple item");
+          stack_.push_back(value_item(std::make_shared<List>(List{std::move(items), true})));
+          break;
+        }
+        case 'a': {
+          NodeRef v = pop_node("an appended value");
+          list_below("APPEND").items.push_back(std::move(v));
+          break;
+        }
+        case 'e': {
+          std::vector<NodeRef> items = pop_to_mark();
+          auto& list = list_below("APPENDS").items;
+          list.insert(list.end(), items.begin(), items.end());
+          break;
+        }
+        case 's': {
+          NodeRef v = pop_node("a dict value");
+          NodeRef k = pop_node("a dict key");
+          set_item(dict_below("SETITEM"), k, std::move(v));
+          break;
+        }
+        case 'u': {
+          std::vector<NodeRef> items = pop_to_mark();
+          if (items.size() % 2 != 0) fail("SETITEMS with an odd number of values");
+          Dict& d = dict_below("SETITEMS");
+          for (size_t i = 0; i < items.size(); i += 2) set_item(d, items[i], items[i + 1]);
+          break;
+        }
+        case 'c': {  // GLOBAL "module\nname\n"
+          const std::string module = line(), name = line();
+          stack_.push_back(value_item(Global{module + "." + name}));
+          break;
+        }
+        case 0x93: {  // STACK_GLOBAL
+          const std::string name = string_of(pop_node("a global's name"));
+          const std::string module = string_of(pop_node("a global's module"));
+          stack_.push_back(value_item(Global{module + "." + name}));
+          break;
+        }
+        case 'Q':
+          stack_.push_back(persistent(pop_node("a persistent id")));
+          break;
+        case 'R': {
+          NodeRef args = pop_node("arguments");
+          NodeRef callable = pop_node("a callable");
+          const auto* global = std::get_if<Global>(&callable->value);
+          if (!global) fail("REDUCE of something that is not a global");
+          stack_.push_back(reduce(global->name, tuple_of(args)));
+          break;
+        }
+        case 'b': {  // BUILD: only the empty states tensors and OrderedDicts carry
+          NodeRef state = pop_node("a state");
+          if (stack_.empty() || stack_.back().mark) fail("BUILD without an object");
+          const bool empty = std::holds_alternative<std::monostate>(state->value) ||
+                             (std::holds_alternative<std::shared_ptr<Dict>>(state->value) &&
+                              std::get<std::shared_ptr<Dict>>(state->value)->items.empty());
+          if (!empty) fail("an object with state (BUILD), which a state dict does not hold");
+          break;
+        }
+        default:
+          fail(fmt::format("opcode 0x{:02x}, which torch.save does not write for state dicts", op));
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw CheckpointError(fmt::format("'{}': data.pkl at byte {}: {}", origin_, op_at_, what));
+  }
+
+  std::string_view take(uint64_t n) {
+    if (n > in_.size() - pos_) fail(fmt::format("{} bytes wanted, {} left (truncated pickle)", n, in_.size() - pos_));
+    const std::string_view out = in_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  uint8_t u8() { return static_cast<uint8_t>(take(1)[0]); }
+  uint64_t le(size_t n) {
+    uint64_t v = 0;
+    const std::string_view b = take(n);
+    for (size_t i = n; i-- > 0;) v = (v << 8) | static_cast<uint8_t>(b[i]);
+    return v;
+  }
+  int64_t long1() {
+    const uint8_t n = u8();
+    if (n > 8) fail("an integer wider than 64 bits");
+    if (n == 0) return 0;
+    uint64_t v = le(n);
+    if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // sign-extend
+    return static_cast<int64_t>(v);
+  }
+  std::string line() {
+    const size_t end = in_.find('\n', pos_);
+    if (end == std::string_view::npos || end - pos_ > 256) fail("a global's name without its newline");
+    std::string out(in_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return out;
+  }
+
+  const Item& top() const {
+    if (stack_.empty() || stack_.back().mark) fail("memoizing a mark or an empty stack");
+    return stack_.back();
+  }
+  Item get(uint64_t index) const {
+    const auto it = memo_.find(index);
+    if (it == memo_.end()) fail(fmt::format("memo entry {} was never stored", index));
+    return it->second;
+  }
+  NodeRef pop_node(const char* what) {
+    if (stack_.empty() || stack_.back().mark) fail(fmt::format("{} missing: a mark or an empty stack", what));
+    NodeRef out = std::move(stack_.back().node);
+    stack_.pop_back();
+    return out;
+  }
+  std::vector<NodeRef> pop_to_mark() {
+    size_t mark = stack_.size();
+    while (mark > 0 && !stack_[mark - 1].mark) --mark;
+    if (mark == 0) fail("no mark on the stack");
+    std::vector<NodeRef> out;
+    for (size_t i = mark; i < stack_.size(); ++i) out.push_back(stack_[i].node);
+    stack_.resize(mark - 1);
+    return out;
+  }
+  template <typename T>
+  T& below(const char* op) {
+    if (stack_.empty() || stack_.back().mark ||
+        !std::holds_alternative<std::shared_ptr<T>>(stack_.back().node->value)) {
+      fail(fmt::format("{} onto something that is not a {}", op, std::is_same_v<T, Dict> ? "dict" : "list"));
+    }
+    return *std::get<std::shared_ptr<T>>(stack_.back().node->value);
+  }
+  List& list_below(const char* op) {
+    List& l = below<List>(op);
+    if (l.tuple) fail(fmt::format("{} onto a tuple", op));
+    return l;
+  }
+  Dict& dict_below(const char* op) { return below<Dict>(op); }
+
+  void set_item(Dict& d, const NodeRef& key, NodeRef value) const {
+    Key k;
+    if (const auto* i = std::get_if<int64_t>(&key->value)) {
+      k = *i;
+    } else if (const auto* s = std::get_if<std::string>(&key->value)) {
+      k = *s;
+    } else {
+      fail("a dict key that is neither a string nor an int");
+    }
+    for (auto& [existing, v] : d.items) {
+      if (existing == k) {
+        v = std::move(value);
+        return;
+      }
+    }
+    d.items.emplace_back(std::move(k), std::move(value));
+  }
+
+  std::string string_of(const NodeRef& n) const {
+    const auto* s = std::get_if<std::string>(&n->value);
+    if (!s) fail("a string was expected");
+    return *s;
+  }
+  int64_t int_of(const NodeRef& n, const char* what) const {
+    const auto* i = std::get_if<int64_t>(&n->value);
+    if (!i) fail(fmt::format("{} is not an int", what));
+    return *i;
+  }
+  const std::vector<NodeRef>& tuple_of(const NodeRef& n) const {
+    const auto* l = std::get_if<std::shared_ptr<List>>(&n->value);
+    if (!l || !(*l)->tuple) fail("arguments that are not a tuple");
+    return (*l)->items;
+  }
+  std::vector<int64_t> ints_of(const NodeRef& n, const char* what) const {
+    std::vector<int64_t> out;
+    for (const NodeRef& i : tuple_of(n)) out.push_back(int_of(i, what));
+    return out;
+  }
+
+  // ('storage', StorageClass, key, location, numel): the archive's record
+  // "data/<key>", loaded once however often the pickle names it.
+  Item persistent(const NodeRef& pid) {
+    const std::vector<NodeRef>& t = tuple_of(pid);
+    if (t.size() != 5 || string_of(t[0]) != "storage") fail("a persistent id that is not a storage");
+    const auto* type = std::get_if<Global>(&t[1]->value);
+    const auto dtype = type ? storage_types().find(type->name) : storage_types().end();
+    if (dtype == storage_types().end())
+      fail("a storage of an unknown class (a typed storage such as torch.FloatStorage)");
+    const std::string key = string_of(t[2]);
+    const int64_t numel = int_of(t[4], "a storage's size");
+    if (numel < 0) fail("a negative storage size");
+    auto& loaded = storages_[key];
+    if (!loaded.defined()) {
+      loaded = storage_(key, dtype->second, numel);
+    } else if (loaded.scalar_type() != dtype->second || loaded.numel() != numel) {
+      fail(fmt::format("storage '{}' named twice with different types or sizes", key));
+    }
+    return value_item(Storage{loaded});
+  }
+
+  Item reduce(const std::string& global, const std::vector<NodeRef>& args) {
+    if (global == "collections.OrderedDict") {
+      if (!args.empty()) fail("OrderedDict built from arguments");
+      return value_item(std::make_shared<Dict>());
+    }
+    if (global == "torch._utils._rebuild_tensor_v2" || global == "torch._utils._rebuild_tensor") {
+      if (args.size() < 4) fail(fmt::format("{} with {} arguments", global, args.size()));
+      return value_item(rebuild_tensor(args));
+    }
+    if (global == "torch._utils._rebuild_parameter" || global == "torch._utils._rebuild_parameter_with_state") {
+      if (args.empty() || !std::holds_alternative<at::Tensor>(args[0]->value)) fail("a parameter without its tensor");
+      return value_item(std::get<at::Tensor>(args[0]->value));
+    }
+    fail(fmt::format("global '{}', which a state dict does not use (nothing is imported)", global));
+  }
+
+  at::Tensor rebuild_tensor(const std::vector<NodeRef>& args) {
+    const auto* source = std::get_if<Storage>(&args[0]->value);
+    if (!source) fail("a tensor whose first argument is not a storage");
+    const at::Tensor* storage = &source->data;
+    const int64_t offset = int_of(args[1], "a tensor's storage offset");
+    const std::vector<int64_t> size = ints_of(args[2], "a tensor's size");
+    const std::vector<int64_t> stride = ints_of(args[3], "a tensor's stride");
+    if (size.size() != stride.size() || size.size() > 64) fail("a tensor's size and stride disagree");
+    const int64_t numel = storage->numel();
+    if (offset < 0 || offset > numel) fail(fmt::format("storage offset {} outside {} elements", offset, numel));
+    bool empty = false;
+    for (int64_t s : size) empty = empty || s == 0;
+    __int128 last = offset;
+    for (size_t d = 0; d < size.size(); ++d) {
+      if (size[d] < 0 || stride[d] < 0) fail("a negative size or stride");
+      last += static_cast<__int128>(size[d] - (size[d] > 0 ? 1 : 0)) * stride[d];
+    }
+    if (!empty && last >= numel) fail(fmt::format("a tensor reaching past its storage of {} elements", numel));
+    return storage->as_strided(size, stride, offset);
+  }
+
+  std::string_view in_;
+  size_t pos_ = 0, op_at_ = 0;
+  const StorageLoader& storage_;
+  const std::string& origin_;
+  std::vector<Item> stack_;
+  std::unordered_map<uint64_t, Item> memo_;
+  std::unordered_map<std::string, at::Tensor> storages_;
+};
+
+}  // namespace
+
+NodeRef unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin) {
+  return Machine(bytes, storage, origin).run();
+}
+
+}  // namespace distckpt::torch_pickle

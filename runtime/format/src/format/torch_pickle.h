@@ -1,0 +1,61 @@
+// The pickle inside a torch.save file (`data.pkl`), read by a small,
+// restricted pickle machine instead of LibTorch's unpickler, which is meant
+// for TorchScript and misses opcodes Python emits for ordinary dicts and
+// lists (a dict of one entry, a list of one group). Only what state dicts
+// hold is understood: None, bools, ints, floats, strings, lists, tuples,
+// dicts (OrderedDict too), tensors (and parameters) over storages, which the
+// caller supplies. Any other global, opcode or malformed byte is an error
+// naming the file and the offset: nothing is ever executed or imported.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace distckpt::torch_pickle {
+
+struct Node;
+using NodeRef = std::shared_ptr<Node>;
+using Key = std::variant<int64_t, std::string>;  // dict keys state dicts use
+
+struct List {
+  std::vector<NodeRef> items;
+  bool tuple = false;
+};
+struct Dict {
+  std::vector<std::pair<Key, NodeRef>> items;  // in insertion order; a repeated key replaces its value
+};
+
+// A class named by the pickle (only a few are ever called).
+struct Global {
+  std::string name;  // "module.name"
+};
+// A storage loaded for a persistent id: only tensors may use it.
+struct Storage {
+  at::Tensor data;  // 1-D, the whole storage
+};
+
+// Containers are shared: the pickle's memo may refer to one from several
+// places (even from inside itself).
+struct Node {
+  std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, std::shared_ptr<List>,
+               std::shared_ptr<Dict>, Global, Storage>
+      value;
+};
+
+// Returns the whole storage `key` (`numel` elements of `dtype`), as the
+// archive's "data/<key>" record holds it; throws when it does not.
+using StorageLoader = std::function<at::Tensor(const std::string& key, at::ScalarType dtype, int64_t numel)>;
+
+// CheckpointError naming `origin` and the byte offset for anything outside
+// the subset above.
+NodeRef unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin);
+
+}  // namespace distckpt::torch_pickle

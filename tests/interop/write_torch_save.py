@@ -1,0 +1,42 @@
+"""Writes torch.save files with the real PyTorch, as training scripts do.
+
+    python3 write_torch_save.py OUT
+
+OUT/state.pt    model.state_dict()-like: every tensor of write_safetensors.TENSORS
+                at the top level (an OrderedDict), plus "iteration" and a
+                tensor-free "optimizer" (int keys, lists, floats)
+OUT/nested.pt   {"model": {"w": ..., "inner": {"b": ..., "c": ...}}, "epoch": 2}
+OUT/list.pt     a list, not a dict
+OUT/one.pt      {"w": ...}: a dict of one entry (pickle's SETITEM)
+OUT/views.pt    a Parameter, and two views of one storage (one strided), pickle protocol 4
+"""
+import collections
+import os
+import sys
+
+import torch
+
+from write_safetensors import TENSORS, value
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    state = collections.OrderedDict((name, value(k, shape, dtype)) for k, (name, shape, dtype) in enumerate(TENSORS))
+    state["iteration"] = 7
+    state["optimizer"] = {"state": {0: {"step": 3, "exp_avg_count": 1}, 1: {"step": 3, "exp_avg_count": 2}},
+                          "param_groups": [{"lr": 0.5, "params": [0]}], "scheduler": None}
+    torch.save(state, os.path.join(out, "state.pt"))
+    nested = {"model": {"w": torch.arange(6.0).reshape(2, 3), "inner": {"b": torch.ones(2, dtype=torch.float16),
+                                                                             "c": torch.tensor(4)}},
+              "epoch": 2}
+    torch.save(nested, os.path.join(out, "nested.pt"))
+    torch.save([torch.zeros(2)], os.path.join(out, "list.pt"))
+    torch.save({"w": torch.zeros(2)}, os.path.join(out, "one.pt"))
+    base = torch.arange(12.0).reshape(3, 4)
+    torch.save({"p": torch.nn.Parameter(torch.ones(2, 3)), "cols": base[:, 1:3], "row": base[2]},
+               os.path.join(out, "views.pt"), pickle_protocol=4)
+
+
+if __name__ == "__main__":
+    main()
