@@ -7,8 +7,13 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -24,8 +29,6 @@
 
 namespace distckpt {
 namespace {
-
-constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
 
 at::ScalarType stored_dtype(at::ScalarType dtype, const ConvertOptions& options) {
   if (!options.dtype) return dtype;
@@ -158,10 +161,107 @@ ConvertReport torch_file_to_safetensors(const std::string& src, const std::strin
   return report;
 }
 
+// The export's writes, on a thread of their own, so that reading the next
+// window overlaps writing this one. One window waits at most, so three
+// buffers circulate (filled, waiting, being written); they are recycled, not
+// freed: large buffers freed and allocated again make the C allocator keep
+// hundreds of MiB resident. Memory: the reader's window and these three.
+class WindowWriter {
+ public:
+  WindowWriter(storage::SafetensorsWriter& writer, Progress& progress, uint64_t window_bytes)
+      : writer_(writer), progress_(progress), window_bytes_(window_bytes), thread_([this] { run(); }) {}
+  ~WindowWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      changed_.notify_all();
+    }
+    thread_.join();
+  }
+
+  // A buffer of at least `bytes` to fill and push().
+  at::Tensor buffer(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->nbytes() >= bytes) {
+        at::Tensor b = std::move(*it);
+        free_.erase(it);
+        return b;
+      }
+    }
+    const uint64_t capacity = std::max(bytes, window_bytes_);
+    allocated_ += capacity;
+    return at::empty({static_cast<int64_t>(capacity)}, at::TensorOptions().dtype(at::kByte));
+  }
+  // Writes bytes [0, n) of `buffer` at `offset` of tensor `index`; blocks
+  // while a window waits.
+  void push(size_t index, uint64_t offset, at::Tensor buffer, uint64_t n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !waiting_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+    waiting_ = Window{index, offset, std::move(buffer), n};
+    changed_.notify_all();
+  }
+  // Waits for every write; rethrows the first error. Returns the bytes of
+  // every buffer allocated.
+  uint64_t finish() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return (!waiting_ && !writing_) || error_; });
+    if (error_) std::rethrow_exception(error_);
+    return allocated_;
+  }
+
+ private:
+  struct Window {
+    size_t index;
+    uint64_t offset;
+    at::Tensor buffer;
+    uint64_t bytes;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] { return waiting_ || stopping_; });
+      if (!waiting_) return;
+      Window w = std::move(*waiting_);
+      waiting_.reset();
+      writing_ = true;
+      changed_.notify_all();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        writer_.write(w.index, w.offset, w.buffer.data_ptr(), w.bytes);
+        progress_.add(w.bytes);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      writing_ = false;
+      if (free_.size() < 3) free_.push_back(std::move(w.buffer));
+      if (error && !error_) error_ = error;
+      changed_.notify_all();
+    }
+  }
+
+  storage::SafetensorsWriter& writer_;
+  Progress& progress_;
+  const uint64_t window_bytes_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<Window> waiting_;
+  std::vector<at::Tensor> free_;
+  bool writing_ = false, stopping_ = false;
+  uint64_t allocated_ = 0;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts once the rest is ready
+};
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   if (api::is_torch_file(src)) return torch_file_to_safetensors(src, dst, options);
+  if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
   api::CheckpointReader reader(src);
   const std::vector<Export> exports = options.mapping.empty() ? every_tensor(reader) : mapped(reader, options.mapping);
   std::vector<safetensors::Entry> entries;
@@ -179,17 +279,25 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
   storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
   ConvertReport report;
   Progress progress(options, writer.bytes());
-  for (size_t i = 0; i < writer.tensors().size(); ++i) {
-    const safetensors::Entry& entry = writer.tensors()[i];
-    const Export& e = *by_name.at(entry.name);
-    const uint64_t element = dtype_size(entry.dtype);
-    api::read_in_windows(reader, *e.record, e.region, kWindowBytes, [&](int64_t start, const at::Tensor& values) {
-      const at::Tensor out = values.scalar_type() == entry.dtype ? values : values.to(entry.dtype);
-      writer.write(i, static_cast<uint64_t>(start) * element, out.data_ptr(), out.nbytes());
-      report.peak_buffer = std::max<uint64_t>(
-          report.peak_buffer, values.nbytes() + (out.data_ptr() == values.data_ptr() ? 0 : out.nbytes()));
-      progress.add(out.nbytes());
-    });
+  {
+    WindowWriter windows(writer, progress, options.window_bytes);
+    for (size_t i = 0; i < writer.tensors().size(); ++i) {
+      const safetensors::Entry& entry = writer.tensors()[i];
+      const Export& e = *by_name.at(entry.name);
+      const uint64_t element = dtype_size(entry.dtype);
+      api::read_in_windows(reader, *e.record, e.region, options.window_bytes,
+                           [&](int64_t start, const at::Tensor& values) {
+                             // The reader reuses its window: the values (converted
+                             // when asked) go to a buffer of the writer's.
+                             const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
+                             at::Tensor buffer = windows.buffer(bytes);
+                             if (bytes > 0)
+                               buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
+                             report.peak_buffer = std::max(report.peak_buffer, values.nbytes());
+                             windows.push(i, static_cast<uint64_t>(start) * element, std::move(buffer), bytes);
+                           });
+    }
+    report.peak_buffer += windows.finish();
   }
   writer.commit();
   report.tensors = writer.tensors().size();

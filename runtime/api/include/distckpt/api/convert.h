@@ -31,7 +31,11 @@ struct ConvertOptions {
   // layout schema's `mapping NAME`, e.g. "llama") instead of checkpoint keys.
   std::string mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
-  std::function<void(uint64_t done, uint64_t total)> progress;
+  std::function<void(uint64_t done, uint64_t total)> progress{};
+  // safetensors from a checkpoint: tensors stream through windows of this
+  // many bytes, read while the previous one is written; at most four are
+  // held at once, whatever the model size.
+  uint64_t window_bytes = uint64_t{32} << 20;
 };
 
 struct ConvertReport {
@@ -43,7 +47,8 @@ struct ConvertReport {
 
 // SRC: any checkpoint load() reads (or a torch.save file). DST must not exist; it appears only
 // when complete (written beside it, then renamed). Tensors stream through
-// windows of bounded size, so memory does not grow with the model.
+// windows of bounded size (ConvertOptions::window_bytes), so memory does not
+// grow with the model.
 // "__metadata__" is {"format": "pt"}, as PyTorch's loaders expect.
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst,
                                      const ConvertOptions& options = {});

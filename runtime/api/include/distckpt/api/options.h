@@ -43,7 +43,7 @@ struct SaveOptions {
   // where they belong; options in `safetensors`; tensors and string common
   // values only). Asynchronous saves write distckpt's format.
   StorageFormat format = StorageFormat::kDistckpt;
-  SafetensorsWriteOptions safetensors;
+  SafetensorsWriteOptions safetensors{};
   // Replace a committed checkpoint in the target directory. The old one is
   // removed only after the new one is committed, so a failed save loses nothing.
   // (distckpt format; a safetensors save never replaces a directory.)
@@ -60,14 +60,14 @@ struct SaveOptions {
   // Reuse planning (gathered plans, validation, writer choice, metadata
   // skeleton) while every rank's state dict keeps its structure. The same
   // cache object must be passed on every rank; null = plan every save.
-  std::shared_ptr<SavePlanCache> plan_cache;
+  std::shared_ptr<SavePlanCache> plan_cache{};
   // Recorded in the metadata (the generated API fills these).
-  std::string layout_name;
-  std::string layout_fingerprint;
-  std::string layout_schema;
+  std::string layout_name{};
+  std::string layout_fingerprint{};
+  std::string layout_schema{};
   // The schema's name mappings under this config (metadata; `distckpt
   // convert --map` exports under them).
-  std::vector<NameMapping> name_mappings;
+  std::vector<NameMapping> name_mappings{};
 };
 
 // How a stored piece that several ranks need reaches them.
@@ -99,7 +99,7 @@ struct LoadOptions {
   // Read a checkpoint in another naming (a Hugging Face directory) through
   // this mapping from the layout schema (gpt::llama_mapping(config)): the
   // request keeps its checkpoint keys. See map_storage.
-  std::optional<NameMapping> mapping;
+  std::optional<NameMapping> mapping{};
   LoadExchange exchange = LoadExchange::kAuto;
   // Reader threads per rank for pieces read straight into their destination;
   // 0 = resolve_io_threads' share of this host's cores.
