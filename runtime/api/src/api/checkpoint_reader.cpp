@@ -43,10 +43,16 @@ void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint6
 }
 
 void read_in_windows(CheckpointReader& reader, const TensorRecord& record, const Box& region, uint64_t window_bytes,
-                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit) {
+                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit,
+                     const at::Tensor& scratch) {
   const int64_t total = region.numel();
-  const auto window = static_cast<int64_t>(std::max<uint64_t>(1, window_bytes / dtype_size(record.dtype)));
-  at::Tensor buffer = at::empty({std::min(window, total)}, at::TensorOptions().dtype(record.dtype));
+  const uint64_t element = dtype_size(record.dtype);
+  const auto window = static_cast<int64_t>(std::max<uint64_t>(1, window_bytes / element));
+  const int64_t n = std::min(window, total);
+  const auto bytes = static_cast<int64_t>(static_cast<uint64_t>(n) * element);
+  at::Tensor buffer = scratch.defined() && scratch.scalar_type() == at::kByte && scratch.numel() >= bytes
+                          ? scratch.narrow(0, 0, bytes).view(record.dtype)
+                          : at::empty({n}, at::TensorOptions().dtype(record.dtype));
   for (int64_t start = 0; start < total; start += window) {
     const FlatRange range{start, std::min(start + window, total)};
     at::Tensor part = buffer.narrow(0, 0, range.size());

@@ -77,9 +77,12 @@ class CheckpointReader {
 // one window, whatever the tensor's size.
 void read_in_windows(CheckpointReader& reader, const TensorRecord& record, uint64_t window_bytes,
                      const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit);
-// The same over `region` of the tensor: flat_start counts within its flattening.
+// The same over `region` of the tensor: flat_start counts within its
+// flattening. `scratch` (bytes, at least `window_bytes`), when given, holds
+// the windows: a caller streaming many tensors allocates once.
 void read_in_windows(CheckpointReader& reader, const TensorRecord& record, const Box& region, uint64_t window_bytes,
-                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit);
+                     const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit,
+                     const at::Tensor& scratch = {});
 
 // The slice of `view` (whose box is `outer`) covering `inner`.
 at::Tensor sub_view(const at::Tensor& view, const Box& outer, const Box& inner);

@@ -281,23 +281,24 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
   Progress progress(options, writer.bytes());
   {
     WindowWriter windows(writer, progress, options.window_bytes);
+    const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);  // read windows
     for (size_t i = 0; i < writer.tensors().size(); ++i) {
       const safetensors::Entry& entry = writer.tensors()[i];
       const Export& e = *by_name.at(entry.name);
       const uint64_t element = dtype_size(entry.dtype);
-      api::read_in_windows(reader, *e.record, e.region, options.window_bytes,
-                           [&](int64_t start, const at::Tensor& values) {
-                             // The reader reuses its window: the values (converted
-                             // when asked) go to a buffer of the writer's.
-                             const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
-                             at::Tensor buffer = windows.buffer(bytes);
-                             if (bytes > 0)
-                               buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
-                             report.peak_buffer = std::max(report.peak_buffer, values.nbytes());
-                             windows.push(i, static_cast<uint64_t>(start) * element, std::move(buffer), bytes);
-                           });
+      api::read_in_windows(
+          reader, *e.record, e.region, options.window_bytes,
+          [&](int64_t start, const at::Tensor& values) {
+            // The read window is reused: the values (converted
+            // when asked) go to a buffer of the writer's.
+            const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
+            at::Tensor buffer = windows.buffer(bytes);
+            if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
+            windows.push(i, static_cast<uint64_t>(start) * element, std::move(buffer), bytes);
+          },
+          scratch);
     }
-    report.peak_buffer += windows.finish();
+    report.peak_buffer = scratch.nbytes() + windows.finish();
   }
   writer.commit();
   report.tensors = writer.tensors().size();
