@@ -30,6 +30,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bench_files.h"
+#include "bench_model.h"
 #include "bench_timer.h"
 #include "distckpt/distckpt.h"
 #include "io/file.h"
@@ -37,117 +39,7 @@
 namespace {
 
 using namespace distckpt;
-
-struct Model {
-  std::vector<std::pair<std::string, at::Tensor>> local;  // key -> this rank's rows
-  uint64_t local_bytes = 0;
-};
-
-// GPT-like layers (qkv, proj, fc1, fc2) of width `hidden`, every tensor split
-// on rows over the ranks, until the global state reaches `total_mb`.
-Model make_model(int64_t total_mb, int64_t hidden, int world) {
-  Model m;
-  const std::vector<std::pair<std::string, int64_t>> per_layer{{"self_attention.linear_qkv.weight", 3 * hidden},
-                                                               {"self_attention.linear_proj.weight", hidden},
-                                                               {"mlp.linear_fc1.weight", 4 * hidden},
-                                                               {"mlp.linear_fc2.weight", hidden}};
-  const uint64_t target = static_cast<uint64_t>(total_mb) << 20;
-  uint64_t global_bytes = 0;
-  for (int layer = 0; global_bytes < target; ++layer) {
-    for (const auto& [name, rows] : per_layer) {
-      const int64_t cols = name == "mlp.linear_fc2.weight" ? 4 * hidden : hidden;
-      at::Tensor t = at::rand({rows / world, cols});
-      m.local.emplace_back(fmt::format("decoder.layers.{}.{}", layer, name), t);
-      m.local_bytes += t.nbytes();
-      global_bytes += static_cast<uint64_t>(rows * cols) * 4;
-    }
-  }
-  return m;
-}
-
-// The saving layout (rows), with the model's tensors.
-StateDict saved_layout(const Model& m, int rank, int world) {
-  StateDict sd = Value::dict();
-  for (const auto& [key, t] : m.local) sd[key] = ShardedTensor::from_rank_offsets(key, t, {{0, rank, world}});
-  return sd;
-}
-
-// Destinations a resumed trainer already has (allocated and touched once):
-// the same rows, or a column split into max(world, 2) parts.
-StateDict load_layout(const Model& m, int rank, int world, bool columns) {
-  StateDict sd = Value::dict();
-  for (const auto& [key, t] : m.local) {
-    if (!columns) {
-      sd[key] = ShardedTensor::from_rank_offsets(key, at::zeros_like(t), {{0, rank, world}});
-      continue;
-    }
-    const int64_t rows = t.size(0) * world, cols = t.size(1);
-    const int64_t parts = std::max(world, 2);
-    List pieces;
-    for (int64_t p = rank; p < parts; p += world) {
-      pieces.push_back(ShardedTensor::from_rank_offsets(key, at::zeros({rows, cols / parts}), {{1, p, parts}}));
-    }
-    sd[key] = Value(std::move(pieces));
-  }
-  return sd;
-}
-
-// Drops the (clean) page-cache pages of a file, or of every file under a
-// directory, so the next read comes from the disk.
-void evict(const std::string& path) {
-  auto drop = [](const std::filesystem::path& p) {
-    const int fd = ::open(p.c_str(), O_RDONLY);
-    if (fd < 0) return;
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  };
-  if (!std::filesystem::exists(path)) return;
-  if (!std::filesystem::is_directory(path)) return drop(path);
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
-    if (entry.is_regular_file()) drop(entry.path());
-  }
-}
-
-// Reads a file, or every file under a directory, once (untimed). The virtual
-// disk's host caches what was read before, so the first read of freshly
-// written data is several times slower than any later one: every timed read
-// starts from data read once, then evicted from this machine's page cache.
-void prime(const std::string& path) {
-  if (!std::filesystem::exists(path)) return;
-  std::vector<uint8_t> buffer(uint64_t{16} << 20);
-  auto read_all = [&](const std::filesystem::path& p) {
-    io::File f(p.string(), io::File::Mode::kRead);
-    const uint64_t n = f.size();
-    for (uint64_t off = 0; off < n; off += buffer.size()) {
-      f.pread_all(buffer.data(), std::min<uint64_t>(buffer.size(), n - off), off);
-    }
-  };
-  if (!std::filesystem::is_directory(path)) return read_all(path);
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
-    if (entry.is_regular_file()) read_all(entry.path());
-  }
-}
-
-// Empties this machine's page cache: all of it through /proc/sys/vm/drop_caches
-// when allowed (root), else the files under `path` one by one (fadvise, which
-// can leave pages other CPUs hold in their LRU batches).
-void drop_page_cache(const std::string& path) {
-  ::sync();
-  {
-    std::ofstream drop("/proc/sys/vm/drop_caches");
-    if (drop && (drop << "1").flush()) return;
-  }
-  evict(path);
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
+using namespace bench;
 
 // The baseline: one file per rank, 64 MiB sequential writes, then fsync.
 // Buffered writes go straight from the tensors; O_DIRECT ones need an
