@@ -241,6 +241,10 @@ TEST_F(SafetensorsInterop, TorchSaveFilesConvertToDistckptAndSafetensors) {
   EXPECT_TRUE(at::equal(views.at("p").as_tensor(), at::ones({2, 3})));
   EXPECT_TRUE(at::equal(views.at("cols").as_tensor(), base.slice(1, 1, 3)));
   EXPECT_TRUE(at::equal(views.at("row").as_tensor(), base[2]));
+  const CommandResult expanded = cli("convert " + py + "/expanded.pt " + tmp_.path() + "/expanded --to distckpt");
+  EXPECT_EQ(expanded.exit_code, 2);
+  EXPECT_NE(expanded.output.find("a view with more elements than its storage of 3"), std::string::npos)
+      << expanded.output;
   run_command("head -c 500 " + py + "/state.pt > " + py + "/cut.pt");
   const CommandResult cut = cli("convert " + py + "/cut.pt " + tmp_.path() + "/cut --to distckpt");
   EXPECT_EQ(cut.exit_code, 2);

@@ -9,6 +9,7 @@ OUT/nested.pt   {"model": {"w": ..., "inner": {"b": ..., "c": ...}}, "epoch": 2}
 OUT/list.pt     a list, not a dict
 OUT/one.pt      {"w": ...}: a dict of one entry (pickle's SETITEM)
 OUT/views.pt    a Parameter, and two views of one storage (one strided), pickle protocol 4
+OUT/expanded.pt an expanded view: 4 x 3 elements over a storage of 3 (refused)
 """
 import collections
 import os
@@ -36,6 +37,7 @@ def main():
     base = torch.arange(12.0).reshape(3, 4)
     torch.save({"p": torch.nn.Parameter(torch.ones(2, 3)), "cols": base[:, 1:3], "row": base[2]},
                os.path.join(out, "views.pt"), pickle_protocol=4)
+    torch.save({"e": torch.zeros(3).expand(4, 3), "w": torch.zeros(2)}, os.path.join(out, "expanded.pt"))
 
 
 if __name__ == "__main__":

@@ -357,13 +357,24 @@ class Machine {
     const int64_t numel = storage->numel();
     if (offset < 0 || offset > numel) fail(fmt::format("storage offset {} outside {} elements", offset, numel));
     bool empty = false;
-    for (int64_t s : size) empty = empty || s == 0;
-    __int128 last = offset;
     for (size_t d = 0; d < size.size(); ++d) {
       if (size[d] < 0 || stride[d] < 0) fail("a negative size or stride");
-      last += static_cast<__int128>(size[d] - (size[d] > 0 ? 1 : 0)) * stride[d];
+      empty = empty || size[d] == 0;
     }
-    if (!empty && last >= numel) fail(fmt::format("a tensor reaching past its storage of {} elements", numel));
+    if (empty) return at::empty(size, storage->options());
+    // Every element inside the storage, and no more elements than it holds:
+    // an expanded view (stride 0) would otherwise turn a few bytes of file
+    // into any amount of memory once made contiguous.
+    __int128 last = offset, elements = 1;
+    for (size_t d = 0; d < size.size(); ++d) {
+      last += static_cast<__int128>(size[d] - 1) * stride[d];  // each term < 2^126: no overflow before the check
+      elements *= size[d];
+      if (last >= numel) fail(fmt::format("a tensor reaching past its storage of {} elements", numel));
+      if (elements > numel) {
+        fail(fmt::format("a view with more elements than its storage of {} (an expanded tensor: save it contiguous)",
+                         numel));
+      }
+    }
     return storage->as_strided(size, stride, offset);
   }
 
