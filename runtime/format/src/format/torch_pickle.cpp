@@ -375,6 +375,7 @@ class Machine {
                          numel));
       }
     }
+    if (last >= numel) fail(fmt::format("a tensor reaching past its storage of {} elements", numel));  // 0-dim
     return storage->as_strided(size, stride, offset);
   }
 
