@@ -63,6 +63,14 @@ class HfMapping : public ::testing::Test {
                             const std::string& name) {
     return trainer(to, model + " --load " + path("hf") + " --load-mapping " + mapping + " --save " + path(name));
   }
+  // Loads "a" under `mesh` and saves it straight as safetensors under
+  // `mapping`, every rank writing its shards: the export's bytes.
+  void expect_direct_save_equals_export(const Mesh& mesh, const std::string& model, const std::string& mapping) {
+    const CommandResult direct =
+        trainer(mesh, model + " --load " + path("a") + " --save " + path("direct") + " --save-mapping " + mapping);
+    ASSERT_EQ(direct.exit_code, 0) << direct.output;
+    EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("direct") + " && echo identical").output, "identical\n");
+  }
   std::string path(const std::string& rel) const { return tmp_.path() + "/" + rel; }
   TempDir tmp_{"hf-mapping"};
 };
@@ -100,12 +108,7 @@ TEST_F(HfMapping, GptExportedWithTheLlamaMappingLoadsUnderOtherMeshes) {
     EXPECT_EQ(read, shards + 147456U);
   }
 
-  // Saved straight from the (tp=2, pp=2) ranks under the mapping, every rank
-  // writing its shards into the consolidated files: the export's bytes.
-  const CommandResult direct =
-      trainer({2, 2, 1, 1}, kGpt + " --load " + path("a") + " --save " + path("direct") + " --save-mapping llama");
-  ASSERT_EQ(direct.exit_code, 0) << direct.output;
-  EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("direct") + " && echo identical").output, "identical\n");
+  expect_direct_save_equals_export({2, 2, 1, 1}, kGpt, "llama");
 
   const CommandResult pp4 = load_mapped({1, 4, 2, 1}, kGpt, "llama", "pp4dp2");
   ASSERT_EQ(pp4.exit_code, 0) << pp4.output;
@@ -131,10 +134,7 @@ TEST_F(HfMapping, MoeExportedWithTheMixtralMappingLoadsUnderTwoMeshes) {
   // Each expert-parallel rank reads its experts plus the replicated dense weights.
   for (const auto& [read, shards] : reads(ep4.output, 4)) EXPECT_EQ(read, shards);
 
-  const CommandResult direct =
-      trainer({1, 1, 1, 4}, kMoe + " --load " + path("a") + " --save " + path("direct") + " --save-mapping mixtral");
-  ASSERT_EQ(direct.exit_code, 0) << direct.output;
-  EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("direct") + " && echo identical").output, "identical\n");
+  expect_direct_save_equals_export({1, 1, 1, 4}, kMoe, "mixtral");
 
   const CommandResult mixed = load_mapped({2, 2, 1, 2}, kMoe, "mixtral", "tp2pp2ep2");
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;

@@ -159,9 +159,13 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
     } else {
       plan_from_scratch(*p, local, comm);
     }
-    run_agreed(comm, "prepare the storage", [&] {
-      if (comm.is_coordinator()) p->writer->prepare(contents_of(*p->global, p->split.common));
-    });
+    // distckpt's own writer lays nothing out (the plan is its layout): no
+    // collective for it on the save path.
+    if (p->writer->format() != StorageFormat::kDistckpt) {
+      run_agreed(comm, "prepare the storage", [&] {
+        if (comm.is_coordinator()) p->writer->prepare(contents_of(*p->global, p->split.common));
+      });
+    }
   } catch (...) {
     if (p->claim) p->writer->discard();
     throw;
