@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   config.layers = layers;
   config.heads = 16;
   config.kv_groups = 4;
-  gpt::Model model(config, {{0, 1}, {0, 1}, {0, 1}});
+  gpt::Model model(config, {{0, 1}, {0, 1}, {0, 1}, {0, 1}});
   std::vector<std::pair<std::string, at::Tensor>> params;
   int64_t param_bytes = 0, largest = 0;
   // Parameters of this rank's local shapes, read off the layout (a fused tensor's parts stack on dim 0).

@@ -1,11 +1,15 @@
-// Trains a small GPT (or MoE GPT) for a few steps under any (tp, pp, dp, ep)
-// mesh, saving and loading through the API generated from
-// schema/models/{gpt,moe}.shard. No sharding code here: the modules hold local
-// shards, the generated Model binds them by name and knows every offset.
+// Trains a small GPT (or MoE GPT) for a few steps under any Megatron-style
+// layout: (tp, cp, dp, pp) with virtual pipeline stages (vp, or an explicit
+// layers-per-virtual-stage layout) and, for MoE, experts folded over
+// (etp, ep, edp, pp) of the same ranks; saving and loading through the API
+// generated from schema/models/{gpt,moe}.shard. No sharding code here: the
+// modules hold local shards, one module per model chunk, and the generated
+// Model binds them by name and knows every offset.
 //
 //   distckpt-launch -n 8 -- distckpt-gpt-trainer --tp 2 --pp 4 --steps 3 --save A
-//   distckpt-launch -n 8 -- distckpt-gpt-trainer --tp 4 --pp 2 --load A --save B
+//   distckpt-launch -n 8 -- distckpt-gpt-trainer --tp 4 --pp 2 --vp 2 --load A --save B
 //   distckpt digest A; distckpt digest B      # equal: same logical state
+//   ... --model moe --tp 2 --dp 4 --etp 1 --ep 4  # 8 ranks: experts over ep 4 x edp 2
 //   ... --load A --save HF --save-mapping llama  # Hugging Face files, from every rank
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
@@ -29,11 +33,14 @@ using namespace distckpt;
 
 struct Args {
   std::string model = "gpt";
-  int64_t tp = 1, pp = 1, dp = 1, ep = 1;
-  int64_t layers = 4, hidden = 64, heads = 4, kv_groups = 0, ffn = 128, vocab = 256, experts = 4;
+  int64_t tp = 1, cp = 1, dp = 1, pp = 1, vp = 1;
+  int64_t ep = 1, etp = 0;  // etp 0: = tp (Megatron's default)
+  std::vector<int64_t> pipeline_layout;
+  int64_t layers = 4, hidden = 64, heads = 4, kv_groups = 0, ffn = 128, vocab = 256, experts = 4, mtp_layers = 0;
   int64_t tie_embeddings = 0, steps = 0;
   std::string optimizer = "sgd";      // sgd (stateless), adam or adamw
-  int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp
+  int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp * cp (edp for experts)
+  int64_t optimizer_instances = 1;
   std::string save_dir, load_dir;
   std::string load_mapping;  // --load reads another naming through this mapping of the schema
   std::string save_mapping;  // --save writes safetensors under this mapping of the schema
@@ -41,19 +48,26 @@ struct Args {
 };
 
 struct Coords {
-  int64_t tp, pp, dp, ep;
+  int64_t tp, cp, dp, pp;  // dense mesh
+  int64_t etp, ep, edp;    // expert mesh (shares pp)
 };
 
-// Rank order: tp fastest, then ep, dp, pp.
+// Megatron's rank order: dense tp fastest, then cp, dp, pp; on the expert
+// mesh of the same ranks etp fastest, then ep, edp, pp.
 Coords coords_of(int rank, const Args& a) {
-  int64_t r = rank;
   Coords c{};
+  int64_t r = rank;
   c.tp = r % a.tp;
   r /= a.tp;
-  c.ep = r % a.ep;
-  r /= a.ep;
+  c.cp = r % a.cp;
+  r /= a.cp;
   c.dp = r % a.dp;
   c.pp = r / a.dp;
+  r = rank % (a.tp * a.cp * a.dp);  // the rank within its pipeline stage
+  c.etp = r % a.etp;
+  r /= a.etp;
+  c.ep = r % a.ep;
+  c.edp = r / a.ep;
   return c;
 }
 
@@ -165,48 +179,77 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
   return iteration;
 }
 
+// The config parameters both schemas share.
+template <typename Config>
+Config common_config(const Args& a) {
+  Config config;
+  config.hidden = a.hidden;
+  config.ffn = a.ffn;
+  config.vocab = a.vocab;
+  config.layers = a.layers;
+  config.heads = a.heads;
+  if (a.kv_groups > 0) config.kv_groups = a.kv_groups;
+  config.vp = a.vp;
+  config.pipeline_layout = a.pipeline_layout;
+  config.optimizer_instances = a.optimizer_instances;
+  return config;
+}
+
 template <typename Model, typename LayoutOptimizer>
 int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
-  const int64_t local_layers = layout.decoder_layers_local_count();
   int64_t local_experts = -1;
   if constexpr (std::is_same_v<Model, moe::Model>) {
-    local_experts = local_layers > 0 ? layout.decoder_layers(0).mlp_experts_local_count() : 0;
+    local_experts = layout.decoder_layers_local_count() > 0 ? layout.decoder_layers(0).mlp_experts_local_count() : 0;
   }
   const auto& cfg = layout.config();
-  const example::Dims dims{cfg.hidden, cfg.ffn, cfg.vocab, cfg.heads, cfg.kv_groups, cfg.head_dim, a.experts, a.tp};
-  example::Gpt module(dims, local_layers, local_experts, c.pp == 0, c.pp == a.pp - 1);
+  const example::Dims dims{cfg.hidden,   cfg.ffn,   cfg.vocab, cfg.heads, cfg.kv_groups,
+                           cfg.head_dim, a.experts, a.tp,      a.etp};
+  // One module per model chunk (virtual pipeline stage), as an interleaved schedule runs them.
+  std::vector<example::Gpt> chunks;
+  const int64_t last_chunk = layout.chunk_count() - 1;
+  for (int64_t k = 0; k <= last_chunk; ++k) {
+    const bool first = c.pp == 0 && k == 0, last = c.pp == a.pp - 1 && k == last_chunk;
+    chunks.emplace_back(dims, layout.decoder_layers_chunk(k).second, local_experts, first, last, a.mtp_layers);
+    layout.bind_chunk(k, chunks.back()->named_parameters().pairs());
+  }
 
-  // Initial values and training targets from the global model.
+  // Initial values and training targets from the global model; names with the chunk prefix.
   const StateDict meta = layout.metadata_state_dict();
   std::vector<std::pair<std::string, at::Tensor>> params;
   std::vector<at::Tensor> targets;
   {
     torch::NoGradGuard no_grad;
-    for (auto& p : module->named_parameters()) {
-      p.value().copy_(local_value(meta.at(p.key()), 0.0));
-      targets.push_back(local_value(meta.at(p.key()), 0.5));
-      params.emplace_back(p.key(), p.value());
+    for (int64_t k = 0; k <= last_chunk; ++k) {
+      for (auto& p : chunks[k]->named_parameters()) {
+        const std::string name = distckpt::layout::chunk_prefix(k) + p.key();
+        p.value().copy_(local_value(meta.at(name), 0.0));
+        targets.push_back(local_value(meta.at(name), 0.5));
+        params.emplace_back(name, p.value());
+      }
     }
   }
-  layout.bind(params);
+  std::vector<at::Tensor> parameters;
+  for (const auto& [name, tensor] : params) parameters.push_back(tensor);
 
   const LayoutOptimizer layout_optimizer(layout, a.distributed_optimizer != 0);
   int64_t iteration = 0;
   if (a.optimizer == "adam") {
-    torch::optim::Adam optimizer(module->parameters(), torch::optim::AdamOptions(0.01));
+    torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(0.01));
     iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
   } else if (a.optimizer == "adamw") {
-    torch::optim::AdamW optimizer(module->parameters(), torch::optim::AdamWOptions(0.01));
+    torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(0.01));
     iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
   } else {
-    torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.1));
+    torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(0.1));
     iteration = checkpoint_and_train(layout, layout_optimizer, optimizer, params, targets, a, c, comm);
   }
   comm.barrier();
   if (comm.rank() == 0) {
-    fmt::print("{}: tp={} pp={} dp={} ep={} ({} ranks), {} local layers on rank 0, iteration {}{}{}\n", a.model, a.tp,
-               a.pp, a.dp, a.ep, comm.size(), local_layers, iteration,
-               a.load_dir.empty() ? "" : ", loaded " + a.load_dir, a.save_dir.empty() ? "" : ", saved " + a.save_dir);
+    fmt::print("{}: tp={} cp={} dp={} pp={} vp={}{} ({} ranks), {} local layers on rank 0, iteration {}{}{}\n", a.model,
+               a.tp, a.cp, a.dp, a.pp, layout.chunk_count(),
+               a.model == "moe" ? fmt::format(", experts etp={} ep={}", a.etp, a.ep) : "", comm.size(),
+               layout.decoder_layers_local_count(), iteration, a.load_dir.empty() ? "" : ", loaded " + a.load_dir,
+               a.save_dir.empty() ? "" : ", saved " + a.save_dir);
   }
   return 0;
 }
@@ -214,13 +257,22 @@ int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"a small GPT trained under any (tp, pp, dp, ep) mesh, checkpointed through the generated layout API"};
+  CLI::App app{
+      "a small GPT trained under any Megatron-style layout (tp, cp, dp, pp, vp; MoE experts folded over etp, ep, "
+      "edp), checkpointed through the generated layout API"};
   Args a;
   app.add_option("--model", a.model, "gpt or moe")->check(CLI::IsMember({"gpt", "moe"}));
   app.add_option("--tp", a.tp, "tensor-parallel size");
-  app.add_option("--pp", a.pp, "pipeline-parallel size");
+  app.add_option("--cp", a.cp, "context-parallel size (parameters replicated over it)");
   app.add_option("--dp", a.dp, "data-parallel size");
-  app.add_option("--ep", a.ep, "expert-parallel size (moe)");
+  app.add_option("--pp", a.pp, "pipeline-parallel size");
+  app.add_option("--vp", a.vp, "virtual pipeline stages per stage (interleaved schedule)");
+  app.add_option("--pipeline-layout", a.pipeline_layout,
+                 "layers per virtual stage, in virtual-stage order (pp * vp counts; e.g. 1,3,3,1)")
+      ->delimiter(',');
+  app.add_option("--ep", a.ep, "expert-parallel size (moe), carved out of tp * cp * dp");
+  app.add_option("--etp", a.etp, "expert tensor-parallel size (moe; default: --tp)");
+  app.add_option("--mtp-layers", a.mtp_layers, "multi-token-prediction depth (moe)");
   app.add_option("--layers", a.layers, "decoder layers");
   app.add_option("--hidden", a.hidden, "hidden size");
   app.add_option("--heads", a.heads, "attention heads");
@@ -232,7 +284,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "training steps (after --load, before --save)");
   app.add_option("--optimizer", a.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--distributed-optimizer", a.distributed_optimizer,
-                 "1: each dp rank saves its ZeRO-1 flat range of the optimizer state; 0: full state");
+                 "1: each dp x cp rank (edp rank for experts) saves its ZeRO-1 flat range of the optimizer state; "
+                 "0: full state");
+  app.add_option("--optimizer-instances", a.optimizer_instances,
+                 "distributed optimizer instances: each shards the state, which is replicated across them");
   app.add_option("--save", a.save_dir, "save a checkpoint here at the end");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
   app.add_option("--load-mapping", a.load_mapping,
@@ -246,20 +301,33 @@ int main(int argc, char** argv) {
   try {
     at::set_num_threads(1);
     auto comm = communicator_from_env();
-    const int64_t world = a.tp * a.pp * a.dp * a.ep;
+    if (a.etp == 0) a.etp = a.tp;
+    const int64_t world = a.tp * a.cp * a.dp * a.pp;
     if (world != comm->size()) {
-      throw Error(fmt::format("tp*pp*dp*ep = {} but {} ranks were started", world, comm->size()));
+      throw Error(fmt::format("tp*cp*dp*pp = {} but {} ranks were started", world, comm->size()));
     }
-    if (a.model == "gpt" && a.ep != 1) throw Error("--ep needs --model moe");
+    if (a.model == "gpt" && (a.ep != 1 || a.mtp_layers != 0)) throw Error("--ep and --mtp-layers need --model moe");
+    // Parallel folding: the expert mesh (etp, ep, edp) decomposes the same tp * cp * dp ranks of a stage.
+    const int64_t stage_ranks = a.tp * a.cp * a.dp;
+    if (stage_ranks % (a.etp * a.ep) != 0) {
+      throw Error(
+          fmt::format("etp*ep = {} does not divide tp*cp*dp = {}: the experts must fold into the ranks of a "
+                      "pipeline stage",
+                      a.etp * a.ep, stage_ranks));
+    }
+    const int64_t edp = stage_ranks / (a.etp * a.ep);
     const Coords c = coords_of(comm->rank(), a);
-    const std::optional<int64_t> kv = a.kv_groups > 0 ? std::optional<int64_t>(a.kv_groups) : std::nullopt;
     if (a.model == "gpt") {
-      gpt::Model layout({a.hidden, a.ffn, a.vocab, a.layers, a.heads, kv, std::nullopt, a.tie_embeddings},
-                        {{c.tp, a.tp}, {c.pp, a.pp}, {c.dp, a.dp}});
+      gpt::Config config = common_config<gpt::Config>(a);
+      config.tie_embeddings = a.tie_embeddings;
+      gpt::Model layout(config, {{c.tp, a.tp}, {c.cp, a.cp}, {c.dp, a.dp}, {c.pp, a.pp}});
       return run<gpt::Model, gpt::Adam>(layout, a, c, *comm);
     }
-    moe::Model layout({a.hidden, a.ffn, a.vocab, a.layers, a.heads, kv, std::nullopt, a.experts},
-                      {{c.tp, a.tp}, {c.pp, a.pp}, {c.ep, a.ep}, {c.dp, a.dp}});
+    moe::Config config = common_config<moe::Config>(a);
+    config.experts = a.experts;
+    config.mtp_layers = a.mtp_layers;
+    moe::Model layout(
+        config, {{c.tp, a.tp}, {c.cp, a.cp}, {c.dp, a.dp}, {c.pp, a.pp}, {c.etp, a.etp}, {c.ep, a.ep}, {c.edp, edp}});
     return run<moe::Model, moe::Adam>(layout, a, c, *comm);
   } catch (const std::exception& e) {
     std::cerr << "distckpt-gpt-trainer: " << e.what() << '\n';

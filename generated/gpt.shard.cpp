@@ -5,7 +5,7 @@ namespace gpt {
 namespace {
 
 // Mesh axes, in schema order.
-enum Axis : int { kTp = 0, kPp = 1, kDp = 2 };
+enum Axis : int { kTp = 0, kCp = 1, kDp = 2, kPp = 3 };
 
 distckpt::NameMapping llama_mapping_of(const ResolvedConfig& c) {
   distckpt::NameMapping m("llama");
@@ -65,7 +65,9 @@ using distckpt::layout::Position;
 using distckpt::layout::TensorSpec;
 
 constexpr const char* kSchema = R"schema(# Dense GPT (Megatron-Core naming): grouped-query attention, SwiGLU MLP,
-# padded vocabulary, optional tied embeddings.
+# padded vocabulary, optional tied embeddings. Parameters are replicated
+# over context parallelism (cp); layers may be interleaved over virtual
+# pipeline stages.
 layout gpt;
 
 config {
@@ -77,13 +79,16 @@ config {
   kv_groups: int = heads;      # grouped-query attention: key/value heads
   head_dim: int = hidden / heads;
   tie_embeddings: int = 0;     # 1: the output layer reuses the embedding
+  vp: int = 1;                 # virtual pipeline stages per stage (interleaved schedule)
+  pipeline_layout: int[];      # optional: layers per virtual stage, in virtual-stage order
+  optimizer_instances: int = 1;  # distributed optimizer instances; state replicated across them
 }
 
-mesh tp, pp, dp;
+mesh tp, cp, dp, pp;
 
 tensor embedding.word_embeddings.weight [vocab, hidden] split(0 by tp) pad(0) stage(first);
 
-stack decoder.layers[layers] over pp {
+stack decoder.layers[layers] over pp virtual(vp) layout(pipeline_layout) {
   tensor self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden]
       split(0 by tp) fused(q: heads * head_dim, k: kv_groups * head_dim, v: kv_groups * head_dim);
   tensor self_attention.linear_qkv.layer_norm_weight [hidden];
@@ -102,7 +107,7 @@ tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last)
 optimizer adam {
   state exp_avg, exp_avg_sq like param;
   scalar step;
-  distributed over dp;
+  distributed over dp * cp instances(optimizer_instances);
 }
 
 common iteration: int;
@@ -143,10 +148,13 @@ ResolvedConfig resolve(const Config& config) {
   c.vocab = check.required("vocab", config.vocab);
   c.layers = check.required("layers", config.layers);
   c.heads = check.required("heads", config.heads);
+  c.pipeline_layout = config.pipeline_layout;
   check.done();
   c.kv_groups = config.kv_groups ? *config.kv_groups : c.heads;
   c.head_dim = config.head_dim ? *config.head_dim : distckpt::layout::exact_div(c.hidden, c.heads, "hidden / heads");
   c.tie_embeddings = config.tie_embeddings ? *config.tie_embeddings : 0;
+  c.vp = config.vp ? *config.vp : 1;
+  c.optimizer_instances = config.optimizer_instances ? *config.optimizer_instances : 1;
   return c;
 }
 
@@ -154,66 +162,72 @@ distckpt::NameMapping llama_mapping(const Config& config) { return llama_mapping
 
 Model::Model(const Config& config, const Mesh& mesh)
     : config_(resolve(config)),
-      builder_("gpt", distckpt::layout::MeshCoords{{"tp", "pp", "dp"}, {mesh.tp, mesh.pp, mesh.dp}}) {
+      builder_("gpt", distckpt::layout::MeshCoords{{"tp", "cp", "dp", "pp"}, {mesh.tp, mesh.cp, mesh.dp, mesh.pp}}) {
   const ResolvedConfig& c = config_;
+  chunks_ = c.vp;
   if (mesh.pp.rank == 0) {
     embedding_word_embeddings_weight_ = builder_.add_tensor(
         TensorSpec("embedding.word_embeddings.weight",
                    {c.vocab, c.hidden})
             .with_split(0, {kTp})
             .with_pad(0),
-        Position{}.placed_on(kPp), "embedding.word_embeddings.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(0) + "embedding.word_embeddings.weight");
   }
-  {  // stack decoder.layers over pp
-    const Placement placement0{c.layers, /*first=*/-1, /*last=*/-1};
-    const auto [begin0, end0] = placement0.range(mesh.pp.rank, mesh.pp.size, "decoder.layers");
-    for (int64_t i0 = begin0; i0 < end0; ++i0) {
-      DecoderLayers& e0 = decoder_layers_.emplace_back(builder_, i0);
-      const Position at0 = Position{}.within(i0, c.layers, kPp, "decoder.layers", /*stacked_axis=*/true);
-      const std::string name0 = "decoder.layers." + std::to_string(i0 - begin0) + ".";
-      e0.self_attention_linear_qkv_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_qkv.weight",
-                     {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
-              .with_split(0, {kTp})
-              .with_fused_part("q", c.heads * c.head_dim)
-              .with_fused_part("k", c.kv_groups * c.head_dim)
-              .with_fused_part("v", c.kv_groups * c.head_dim),
-          at0, name0 + "self_attention.linear_qkv.weight");
-      e0.self_attention_linear_qkv_layer_norm_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_qkv.layer_norm_weight",
-                     {c.hidden}),
-          at0, name0 + "self_attention.linear_qkv.layer_norm_weight");
-      e0.self_attention_linear_proj_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_proj.weight",
-                     {c.hidden, c.heads * c.head_dim})
-              .with_split(1, {kTp}),
-          at0, name0 + "self_attention.linear_proj.weight");
-      e0.mlp_linear_fc1_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.mlp.linear_fc1.weight",
-                     {2 * c.ffn, c.hidden})
-              .with_split(0, {kTp})
-              .with_fused_part("w", c.ffn)
-              .with_fused_part("v", c.ffn),
-          at0, name0 + "mlp.linear_fc1.weight");
-      e0.mlp_linear_fc1_layer_norm_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.mlp.linear_fc1.layer_norm_weight",
-                     {c.hidden}),
-          at0, name0 + "mlp.linear_fc1.layer_norm_weight");
-      e0.mlp_linear_fc2_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.mlp.linear_fc2.weight",
-                     {c.hidden, c.ffn})
-              .with_split(1, {kTp}),
-          at0, name0 + "mlp.linear_fc2.weight");
-      e0.self_attention_core_attention__extra_state_ = builder_.add_object(
-          "decoder.layers.self_attention.core_attention._extra_state", {kTp}, at0,
-          name0 + "self_attention.core_attention._extra_state");
+  {  // stack decoder.layers over pp, vp virtual stages per stage
+    const Placement placement0{c.layers, /*first=*/-1, /*last=*/-1, /*chunks=*/chunks_, c.pipeline_layout};
+    const auto ranges0 = placement0.chunk_ranges(mesh.pp.rank, mesh.pp.size, "decoder.layers");
+    for (int64_t chunk = 0; chunk < chunks_; ++chunk) {
+      const auto [begin0, end0] = ranges0[static_cast<size_t>(chunk)];
+      decoder_layers_chunks_.emplace_back(static_cast<int64_t>(decoder_layers_.size()), end0 - begin0);
+      for (int64_t i0 = begin0; i0 < end0; ++i0) {
+        DecoderLayers& e0 = decoder_layers_.emplace_back(builder_, i0);
+        const Position at0 = Position{}.within(i0, c.layers, kPp, "decoder.layers", /*stacked_axis=*/true);
+        const std::string name0 =
+            distckpt::layout::chunk_prefix(chunk) + "decoder.layers." + std::to_string(i0 - begin0) + ".";
+        e0.self_attention_linear_qkv_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_qkv.weight",
+                       {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+                .with_split(0, {kTp})
+                .with_fused_part("q", c.heads * c.head_dim)
+                .with_fused_part("k", c.kv_groups * c.head_dim)
+                .with_fused_part("v", c.kv_groups * c.head_dim),
+            at0, name0 + "self_attention.linear_qkv.weight");
+        e0.self_attention_linear_qkv_layer_norm_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_qkv.layer_norm_weight",
+                       {c.hidden}),
+            at0, name0 + "self_attention.linear_qkv.layer_norm_weight");
+        e0.self_attention_linear_proj_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_proj.weight",
+                       {c.hidden, c.heads * c.head_dim})
+                .with_split(1, {kTp}),
+            at0, name0 + "self_attention.linear_proj.weight");
+        e0.mlp_linear_fc1_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.mlp.linear_fc1.weight",
+                       {2 * c.ffn, c.hidden})
+                .with_split(0, {kTp})
+                .with_fused_part("w", c.ffn)
+                .with_fused_part("v", c.ffn),
+            at0, name0 + "mlp.linear_fc1.weight");
+        e0.mlp_linear_fc1_layer_norm_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.mlp.linear_fc1.layer_norm_weight",
+                       {c.hidden}),
+            at0, name0 + "mlp.linear_fc1.layer_norm_weight");
+        e0.mlp_linear_fc2_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.mlp.linear_fc2.weight",
+                       {c.hidden, c.ffn})
+                .with_split(1, {kTp}),
+            at0, name0 + "mlp.linear_fc2.weight");
+        e0.self_attention_core_attention__extra_state_ = builder_.add_object(
+            "decoder.layers.self_attention.core_attention._extra_state", {kTp}, at0,
+            name0 + "self_attention.core_attention._extra_state");
+      }
     }
   }
   if (mesh.pp.rank == mesh.pp.size - 1) {
     decoder_final_layernorm_weight_ = builder_.add_tensor(
         TensorSpec("decoder.final_layernorm.weight",
                    {c.hidden}),
-        Position{}.placed_on(kPp), "decoder.final_layernorm.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(chunks_ - 1) + "decoder.final_layernorm.weight");
   }
   if (c.tie_embeddings == 0 && mesh.pp.rank == mesh.pp.size - 1) {
     output_layer_weight_ = builder_.add_tensor(
@@ -221,7 +235,7 @@ Model::Model(const Config& config, const Mesh& mesh)
                    {c.vocab, c.hidden})
             .with_split(0, {kTp})
             .with_pad(0),
-        Position{}.placed_on(kPp), "output_layer.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(chunks_ - 1) + "output_layer.weight");
   }
   if (c.tie_embeddings != 0 && mesh.pp.rank == mesh.pp.size - 1) {
     output_layer_weight_ = builder_.add_tensor(
@@ -230,7 +244,7 @@ Model::Model(const Config& config, const Mesh& mesh)
             .with_split(0, {kTp})
             .with_pad(0)
             .tied_to("embedding.word_embeddings.weight"),
-        Position{}.placed_on(kPp), "output_layer.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(chunks_ - 1) + "output_layer.weight");
   }
 }
 
@@ -314,6 +328,13 @@ Model& Model::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
   return *this;
 }
 
+Model& Model::bind_chunk(int64_t chunk,
+                        const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                        const std::vector<std::pair<std::string, std::string>>& name_map) {
+  builder_.bind_chunk(chunk, chunks_, named_parameters, name_map);
+  return *this;
+}
+
 distckpt::StateDict Model::state_dict() const { return builder_.state_dict(); }
 
 distckpt::StateDict Model::metadata_state_dict(at::ScalarType default_dtype) const {
@@ -331,10 +352,16 @@ distckpt::SaveOptions Model::save_options() const {
 
 const char* Model::schema_text() { return kSchema; }
 
-const char* Model::fingerprint() { return "18d94e3e3571419f"; }
+const char* Model::fingerprint() { return "80df2353fd9ed563"; }
 
 Adam::Adam(const Model& model, bool distributed)
-    : builder_(model.builder_),
-      spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, distributed ? kDp : -1} {}
+    : builder_(model.builder_), spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, {}} {
+  const ResolvedConfig& c = model.config_;
+  if (distributed) {
+    spec_.distributed = {
+        {/*mesh=*/0, /*axes=*/{kDp, kCp}, /*instances=*/c.optimizer_instances},
+    };
+  }
+}
 
 }  // namespace gpt

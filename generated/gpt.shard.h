@@ -33,6 +33,9 @@ struct Config {
   std::optional<int64_t> kv_groups;  // default: heads
   std::optional<int64_t> head_dim;  // default: hidden / heads
   std::optional<int64_t> tie_embeddings;  // default: 0
+  std::optional<int64_t> vp;  // default: 1
+  std::vector<int64_t> pipeline_layout;  // optional list
+  std::optional<int64_t> optimizer_instances;  // default: 1
 };
 
 // Every parameter with its value: defaults applied, divisions checked.
@@ -45,6 +48,9 @@ struct ResolvedConfig {
   int64_t kv_groups = 0;
   int64_t head_dim = 0;
   int64_t tie_embeddings = 0;
+  int64_t vp = 0;
+  std::vector<int64_t> pipeline_layout;
+  int64_t optimizer_instances = 0;
 };
 
 ResolvedConfig resolve(const Config& config);
@@ -52,8 +58,9 @@ ResolvedConfig resolve(const Config& config);
 // This rank's coordinate (rank, size) on each mesh axis.
 struct Mesh {
   distckpt::layout::AxisCoord tp;
-  distckpt::layout::AxisCoord pp;
+  distckpt::layout::AxisCoord cp;
   distckpt::layout::AxisCoord dp;
+  distckpt::layout::AxisCoord pp;
 };
 
 // The sharded state of layout gpt on this rank, filled by the trainer.
@@ -113,9 +120,14 @@ class Model {
   // tensor embedding.word_embeddings.weight [vocab, hidden] split(0 by tp) pad(0) stage(first)
   Model& embedding_word_embeddings_weight(at::Tensor tensor);
   bool holds_embedding_word_embeddings_weight() const { return embedding_word_embeddings_weight_.has_value(); }
-  // stack decoder.layers[layers] over pp: the elements this rank holds, by local index
+  // stack decoder.layers[layers] over pp virtual(vp) layout(pipeline_layout): the elements this rank holds, by local
+  //     index (chunk by chunk)
   int64_t decoder_layers_local_count() const { return static_cast<int64_t>(decoder_layers_.size()); }
   DecoderLayers& decoder_layers(int64_t local_index);
+  // The elements of model chunk `chunk`: local indices [first, first + count), in global order.
+  std::pair<int64_t, int64_t> decoder_layers_chunk(int64_t chunk) const {
+    return decoder_layers_chunks_.at(static_cast<size_t>(chunk));
+  }
   // tensor decoder.final_layernorm.weight [hidden] stage(last)
   Model& decoder_final_layernorm_weight(at::Tensor tensor);
   bool holds_decoder_final_layernorm_weight() const { return decoder_final_layernorm_weight_.has_value(); }
@@ -135,6 +147,12 @@ class Model {
   // `name_map` renames module prefixes to schema prefixes first.
   Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
               const std::vector<std::pair<std::string, std::string>>& name_map = {});
+  // Model chunks (virtual pipeline stages) on this rank: chunk k is virtual stage k * pp size + pp rank.
+  // stage(first) entries live in chunk 0 of the first stage, stage(last) ones in the last chunk of the last.
+  int64_t chunk_count() const { return chunks_; }
+  // bind() for one chunk's module: names relative to the chunk, stack indices local to it.
+  Model& bind_chunk(int64_t chunk, const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                    const std::vector<std::pair<std::string, std::string>>& name_map = {});
   // Throws listing every declared entry this rank has not set.
   distckpt::StateDict state_dict() const;
   // What to load without a model: the same entries without data.
@@ -150,13 +168,16 @@ class Model {
   friend class Adam;
   ResolvedConfig config_;
   distckpt::layout::Builder builder_;
+  int64_t chunks_ = 1;
   std::optional<size_t> embedding_word_embeddings_weight_;
   std::vector<DecoderLayers> decoder_layers_;
+  std::vector<std::pair<int64_t, int64_t>> decoder_layers_chunks_;  // (first, count)
   std::optional<size_t> decoder_final_layernorm_weight_;
   std::optional<size_t> output_layer_weight_;
 };
 
-// optimizer adam: exp_avg, exp_avg_sq shaped and sharded like each parameter; distributed over dp (ZeRO-1).
+// optimizer adam: exp_avg, exp_avg_sq shaped and sharded like each parameter; distributed over dp * cp
+//     instances(optimizer_instances) (ZeRO-1).
 class Adam {
  public:
   // With `distributed` false, full state is written by the main replicas instead.

@@ -5,7 +5,17 @@ namespace moe {
 namespace {
 
 // Mesh axes, in schema order.
-enum Axis : int { kTp = 0, kPp = 1, kEp = 2, kDp = 3 };
+enum Axis : int { kTp = 0, kCp = 1, kDp = 2, kPp = 3, kEtp = 4, kEp = 5, kEdp = 6 };
+
+// Meshes over the same ranks, in schema order.
+enum MeshIndex : int { kDefaultMesh = 0, kExpertsMesh = 1 };
+
+// This rank's coordinate on every axis, and each mesh's axes.
+distckpt::layout::MeshCoords mesh_coords(const Mesh& mesh) {
+  return {{"tp", "cp", "dp", "pp", "etp", "ep", "edp"},
+          {mesh.tp, mesh.cp, mesh.dp, mesh.pp, mesh.etp, mesh.ep, mesh.edp},
+          {{"default", {kTp, kCp, kDp, kPp}}, {"experts", {kEtp, kEp, kEdp, kPp}}}};
+}
 
 distckpt::NameMapping mixtral_mapping_of(const ResolvedConfig& c) {
   distckpt::NameMapping m("mixtral");
@@ -73,9 +83,12 @@ using distckpt::layout::Placement;
 using distckpt::layout::Position;
 using distckpt::layout::TensorSpec;
 
-constexpr const char* kSchema = R"schema(# Mixture-of-experts GPT: every layer has a router and `experts` SwiGLU
-# experts spread over ep, each split over tp (expert tensor parallelism);
-# dense weights are replicated over ep and dp.
+constexpr const char* kSchema = R"schema(# Mixture-of-experts GPT with Megatron-Core's parallel folding: attention
+# and the other dense weights live on (tp, cp, dp, pp), the `experts`
+# SwiGLU experts of every layer on (etp, ep, edp, pp) of the same ranks:
+# spread over ep, each split over etp (expert tensor parallelism),
+# replicated over edp. Optional multi-token-prediction layers follow the
+# decoder on the last virtual pipeline stage.
 layout moe;
 
 config {
@@ -87,23 +100,37 @@ config {
   kv_groups: int = heads;
   head_dim: int = hidden / heads;
   experts: int;
+  vp: int = 1;                 # virtual pipeline stages per stage (interleaved schedule)
+  pipeline_layout: int[];      # optional: layers per virtual stage, in virtual-stage order
+  optimizer_instances: int = 1;  # distributed optimizer instances; state replicated across them
+  mtp_layers: int = 0;         # multi-token-prediction depth
 }
 
-mesh tp, pp, ep, dp;
+mesh tp, cp, dp, pp;
+mesh experts: etp, ep, edp, pp;
 
 tensor embedding.word_embeddings.weight [vocab, hidden] split(0 by tp) pad(0) stage(first);
 
-stack decoder.layers[layers] over pp {
+stack decoder.layers[layers] over pp virtual(vp) layout(pipeline_layout) {
   tensor self_attention.linear_qkv.weight [(heads + 2 * kv_groups) * head_dim, hidden]
       split(0 by tp) fused(q: heads * head_dim, k: kv_groups * head_dim, v: kv_groups * head_dim);
   tensor self_attention.linear_qkv.layer_norm_weight [hidden];
   tensor self_attention.linear_proj.weight [hidden, heads * head_dim] split(1 by tp);
   tensor pre_mlp_layernorm.weight [hidden];
   tensor mlp.router.weight [experts, hidden];
-  stack mlp.experts[experts] over ep {
-    tensor linear_fc1.weight [2 * ffn, hidden] split(0 by tp) fused(w: ffn, v: ffn);
-    tensor linear_fc2.weight [hidden, ffn] split(1 by tp);
+  stack mlp.experts[experts] over ep on experts {
+    tensor linear_fc1.weight [2 * ffn, hidden] split(0 by etp) fused(w: ffn, v: ffn);
+    tensor linear_fc2.weight [hidden, ffn] split(1 by etp);
   }
+}
+
+# Multi-token prediction: each depth normalises the hidden state and the next
+# token's embedding, projects their concatenation back to `hidden`.
+stack mtp.layers[mtp_layers] stage(last) {
+  tensor enorm.weight [hidden];
+  tensor hnorm.weight [hidden];
+  tensor eh_proj.weight [hidden, 2 * hidden] split(0 by tp);
+  tensor final_layernorm.weight [hidden];
 }
 
 tensor decoder.final_layernorm.weight [hidden] stage(last);
@@ -112,7 +139,8 @@ tensor output_layer.weight [vocab, hidden] split(0 by tp) pad(0) stage(last);
 optimizer adam {
   state exp_avg, exp_avg_sq like param;
   scalar step;
-  distributed over dp;
+  distributed over dp * cp instances(optimizer_instances);
+  distributed over edp instances(optimizer_instances) on experts;
 }
 
 common iteration: int;
@@ -138,6 +166,10 @@ mapping mixtral {
       "model.layers.{layer}.block_sparse_moe.experts.{expert}.w2.weight";
   decoder.final_layernorm.weight = "model.norm.weight";
   output_layer.weight = "lm_head.weight";
+  skip mtp.layers.enorm.weight;  # Mixtral has no multi-token prediction
+  skip mtp.layers.hnorm.weight;
+  skip mtp.layers.eh_proj.weight;
+  skip mtp.layers.final_layernorm.weight;
 }
 )schema";
 
@@ -152,9 +184,13 @@ ResolvedConfig resolve(const Config& config) {
   c.layers = check.required("layers", config.layers);
   c.heads = check.required("heads", config.heads);
   c.experts = check.required("experts", config.experts);
+  c.pipeline_layout = config.pipeline_layout;
   check.done();
   c.kv_groups = config.kv_groups ? *config.kv_groups : c.heads;
   c.head_dim = config.head_dim ? *config.head_dim : distckpt::layout::exact_div(c.hidden, c.heads, "hidden / heads");
+  c.vp = config.vp ? *config.vp : 1;
+  c.optimizer_instances = config.optimizer_instances ? *config.optimizer_instances : 1;
+  c.mtp_layers = config.mtp_layers ? *config.mtp_layers : 0;
   return c;
 }
 
@@ -162,76 +198,109 @@ distckpt::NameMapping mixtral_mapping(const Config& config) { return mixtral_map
 
 Model::Model(const Config& config, const Mesh& mesh)
     : config_(resolve(config)),
-      builder_("moe", distckpt::layout::MeshCoords{{"tp", "pp", "ep", "dp"}, {mesh.tp, mesh.pp, mesh.ep, mesh.dp}}) {
+      builder_("moe", mesh_coords(mesh)) {
   const ResolvedConfig& c = config_;
+  chunks_ = c.vp;
   if (mesh.pp.rank == 0) {
     embedding_word_embeddings_weight_ = builder_.add_tensor(
         TensorSpec("embedding.word_embeddings.weight",
                    {c.vocab, c.hidden})
             .with_split(0, {kTp})
             .with_pad(0),
-        Position{}.placed_on(kPp), "embedding.word_embeddings.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(0) + "embedding.word_embeddings.weight");
   }
-  {  // stack decoder.layers over pp
-    const Placement placement0{c.layers, /*first=*/-1, /*last=*/-1};
-    const auto [begin0, end0] = placement0.range(mesh.pp.rank, mesh.pp.size, "decoder.layers");
-    for (int64_t i0 = begin0; i0 < end0; ++i0) {
-      DecoderLayers& e0 = decoder_layers_.emplace_back(builder_, i0);
-      const Position at0 = Position{}.within(i0, c.layers, kPp, "decoder.layers", /*stacked_axis=*/true);
-      const std::string name0 = "decoder.layers." + std::to_string(i0 - begin0) + ".";
-      e0.self_attention_linear_qkv_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_qkv.weight",
-                     {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
-              .with_split(0, {kTp})
-              .with_fused_part("q", c.heads * c.head_dim)
-              .with_fused_part("k", c.kv_groups * c.head_dim)
-              .with_fused_part("v", c.kv_groups * c.head_dim),
-          at0, name0 + "self_attention.linear_qkv.weight");
-      e0.self_attention_linear_qkv_layer_norm_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_qkv.layer_norm_weight",
-                     {c.hidden}),
-          at0, name0 + "self_attention.linear_qkv.layer_norm_weight");
-      e0.self_attention_linear_proj_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.self_attention.linear_proj.weight",
-                     {c.hidden, c.heads * c.head_dim})
-              .with_split(1, {kTp}),
-          at0, name0 + "self_attention.linear_proj.weight");
-      e0.pre_mlp_layernorm_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.pre_mlp_layernorm.weight",
-                     {c.hidden}),
-          at0, name0 + "pre_mlp_layernorm.weight");
-      e0.mlp_router_weight_ = builder_.add_tensor(
-          TensorSpec("decoder.layers.mlp.router.weight",
-                     {c.experts, c.hidden}),
-          at0, name0 + "mlp.router.weight");
-      {  // stack decoder.layers.mlp.experts over ep
-        const Placement placement1{c.experts, /*first=*/-1, /*last=*/-1};
-        const auto [begin1, end1] = placement1.range(mesh.ep.rank, mesh.ep.size, "decoder.layers.mlp.experts");
-        for (int64_t i1 = begin1; i1 < end1; ++i1) {
-          DecoderLayersMlpExperts& e1 = e0.mlp_experts_.emplace_back(builder_, i1);
-          const Position at1 = at0.within(i1, c.experts, kEp, "decoder.layers.mlp.experts", /*stacked_axis=*/true);
-          const std::string name1 = name0 + "mlp.experts." + std::to_string(i1 - begin1) + ".";
-          e1.linear_fc1_weight_ = builder_.add_tensor(
-              TensorSpec("decoder.layers.mlp.experts.linear_fc1.weight",
-                         {2 * c.ffn, c.hidden})
-                  .with_split(0, {kTp})
-                  .with_fused_part("w", c.ffn)
-                  .with_fused_part("v", c.ffn),
-              at1, name1 + "linear_fc1.weight");
-          e1.linear_fc2_weight_ = builder_.add_tensor(
-              TensorSpec("decoder.layers.mlp.experts.linear_fc2.weight",
-                         {c.hidden, c.ffn})
-                  .with_split(1, {kTp}),
-              at1, name1 + "linear_fc2.weight");
+  {  // stack decoder.layers over pp, vp virtual stages per stage
+    const Placement placement0{c.layers, /*first=*/-1, /*last=*/-1, /*chunks=*/chunks_, c.pipeline_layout};
+    const auto ranges0 = placement0.chunk_ranges(mesh.pp.rank, mesh.pp.size, "decoder.layers");
+    for (int64_t chunk = 0; chunk < chunks_; ++chunk) {
+      const auto [begin0, end0] = ranges0[static_cast<size_t>(chunk)];
+      decoder_layers_chunks_.emplace_back(static_cast<int64_t>(decoder_layers_.size()), end0 - begin0);
+      for (int64_t i0 = begin0; i0 < end0; ++i0) {
+        DecoderLayers& e0 = decoder_layers_.emplace_back(builder_, i0);
+        const Position at0 = Position{}.within(i0, c.layers, kPp, "decoder.layers", /*stacked_axis=*/true);
+        const std::string name0 =
+            distckpt::layout::chunk_prefix(chunk) + "decoder.layers." + std::to_string(i0 - begin0) + ".";
+        e0.self_attention_linear_qkv_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_qkv.weight",
+                       {(c.heads + 2 * c.kv_groups) * c.head_dim, c.hidden})
+                .with_split(0, {kTp})
+                .with_fused_part("q", c.heads * c.head_dim)
+                .with_fused_part("k", c.kv_groups * c.head_dim)
+                .with_fused_part("v", c.kv_groups * c.head_dim),
+            at0, name0 + "self_attention.linear_qkv.weight");
+        e0.self_attention_linear_qkv_layer_norm_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_qkv.layer_norm_weight",
+                       {c.hidden}),
+            at0, name0 + "self_attention.linear_qkv.layer_norm_weight");
+        e0.self_attention_linear_proj_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.self_attention.linear_proj.weight",
+                       {c.hidden, c.heads * c.head_dim})
+                .with_split(1, {kTp}),
+            at0, name0 + "self_attention.linear_proj.weight");
+        e0.pre_mlp_layernorm_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.pre_mlp_layernorm.weight",
+                       {c.hidden}),
+            at0, name0 + "pre_mlp_layernorm.weight");
+        e0.mlp_router_weight_ = builder_.add_tensor(
+            TensorSpec("decoder.layers.mlp.router.weight",
+                       {c.experts, c.hidden}),
+            at0, name0 + "mlp.router.weight");
+        {  // stack decoder.layers.mlp.experts over ep
+          const Placement placement1{c.experts, /*first=*/-1, /*last=*/-1};
+          const auto [begin1, end1] = placement1.range(mesh.ep.rank, mesh.ep.size, "decoder.layers.mlp.experts");
+          for (int64_t i1 = begin1; i1 < end1; ++i1) {
+            DecoderLayersMlpExperts& e1 = e0.mlp_experts_.emplace_back(builder_, i1);
+            const Position at1 = at0.within(i1, c.experts, kEp, "decoder.layers.mlp.experts", /*stacked_axis=*/true);
+            const std::string name1 = name0 + "mlp.experts." + std::to_string(i1 - begin1) + ".";
+            e1.linear_fc1_weight_ = builder_.add_tensor(
+                TensorSpec("decoder.layers.mlp.experts.linear_fc1.weight",
+                           {2 * c.ffn, c.hidden})
+                    .with_split(0, {kEtp})
+                    .with_fused_part("w", c.ffn)
+                    .with_fused_part("v", c.ffn)
+                    .on_mesh(kExpertsMesh),
+                at1, name1 + "linear_fc1.weight");
+            e1.linear_fc2_weight_ = builder_.add_tensor(
+                TensorSpec("decoder.layers.mlp.experts.linear_fc2.weight",
+                           {c.hidden, c.ffn})
+                    .with_split(1, {kEtp})
+                    .on_mesh(kExpertsMesh),
+                at1, name1 + "linear_fc2.weight");
+          }
         }
       }
+    }
+  }
+  if (mesh.pp.rank == mesh.pp.size - 1) {  // stack mtp.layers on the last stage
+    for (int64_t i0 = 0; i0 < c.mtp_layers; ++i0) {
+      MtpLayers& e0 = mtp_layers_.emplace_back(builder_, i0);
+      const Position at0 =
+          Position{}.placed_on(kPp).within(i0, c.mtp_layers, /*axis=*/-1, "mtp.layers", /*stacked_axis=*/true);
+      const std::string name0 = distckpt::layout::chunk_prefix(chunks_ - 1) + "mtp.layers." + std::to_string(i0) + ".";
+      e0.enorm_weight_ = builder_.add_tensor(
+          TensorSpec("mtp.layers.enorm.weight",
+                     {c.hidden}),
+          at0, name0 + "enorm.weight");
+      e0.hnorm_weight_ = builder_.add_tensor(
+          TensorSpec("mtp.layers.hnorm.weight",
+                     {c.hidden}),
+          at0, name0 + "hnorm.weight");
+      e0.eh_proj_weight_ = builder_.add_tensor(
+          TensorSpec("mtp.layers.eh_proj.weight",
+                     {c.hidden, 2 * c.hidden})
+              .with_split(0, {kTp}),
+          at0, name0 + "eh_proj.weight");
+      e0.final_layernorm_weight_ = builder_.add_tensor(
+          TensorSpec("mtp.layers.final_layernorm.weight",
+                     {c.hidden}),
+          at0, name0 + "final_layernorm.weight");
     }
   }
   if (mesh.pp.rank == mesh.pp.size - 1) {
     decoder_final_layernorm_weight_ = builder_.add_tensor(
         TensorSpec("decoder.final_layernorm.weight",
                    {c.hidden}),
-        Position{}.placed_on(kPp), "decoder.final_layernorm.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(chunks_ - 1) + "decoder.final_layernorm.weight");
   }
   if (mesh.pp.rank == mesh.pp.size - 1) {
     output_layer_weight_ = builder_.add_tensor(
@@ -239,7 +308,7 @@ Model::Model(const Config& config, const Mesh& mesh)
                    {c.vocab, c.hidden})
             .with_split(0, {kTp})
             .with_pad(0),
-        Position{}.placed_on(kPp), "output_layer.weight");
+        Position{}.placed_on(kPp), distckpt::layout::chunk_prefix(chunks_ - 1) + "output_layer.weight");
   }
 }
 
@@ -285,6 +354,26 @@ Model::DecoderLayersMlpExperts& Model::DecoderLayers::mlp_experts(int64_t local_
   return mlp_experts_.at(static_cast<size_t>(local_index));
 }
 
+Model::MtpLayers& Model::MtpLayers::enorm_weight(at::Tensor tensor) {
+  builder_->set_tensor(enorm_weight_, "mtp.layers.enorm.weight", std::move(tensor));
+  return *this;
+}
+
+Model::MtpLayers& Model::MtpLayers::hnorm_weight(at::Tensor tensor) {
+  builder_->set_tensor(hnorm_weight_, "mtp.layers.hnorm.weight", std::move(tensor));
+  return *this;
+}
+
+Model::MtpLayers& Model::MtpLayers::eh_proj_weight(at::Tensor tensor) {
+  builder_->set_tensor(eh_proj_weight_, "mtp.layers.eh_proj.weight", std::move(tensor));
+  return *this;
+}
+
+Model::MtpLayers& Model::MtpLayers::final_layernorm_weight(at::Tensor tensor) {
+  builder_->set_tensor(final_layernorm_weight_, "mtp.layers.final_layernorm.weight", std::move(tensor));
+  return *this;
+}
+
 Model& Model::embedding_word_embeddings_weight(at::Tensor tensor) {
   builder_.set_tensor(embedding_word_embeddings_weight_, "embedding.word_embeddings.weight", std::move(tensor));
   return *this;
@@ -292,6 +381,10 @@ Model& Model::embedding_word_embeddings_weight(at::Tensor tensor) {
 
 Model::DecoderLayers& Model::decoder_layers(int64_t local_index) {
   return decoder_layers_.at(static_cast<size_t>(local_index));
+}
+
+Model::MtpLayers& Model::mtp_layers(int64_t local_index) {
+  return mtp_layers_.at(static_cast<size_t>(local_index));
 }
 
 Model& Model::decoder_final_layernorm_weight(at::Tensor tensor) {
@@ -315,6 +408,13 @@ Model& Model::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
   return *this;
 }
 
+Model& Model::bind_chunk(int64_t chunk,
+                        const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                        const std::vector<std::pair<std::string, std::string>>& name_map) {
+  builder_.bind_chunk(chunk, chunks_, named_parameters, name_map);
+  return *this;
+}
+
 distckpt::StateDict Model::state_dict() const { return builder_.state_dict(); }
 
 distckpt::StateDict Model::metadata_state_dict(at::ScalarType default_dtype) const {
@@ -332,10 +432,17 @@ distckpt::SaveOptions Model::save_options() const {
 
 const char* Model::schema_text() { return kSchema; }
 
-const char* Model::fingerprint() { return "5f708d36ee9aec0c"; }
+const char* Model::fingerprint() { return "7c388c67206194ca"; }
 
 Adam::Adam(const Model& model, bool distributed)
-    : builder_(model.builder_),
-      spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, distributed ? kDp : -1} {}
+    : builder_(model.builder_), spec_{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, {}} {
+  const ResolvedConfig& c = model.config_;
+  if (distributed) {
+    spec_.distributed = {
+        {/*mesh=*/kDefaultMesh, /*axes=*/{kDp, kCp}, /*instances=*/c.optimizer_instances},
+        {/*mesh=*/kExpertsMesh, /*axes=*/{kEdp}, /*instances=*/c.optimizer_instances},
+    };
+  }
+}
 
 }  // namespace moe

@@ -33,6 +33,10 @@ struct Config {
   std::optional<int64_t> kv_groups;  // default: heads
   std::optional<int64_t> head_dim;  // default: hidden / heads
   std::optional<int64_t> experts;  // required
+  std::optional<int64_t> vp;  // default: 1
+  std::vector<int64_t> pipeline_layout;  // optional list
+  std::optional<int64_t> optimizer_instances;  // default: 1
+  std::optional<int64_t> mtp_layers;  // default: 0
 };
 
 // Every parameter with its value: defaults applied, divisions checked.
@@ -45,16 +49,26 @@ struct ResolvedConfig {
   int64_t kv_groups = 0;
   int64_t head_dim = 0;
   int64_t experts = 0;
+  int64_t vp = 0;
+  std::vector<int64_t> pipeline_layout;
+  int64_t optimizer_instances = 0;
+  int64_t mtp_layers = 0;
 };
 
 ResolvedConfig resolve(const Config& config);
 
 // This rank's coordinate (rank, size) on each mesh axis.
+// mesh default: tp x cp x dp x pp
+// mesh experts: etp x ep x edp x pp
+// Both meshes cover the same ranks: the products of their axis sizes must agree.
 struct Mesh {
   distckpt::layout::AxisCoord tp;
-  distckpt::layout::AxisCoord pp;
-  distckpt::layout::AxisCoord ep;
+  distckpt::layout::AxisCoord cp;
   distckpt::layout::AxisCoord dp;
+  distckpt::layout::AxisCoord pp;
+  distckpt::layout::AxisCoord etp;
+  distckpt::layout::AxisCoord ep;
+  distckpt::layout::AxisCoord edp;
 };
 
 // The sharded state of layout moe on this rank, filled by the trainer.
@@ -68,10 +82,11 @@ class Model {
     // Index of this element among all elements of decoder.layers.mlp.experts.
     int64_t global_index() const { return global_index_; }
 
-    // tensor decoder.layers.mlp.experts.linear_fc1.weight [2 * ffn, hidden] split(0 by tp) fused(w: ffn, v: ffn)
+    // tensor decoder.layers.mlp.experts.linear_fc1.weight [2 * ffn, hidden] split(0 by etp) fused(w: ffn, v: ffn) on
+    //     experts
     DecoderLayersMlpExperts& linear_fc1_weight(at::Tensor tensor);
     bool holds_linear_fc1_weight() const { return linear_fc1_weight_.has_value(); }
-    // tensor decoder.layers.mlp.experts.linear_fc2.weight [hidden, ffn] split(1 by tp)
+    // tensor decoder.layers.mlp.experts.linear_fc2.weight [hidden, ffn] split(1 by etp) on experts
     DecoderLayersMlpExperts& linear_fc2_weight(at::Tensor tensor);
     bool holds_linear_fc2_weight() const { return linear_fc2_weight_.has_value(); }
 
@@ -109,7 +124,7 @@ class Model {
     // tensor decoder.layers.mlp.router.weight [experts, hidden]
     DecoderLayers& mlp_router_weight(at::Tensor tensor);
     bool holds_mlp_router_weight() const { return mlp_router_weight_.has_value(); }
-    // stack decoder.layers.mlp.experts[experts] over ep: the elements this rank holds, by local index
+    // stack decoder.layers.mlp.experts[experts] over ep on experts: the elements this rank holds, by local index
     int64_t mlp_experts_local_count() const { return static_cast<int64_t>(mlp_experts_.size()); }
     DecoderLayersMlpExperts& mlp_experts(int64_t local_index);
 
@@ -125,6 +140,37 @@ class Model {
     std::vector<DecoderLayersMlpExperts> mlp_experts_;
   };
 
+  // One element of stack mtp.layers.
+  class MtpLayers {
+   public:
+    MtpLayers(distckpt::layout::Builder& builder, int64_t global_index)
+        : builder_(&builder), global_index_(global_index) {}
+    // Index of this element among all elements of mtp.layers.
+    int64_t global_index() const { return global_index_; }
+
+    // tensor mtp.layers.enorm.weight [hidden]
+    MtpLayers& enorm_weight(at::Tensor tensor);
+    bool holds_enorm_weight() const { return enorm_weight_.has_value(); }
+    // tensor mtp.layers.hnorm.weight [hidden]
+    MtpLayers& hnorm_weight(at::Tensor tensor);
+    bool holds_hnorm_weight() const { return hnorm_weight_.has_value(); }
+    // tensor mtp.layers.eh_proj.weight [hidden, 2 * hidden] split(0 by tp)
+    MtpLayers& eh_proj_weight(at::Tensor tensor);
+    bool holds_eh_proj_weight() const { return eh_proj_weight_.has_value(); }
+    // tensor mtp.layers.final_layernorm.weight [hidden]
+    MtpLayers& final_layernorm_weight(at::Tensor tensor);
+    bool holds_final_layernorm_weight() const { return final_layernorm_weight_.has_value(); }
+
+   private:
+    friend class Model;
+    distckpt::layout::Builder* builder_;
+    int64_t global_index_;
+    std::optional<size_t> enorm_weight_;
+    std::optional<size_t> hnorm_weight_;
+    std::optional<size_t> eh_proj_weight_;
+    std::optional<size_t> final_layernorm_weight_;
+  };
+
   Model(const Config& config, const Mesh& mesh);
   Model(const Model&) = delete;  // elements point into the builder
   Model& operator=(const Model&) = delete;
@@ -134,9 +180,17 @@ class Model {
   // tensor embedding.word_embeddings.weight [vocab, hidden] split(0 by tp) pad(0) stage(first)
   Model& embedding_word_embeddings_weight(at::Tensor tensor);
   bool holds_embedding_word_embeddings_weight() const { return embedding_word_embeddings_weight_.has_value(); }
-  // stack decoder.layers[layers] over pp: the elements this rank holds, by local index
+  // stack decoder.layers[layers] over pp virtual(vp) layout(pipeline_layout): the elements this rank holds, by local
+  //     index (chunk by chunk)
   int64_t decoder_layers_local_count() const { return static_cast<int64_t>(decoder_layers_.size()); }
   DecoderLayers& decoder_layers(int64_t local_index);
+  // The elements of model chunk `chunk`: local indices [first, first + count), in global order.
+  std::pair<int64_t, int64_t> decoder_layers_chunk(int64_t chunk) const {
+    return decoder_layers_chunks_.at(static_cast<size_t>(chunk));
+  }
+  // stack mtp.layers[mtp_layers] stage(last): the elements this rank holds, by local index
+  int64_t mtp_layers_local_count() const { return static_cast<int64_t>(mtp_layers_.size()); }
+  MtpLayers& mtp_layers(int64_t local_index);
   // tensor decoder.final_layernorm.weight [hidden] stage(last)
   Model& decoder_final_layernorm_weight(at::Tensor tensor);
   bool holds_decoder_final_layernorm_weight() const { return decoder_final_layernorm_weight_.has_value(); }
@@ -150,6 +204,12 @@ class Model {
   // `name_map` renames module prefixes to schema prefixes first.
   Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
               const std::vector<std::pair<std::string, std::string>>& name_map = {});
+  // Model chunks (virtual pipeline stages) on this rank: chunk k is virtual stage k * pp size + pp rank.
+  // stage(first) entries live in chunk 0 of the first stage, stage(last) ones in the last chunk of the last.
+  int64_t chunk_count() const { return chunks_; }
+  // bind() for one chunk's module: names relative to the chunk, stack indices local to it.
+  Model& bind_chunk(int64_t chunk, const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                    const std::vector<std::pair<std::string, std::string>>& name_map = {});
   // Throws listing every declared entry this rank has not set.
   distckpt::StateDict state_dict() const;
   // What to load without a model: the same entries without data.
@@ -165,13 +225,18 @@ class Model {
   friend class Adam;
   ResolvedConfig config_;
   distckpt::layout::Builder builder_;
+  int64_t chunks_ = 1;
   std::optional<size_t> embedding_word_embeddings_weight_;
   std::vector<DecoderLayers> decoder_layers_;
+  std::vector<std::pair<int64_t, int64_t>> decoder_layers_chunks_;  // (first, count)
+  std::vector<MtpLayers> mtp_layers_;
   std::optional<size_t> decoder_final_layernorm_weight_;
   std::optional<size_t> output_layer_weight_;
 };
 
-// optimizer adam: exp_avg, exp_avg_sq shaped and sharded like each parameter; distributed over dp (ZeRO-1).
+// optimizer adam: exp_avg, exp_avg_sq shaped and sharded like each parameter; distributed over dp * cp
+//     instances(optimizer_instances) on default, distributed over edp instances(optimizer_instances) on experts
+//     (ZeRO-1).
 class Adam {
  public:
   // With `distributed` false, full state is written by the main replicas instead.

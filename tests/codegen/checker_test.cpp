@@ -136,7 +136,10 @@ TEST(Checker, SchemaExampleLayout) {
   EXPECT_EQ(l.optimizers[0].name, "adam");
   EXPECT_EQ(l.optimizers[0].states, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
   EXPECT_EQ(l.optimizers[0].scalars, std::vector<std::string>{"step"});
-  EXPECT_EQ(l.optimizers[0].distributed_axis, 2);
+  ASSERT_EQ(l.optimizers[0].distributions.size(), 1u);
+  EXPECT_EQ(l.optimizers[0].distributions[0].mesh, 0);
+  EXPECT_EQ(l.optimizers[0].distributions[0].axes, std::vector<int>{2});
+  EXPECT_EQ(l.optimizers[0].distributions[0].instances, nullptr);
   ASSERT_EQ(l.commons.size(), 2u);
   EXPECT_EQ(l.commons[1].key, "consumed_samples");
   EXPECT_EQ(l.commons[1].accessor, "consumed_samples");
@@ -218,7 +221,49 @@ TEST(Checker, ScalarTensorsAndEmptyBlocks) {
   const Compiled c = compile("layout t;\nmesh dp;\ntensor loss_scale [];\noptimizer sgd { }\n");
   ASSERT_TRUE(c.layout.has_value()) << c.diagnostics.render();
   EXPECT_TRUE(c.layout->body.tensors.at(0).shape.empty());
-  EXPECT_EQ(c.layout->optimizers.at(0).distributed_axis, -1);
+  EXPECT_TRUE(c.layout->optimizers.at(0).distributions.empty());
+}
+
+// Megatron-scale layouts: virtual pipeline stages with an explicit layout,
+// a stack placed on the last stage, two meshes sharing pp, and the
+// distributed optimizer over a product of axes per mesh.
+TEST(Checker, VirtualStagesMeshesAndDistributedGroups) {
+  const Compiled c = compile(
+      "layout t;\nconfig { layers: int; vp: int = 2; counts: int[]; n: int = 2; e: int = 4; mtp: int = 0; }\n"
+      "mesh tp, cp, dp, pp;\nmesh experts: etp, ep, edp, pp;\n"
+      "stack layers[layers] over pp virtual(vp) layout(counts) {\n"
+      "  tensor w [8] split(0 by tp);\n"
+      "  stack experts[e] over ep on experts { tensor fc [8, 8] split(1 by etp); }\n"
+      "}\n"
+      "stack mtp[mtp] stage(last) { tensor norm [8]; }\n"
+      "optimizer adam { state m like param; distributed over dp * cp instances(n); distributed over edp on experts; "
+      "}\n");
+  ASSERT_TRUE(c.layout.has_value()) << c.diagnostics.render();
+  const Layout& l = *c.layout;
+  EXPECT_EQ(l.mesh_axes, (std::vector<std::string>{"tp", "cp", "dp", "pp", "etp", "ep", "edp"}));
+  ASSERT_EQ(l.meshes.size(), 2u);
+  EXPECT_EQ(l.meshes[0].name, "default");
+  EXPECT_EQ(l.meshes[1].name, "experts");
+  EXPECT_EQ(l.meshes[1].axes, (std::vector<int>{4, 5, 6, 3}));  // pp shared
+  EXPECT_TRUE(l.params[2].list);
+  const StackDecl& layers = *l.body.stacks.at(0);
+  EXPECT_EQ(l.chunked_stack, &layers);
+  EXPECT_EQ(src(l, layers.chunks), "vp");
+  EXPECT_EQ(layers.layout_param, 2);
+  const StackDecl& experts = *layers.body.stacks.at(0);
+  EXPECT_EQ(experts.mesh, 1);
+  EXPECT_EQ(experts.body.tensors.at(0).mesh, 1);  // inherited from the stack
+  EXPECT_EQ(layers.body.tensors.at(0).mesh, 0);
+  const StackDecl& mtp = *l.body.stacks.at(1);
+  EXPECT_EQ(mtp.axis, -1);
+  EXPECT_EQ(mtp.stage, Stage::kLast);
+  EXPECT_EQ(mtp.stage_axis, 3);
+  const OptimizerDecl& adam = l.optimizers.at(0);
+  ASSERT_EQ(adam.distributions.size(), 2u);
+  EXPECT_EQ(adam.distributions[0].axes, (std::vector<int>{2, 1}));  // dp major
+  EXPECT_EQ(src(l, adam.distributions[0].instances), "n");
+  EXPECT_EQ(adam.distributions[1].mesh, 1);
+  EXPECT_EQ(adam.distributions[1].axes, std::vector<int>{6});
 }
 
 TEST(Checker, CompileSchemaStopsAfterSyntaxErrors) {

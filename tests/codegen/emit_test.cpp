@@ -1,6 +1,7 @@
 // What the generated code promises beyond the golden files: the runtime
-// version guard, setters shared by complementary twins, and setter comments
-// that repeat the declaration.
+// version guard, setters shared by complementary twins, setter comments
+// that repeat the declaration, and the pieces each large-scale construct
+// adds (model chunks, meshes, stage-placed stacks, distributed groups).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -69,6 +70,50 @@ TEST(Emit, SetterCommentsRepeatTheDeclaration) {
        }) {
     EXPECT_NE(files.header.find(line), std::string::npos) << line << files.header;
   }
+}
+
+// A layout without virtual stages or second meshes generates none of their code.
+TEST(Emit, ConstructsOnlyCostWhatTheSchemaUses) {
+  const GeneratedFiles files = generate("layout t;\nmesh tp, pp;\nstack l[4] over pp { tensor w [2]; }\n");
+  for (const char* absent : {"chunk_prefix", "chunks_", "bind_chunk", "MeshIndex", "on_mesh", "mesh_coords"}) {
+    EXPECT_EQ(count(files.header + files.source, absent), 0u) << absent;
+  }
+}
+
+TEST(Emit, VirtualStagesLoopOverChunksAndPrefixParameterNames) {
+  const GeneratedFiles files = generate(
+      "layout t;\nconfig { n: int; vp: int = 2; counts: int[]; }\nmesh pp;\n"
+      "tensor emb [4] stage(first);\nstack l[n] over pp virtual(vp) layout(counts) { tensor w [2]; }\n"
+      "stack head[1] stage(last) { tensor h [2]; }\ntensor out [4] stage(last);\n");
+  EXPECT_NE(files.header.find("std::vector<int64_t> counts;  // optional list"), std::string::npos) << files.header;
+  EXPECT_NE(files.header.find("int64_t chunk_count() const { return chunks_; }"), std::string::npos);
+  EXPECT_NE(files.header.find("std::pair<int64_t, int64_t> l_chunk(int64_t chunk) const"), std::string::npos);
+  EXPECT_NE(files.source.find("chunks_ = c.vp;"), std::string::npos) << files.source;
+  EXPECT_NE(
+      files.source.find("const Placement placement0{c.n, /*first=*/-1, /*last=*/-1, /*chunks=*/chunks_, c.counts};"),
+      std::string::npos);
+  EXPECT_NE(files.source.find("distckpt::layout::chunk_prefix(chunk) + \"l.\""), std::string::npos);
+  // stage(first) lives in the first chunk, stage(last) and the stage-placed stack in the last.
+  EXPECT_NE(files.source.find("distckpt::layout::chunk_prefix(0) + \"emb\""), std::string::npos);
+  EXPECT_NE(files.source.find("distckpt::layout::chunk_prefix(chunks_ - 1) + \"out\""), std::string::npos);
+  EXPECT_NE(files.source.find("if (mesh.pp.rank == mesh.pp.size - 1) {  // stack head on the last stage"),
+            std::string::npos);
+  EXPECT_NE(files.source.find("distckpt::layout::chunk_prefix(chunks_ - 1) + \"head.\""), std::string::npos);
+}
+
+TEST(Emit, SecondMeshAndDistributedGroupsNameTheirMeshes) {
+  const GeneratedFiles files = generate(
+      "layout t;\nconfig { k: int = 1; }\nmesh tp, dp;\nmesh experts: ep, edp;\n"
+      "stack e[4] over ep on experts { tensor w [2]; }\ntensor d [2] split(0 by tp);\n"
+      "optimizer adam { state m like param; distributed over dp * tp instances(k); distributed over edp on experts; "
+      "}\n");
+  EXPECT_NE(files.source.find("enum MeshIndex : int { kDefaultMesh = 0, kExpertsMesh = 1 };"), std::string::npos)
+      << files.source;
+  EXPECT_NE(files.source.find("{{\"default\", {kTp, kDp}}, {\"experts\", {kEp, kEdp}}}};"), std::string::npos);
+  EXPECT_NE(files.source.find(".on_mesh(kExpertsMesh)"), std::string::npos);
+  EXPECT_EQ(count(files.source, ".on_mesh("), 1u);  // the default mesh is the runtime's default
+  EXPECT_NE(files.source.find("{/*mesh=*/kDefaultMesh, /*axes=*/{kDp, kTp}, /*instances=*/c.k},"), std::string::npos);
+  EXPECT_NE(files.source.find("{/*mesh=*/kExpertsMesh, /*axes=*/{kEdp}, /*instances=*/1},"), std::string::npos);
 }
 
 }  // namespace

@@ -137,10 +137,46 @@ TEST(Parser, SchemaExampleTree) {
   ASSERT_EQ(adam.states.size(), 2u);
   EXPECT_EQ(adam.states[1].text, "exp_avg_sq");
   ASSERT_EQ(adam.scalars.size(), 1u);
-  ASSERT_EQ(adam.distributed_axes.size(), 1u);
-  EXPECT_EQ(adam.distributed_axes[0].text, "dp");
+  ASSERT_EQ(adam.distributed.size(), 1u);
+  ASSERT_EQ(adam.distributed[0].axes.size(), 1u);
+  EXPECT_EQ(adam.distributed[0].axes[0].text, "dp");
   EXPECT_EQ(item<ast::Common>(p.schema, 10).key.text, "consumed_samples");
   EXPECT_EQ(item<ast::Transient>(p.schema, 11).key.text, "rng_tracker");
+}
+
+TEST(Parser, NamedMeshesVirtualStagesStageStacksAndDistributedGroups) {
+  const Parsed p = parse(
+      "layout t;\nconfig { counts: int[]; }\nmesh experts: etp, ep;\n"
+      "stack l[n] over pp virtual(vp * 2) layout(counts) first(1) on experts when x { tensor w [1] on experts; }\n"
+      "stack m[k] stage(last) { object o on experts; }\n"
+      "optimizer o { distributed over dp * cp instances(2) on experts; }\n");
+  ASSERT_TRUE(p.diagnostics.all().empty()) << p.diagnostics.render();
+  EXPECT_TRUE(item<ast::Config>(p.schema, 1).params.at(0).list);
+  const auto& mesh = item<ast::Mesh>(p.schema, 2);
+  ASSERT_TRUE(mesh.name.has_value());
+  EXPECT_EQ(mesh.name->text, "experts");
+  EXPECT_EQ(mesh.axes.size(), 2u);
+  const auto& layers = *item<std::unique_ptr<ast::Stack>>(p.schema, 3);
+  EXPECT_EQ(layers.axis.text, "pp");
+  ASSERT_NE(layers.chunks, nullptr);
+  expect_loc(layers.chunks_loc, Loc{4, 20});
+  ASSERT_TRUE(layers.layout.has_value());
+  EXPECT_EQ(layers.layout->text, "counts");
+  ASSERT_NE(layers.first_count, nullptr);
+  ASSERT_TRUE(layers.mesh.has_value());
+  EXPECT_EQ(layers.mesh->text, "experts");
+  ASSERT_TRUE(layers.condition.has_value());
+  EXPECT_EQ(std::get<ast::Tensor>(layers.body.at(0)).meshes.at(0).text, "experts");
+  const auto& mtp = *item<std::unique_ptr<ast::Stack>>(p.schema, 4);
+  ASSERT_TRUE(mtp.stage.has_value());
+  EXPECT_TRUE(mtp.stage->last);
+  EXPECT_TRUE(mtp.axis.text.empty());
+  EXPECT_EQ(std::get<ast::Object>(mtp.body.at(0)).mesh->text, "experts");
+  const auto& dist = item<ast::Optimizer>(p.schema, 5).distributed.at(0);
+  ASSERT_EQ(dist.axes.size(), 2u);
+  EXPECT_EQ(dist.axes[1].text, "cp");
+  ASSERT_NE(dist.instances, nullptr);
+  EXPECT_EQ(dist.mesh->text, "experts");
 }
 
 TEST(Parser, ExpressionsAreLeftAssociativeWithPrecedence) {
@@ -229,27 +265,34 @@ TEST(Parser, MissingSemicolonIsReportedAtTheNextTokenAndTheNextStatementSurvives
 }
 
 TEST(Parser, MisspelledAttributeNamesTheAttributes) {
-  EXPECT_THAT(syntax_errors("layout t;\ntensor a [1] splt(0 by tp);"),
-              ElementsAre("2:14: unknown tensor attribute 'splt' (attributes: split, pad, stage, fused, tied, dtype; "
-                          "conditions: when, unless)"));
-  EXPECT_THAT(syntax_errors("layout t;\nstack s[2] ovr pp { }\nobject o pr(tp);"),
-              ElementsAre("2:12: expected 'over' and the mesh axis the elements are spread over (found 'ovr')",
-                          "3:10: unknown object option 'pr' (options: per; conditions: when, unless)"));
+  EXPECT_THAT(
+      syntax_errors("layout t;\ntensor a [1] splt(0 by tp);"),
+      ElementsAre("2:14: unknown tensor attribute 'splt' (attributes: split, pad, stage, fused, tied, dtype, on; "
+                  "conditions: when, unless)"));
+  EXPECT_THAT(
+      syntax_errors("layout t;\nstack s[2] ovr pp { }\nobject o pr(tp);"),
+      ElementsAre("2:12: expected 'over' and the mesh axis the elements are spread over, or stage(first|last) (found "
+                  "'ovr')",
+                  "3:10: unknown object option 'pr' (options: per, on; conditions: when, unless)"));
 }
 
-// `over AXIS` is part of every stack header, so first()/last() can never
-// appear without it: the grammar itself rejects that.
+// `over AXIS` (or stage(...)) starts every stack header, so first()/last()
+// can never come first: the grammar itself rejects that.
 TEST(Parser, PlacementNeedsOver) {
-  EXPECT_THAT(syntax_errors("layout t;\nstack s[8] first(1) { }\n"),
-              ElementsAre("2:12: expected 'over' and the mesh axis the elements are spread over (found reserved word "
-                          "'first')"));
+  EXPECT_THAT(
+      syntax_errors("layout t;\nstack s[8] first(1) { }\n"),
+      ElementsAre("2:12: expected 'over' and the mesh axis the elements are spread over, or stage(first|last) (found "
+                  "reserved word "
+                  "'first')"));
 }
 
 TEST(Parser, MisspelledStackOptionAndOddBytes) {
-  EXPECT_THAT(syntax_errors("layout t;\nstack s[n] over pp frist(1) { }\ntensor \xc3\xa9 [1];\n"),
-              ElementsAre("2:20: unknown stack option 'frist' (options: first, last, as axis, as keys; conditions: "
-                          "when, unless)",
-                          "3:8: expected the tensor key after 'tensor' (found byte 0xc3)"));
+  EXPECT_THAT(
+      syntax_errors("layout t;\nstack s[n] over pp frist(1) { }\ntensor \xc3\xa9 [1];\n"),
+      ElementsAre("2:20: unknown stack option 'frist' (options: virtual, layout, first, last, as axis, as keys, on; "
+                  "conditions: "
+                  "when, unless)",
+                  "3:8: expected the tensor key after 'tensor' (found byte 0xc3)"));
 }
 
 // Every prefix of the example, and the example without any one character,

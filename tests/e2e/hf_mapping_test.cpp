@@ -19,9 +19,10 @@ namespace {
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 
+// ep folds into tp * dp (Megatron's parallel folding; etp defaults to tp).
 struct Mesh {
   int tp, pp, dp, ep;
-  int size() const { return tp * pp * dp * ep; }
+  int size() const { return tp * pp * dp; }
 };
 
 CommandResult trainer(const Mesh& m, const std::string& flags) {
@@ -128,15 +129,15 @@ TEST_F(HfMapping, MoeExportedWithTheMixtralMappingLoadsUnderTwoMeshes) {
       << listed.output;
   EXPECT_NE(listed.output.find("model.layers.0.block_sparse_moe.gate.weight"), std::string::npos) << listed.output;
 
-  const CommandResult ep4 = load_mapped({1, 1, 1, 4}, kMoe, "mixtral", "ep4");
+  const CommandResult ep4 = load_mapped({1, 1, 4, 4}, kMoe, "mixtral", "ep4");
   ASSERT_EQ(ep4.exit_code, 0) << ep4.output;
   EXPECT_EQ(digest(path("ep4")), original);
   // Each expert-parallel rank reads its experts plus the replicated dense weights.
   for (const auto& [read, shards] : reads(ep4.output, 4)) EXPECT_EQ(read, shards);
 
-  expect_direct_save_equals_export({1, 1, 1, 4}, kMoe, "mixtral");
+  expect_direct_save_equals_export({1, 1, 4, 4}, kMoe, "mixtral");
 
-  const CommandResult mixed = load_mapped({2, 2, 1, 2}, kMoe, "mixtral", "tp2pp2ep2");
+  const CommandResult mixed = load_mapped({2, 2, 2, 2}, kMoe, "mixtral", "tp2pp2ep2");
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
   EXPECT_EQ(digest(path("tp2pp2ep2")), original);
 }

@@ -28,7 +28,7 @@ Trained trained(int64_t dp_rank) {
   c.layers = 2;
   c.heads = 4;
   c.kv_groups = 2;
-  Trained t{std::make_unique<gpt::Model>(c, gpt::Mesh{{0, 1}, {0, 1}, {dp_rank, 2}}), {}, nullptr};
+  Trained t{std::make_unique<gpt::Model>(c, gpt::Mesh{{0, 1}, {0, 1}, {dp_rank, 2}, {0, 1}}), {}, nullptr};
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& [name, entry] : t.model->metadata_state_dict().as_dict()) {
     if (entry.kind() == Kind::kShardedObject) continue;

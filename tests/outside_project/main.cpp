@@ -10,7 +10,30 @@
 #include <exception>
 #include <string>
 
+#include "folded.shard.h"
 #include "tiny.shard.h"
+
+namespace {
+
+// The generated API of the large-scale constructs: two model chunks on this
+// rank (stage 1 of pp 2, vp 2), experts on the second mesh.
+bool check_folded() {
+  folded::Config config;
+  config.layers = 8;
+  config.width = 4;
+  config.experts = 2;
+  config.vp = 2;
+  config.counts = {1, 2, 3, 2};  // virtual stages 0..3: stage 1 holds virtual stages 1 and 3
+  // 4 ranks: tp 2 x dp 1 x pp 2 = ep 2 x edp 1 x pp 2; this rank: tp 1, ep 1, pp 1.
+  folded::Model model(config, {{1, 2}, {0, 1}, {1, 2}, {1, 2}, {0, 1}});
+  const auto second = model.layers_chunk(1);
+  return model.chunk_count() == 2 && model.layers_local_count() == 4 && model.layers_chunk(0).second == 2 &&
+         second.first == 2 && second.second == 2 && model.layers(0).global_index() == 1 &&
+         model.layers(2).global_index() == 6 && model.layers(0).experts_local_count() == 1 &&
+         model.head_local_count() == 1 && model.metadata_state_dict().contains("model1.head.0.proj");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -19,6 +42,10 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   try {
+    if (!check_folded()) {
+      std::fprintf(stderr, "outside project: the folded layout's generated API gave unexpected chunks\n");
+      return 1;
+    }
     auto comm = distckpt::make_single_process_communicator();
 
     tiny::Config config;

@@ -34,6 +34,82 @@ TEST(LayoutBuilder, UnevenPlacementPutsFirstAndLastCountsOnTheEnds) {
   EXPECT_THROW((Placement{10, 6, 6}.range(0, 4, "layers")), Error);
 }
 
+// Megatron's interleaved assignment: virtual stage v = chunk * stages + stage,
+// layers handed out to virtual stages in order.
+TEST(LayoutBuilder, VirtualStagesInterleaveChunksAndExplicitLayoutsPlaceEachOne) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  const Placement even{16, -1, -1, /*chunks=*/2};
+  EXPECT_EQ(even.chunk_ranges(0, 4, "layers"), (Ranges{{0, 2}, {8, 10}}));
+  EXPECT_EQ(even.chunk_ranges(3, 4, "layers"), (Ranges{{6, 8}, {14, 16}}));
+  // Asymmetric: 8 layers as 1,3 | 2,2 over pp 2, vp 2 (virtual stages 0..3).
+  const Placement explicit_layout{8, -1, -1, 2, {1, 3, 2, 2}};
+  EXPECT_EQ(explicit_layout.chunk_ranges(0, 2, "layers"), (Ranges{{0, 1}, {4, 6}}));
+  EXPECT_EQ(explicit_layout.chunk_ranges(1, 2, "layers"), (Ranges{{1, 4}, {6, 8}}));
+  // first/last apply to the first and last virtual stage.
+  EXPECT_EQ((Placement{10, 1, 3, 2}.chunk_ranges(1, 2, "layers")), (Ranges{{1, 4}, {7, 10}}));
+  const auto message = [](const Placement& p) {
+    try {
+      p.chunk_ranges(0, 2, "layers");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(Placement{8, -1, -1, 2, {1, 3, 2}}),
+            "layers: the pipeline layout gives 3 counts but there are 2 stages x 2 virtual stages; give one count per "
+            "virtual stage, in virtual-stage order");
+  EXPECT_EQ(message(Placement{8, -1, -1, 2, {1, 3, 2, 1}}),
+            "layers: the pipeline layout places 7 elements but there are 8");
+  EXPECT_NE(message(Placement{6, -1, -1, 2}).find("6 elements cannot be spread evenly over 2 stages x 2 virtual"),
+            std::string::npos);
+  EXPECT_NE(message(Placement{8, -1, -1, 0}).find("0 virtual stages per stage"), std::string::npos);
+}
+
+// Parallel folding: dense tensors replicate over their mesh's axes only, the
+// experts' over theirs; both meshes must cover the same ranks.
+TEST(LayoutBuilder, TensorsReplicateOverTheAxesOfTheirOwnMesh) {
+  // 8 ranks: dense (tp 2, dp 4), experts (etp 1, ep 4, edp 2); this rank: tp 1, dp 2 = etp 0, ep 1, edp 1.
+  const MeshCoords folded{{"tp", "dp", "etp", "ep", "edp"},
+                          {{1, 2}, {2, 4}, {0, 1}, {1, 4}, {1, 2}},
+                          {{"default", {0, 1}}, {"experts", {2, 3, 4}}}};
+  Builder b("t", folded);
+  const size_t dense = b.add_tensor(TensorSpec("w", {8}).with_split(0, {0}), Position{}, "w");
+  const Position expert = Position{}.within(1, 4, /*axis=*/3, "experts", /*stacked_axis=*/true);
+  const size_t fc = b.add_tensor(TensorSpec("experts.fc", {8}).with_split(0, {2}).on_mesh(1), expert, "experts.0.fc");
+  b.set_tensor(dense, at::zeros({4}));
+  b.set_tensor(fc, at::zeros({8}));
+  const StateDict sd = b.state_dict();
+  EXPECT_EQ(sd.at("w").as_sharded_tensor().replica_id, (ReplicaId{2}));             // dp only
+  EXPECT_EQ(sd.at("experts.0.fc").as_sharded_tensor().replica_id, (ReplicaId{1}));  // edp only
+  MeshCoords uneven = folded;
+  uneven.coords[4] = {0, 4};  // edp 4: 16 expert ranks over 8 dense ones
+  try {
+    Builder bad("t", uneven);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "layout t: its meshes must cover the same ranks, but mesh default: tp 2 x dp 4 = 8, mesh experts: etp 1 "
+              "x ep 4 x edp 4 = 16; choose axis sizes whose products agree");
+  }
+}
+
+// ZeRO-1 over dp x cp within 2 instances: the 4 ranks of an instance own
+// quarters; ranks of the other instance hold the same quarters as replicas.
+TEST(LayoutBuilder, DistributedRangesOverAProductOfAxesWithinInstances) {
+  // tp 1/1, cp 1/2, dp 3/4: group rank dp * 2 + cp = 7 of 8; instances of 4: shard 3, instance 1.
+  Builder b("t", MeshCoords{{"tp", "cp", "dp"}, {{0, 1}, {1, 2}, {3, 4}}});
+  const size_t slot = b.add_tensor(TensorSpec("w", {1024}), Position{}, "w");
+  b.set_tensor(slot, at::zeros({1024}));
+  const Distribution zero{0, {2, 1}, 2};
+  const auto ranges = b.distributed_ranges(zero);
+  ASSERT_TRUE(ranges[0].has_value());
+  EXPECT_EQ(ranges[0]->start, 768);
+  EXPECT_EQ(ranges[0]->stop, 1024);
+  const Value entry = b.derived_entry(slot, "optimizer.state.exp_avg", at::zeros({256}), ranges[0], &zero);
+  EXPECT_EQ(entry.as_sharded_tensor().replica_id, (ReplicaId{1, 0}));     // instance 1, then tp
+  EXPECT_THROW(b.distributed_ranges(Distribution{0, {2, 1}, 3}), Error);  // 3 instances do not divide 8 ranks
+}
+
 TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {
   Builder b("t", mesh());
   const Position layer = Position{}.within(5, 8, /*axis=*/3, "layers", /*stacked_axis=*/true);

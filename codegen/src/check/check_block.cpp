@@ -15,6 +15,14 @@
 
 namespace distckpt::gen {
 
+void BlockChecker::check_enclosing_axes(int mesh, Loc loc, const std::string& what) {
+  for (const EnclosingStack& stack : scope_.stacks) {
+    if (stack.axis >= 0 && !ctx_.on_mesh(stack.axis, mesh)) {
+      ctx_.check_axis_on_mesh(stack.axis, mesh, loc, fmt::format("{} (through its stack '{}')", what, stack.key));
+    }
+  }
+}
+
 std::vector<Condition> BlockChecker::conditions_with(const Condition& own) const {
   std::vector<Condition> all = scope_.conditions;
   if (own.param >= 0) all.push_back(own);
@@ -24,6 +32,8 @@ std::vector<Condition> BlockChecker::conditions_with(const Condition& own) const
 void BlockChecker::add(const ast::Tensor& tensor) {
   TensorDecl decl = check_tensor(ctx_, tensor, scope_);
   const std::string full_key = scope_.key_prefix + decl.key;
+  check_enclosing_axes(decl.mesh, tensor.meshes.empty() ? decl.loc : tensor.meshes.front().loc,
+                       "tensor '" + full_key + "'");
   ctx_.claim_key(full_key,
                  KeyUse{decl.loc, conditions_with(decl.condition), true, !decl.tied_key.empty(), decl.shape.size()});
   block_.order.push_back(Member{Member::Kind::kTensor, block_.tensors.size()});
@@ -36,6 +46,11 @@ void BlockChecker::add(const ast::Object& object) {
   decl.accessor = accessor_name(decl.key);
   decl.loc = object.key.loc;
   const std::string full_key = scope_.key_prefix + decl.key;
+  decl.mesh = scope_.mesh;
+  if (object.mesh) {
+    if (const std::optional<int> mesh = ctx_.resolve_mesh(*object.mesh)) decl.mesh = *mesh;
+  }
+  check_enclosing_axes(decl.mesh, object.mesh ? object.mesh->loc : decl.loc, "object '" + full_key + "'");
   std::unordered_map<int, Loc> seen;
   for (const ast::Name& name : object.per_axes) {
     const std::optional<int> axis = ctx_.resolve_axis(name);
@@ -46,6 +61,7 @@ void BlockChecker::add(const ast::Object& object) {
                                             name.text, stack->key, full_key, name.text));
       continue;
     }
+    if (!ctx_.check_axis_on_mesh(*axis, decl.mesh, name.loc, "object '" + full_key + "'")) continue;
     const auto [it, fresh] = seen.emplace(*axis, name.loc);
     if (!fresh) {
       ctx_.diag
@@ -70,18 +86,34 @@ void BlockChecker::add(const ast::Stack& stack) {
   // Element classes are all nested in Model: named after the full key.
   decl->class_name = class_name(full_key);
 
+  // A stack may be empty (an optional block such as multi-token prediction).
   decl->count = ctx_.resolve(*stack.count);
   std::optional<int64_t> count;
-  if (decl->count) count = ctx_.check_extent(*decl->count, fmt::format("the element count of stack '{}'", full_key));
+  if (decl->count) count = ctx_.evaluate(*decl->count);
+  if (count && *count < 0) {
+    ctx_.diag.error(decl->count->loc, fmt::format("the element count of stack '{}' is {}; it must not be negative",
+                                                  full_key, ctx_.describe_value(*decl->count, *count)));
+  }
 
-  if (const std::optional<int> axis = ctx_.resolve_axis(stack.axis)) {
+  decl->mesh = scope_.mesh;
+  if (stack.mesh) {
+    if (const std::optional<int> mesh = ctx_.resolve_mesh(*stack.mesh)) decl->mesh = *mesh;
+  }
+  const std::string what = "stack '" + full_key + "'";
+  check_enclosing_axes(decl->mesh, stack.mesh ? stack.mesh->loc : decl->loc, what);
+
+  if (stack.stage) {
+    check_stage_stack(*decl, *stack.stage, full_key);
+  } else if (const std::optional<int> axis = ctx_.resolve_axis(stack.axis)) {
     if (const EnclosingStack* outer = scope_.stack_over(*axis)) {
       ctx_.diag.error(stack.axis.loc, fmt::format("stack '{}' is spread over '{}', which already places the "
                                                   "enclosing stack '{}'; a nested stack needs another axis",
                                                   full_key, stack.axis.text, outer->key));
     }
+    ctx_.check_axis_on_mesh(*axis, decl->mesh, stack.axis.loc, what);
     decl->axis = *axis;
   }
+  check_virtual(*decl, stack, full_key);
 
   // Uneven placement: counts on the first/last stage, each non-negative,
   // together no more than the stack holds.
@@ -100,7 +132,7 @@ void BlockChecker::add(const ast::Stack& stack) {
   };
   decl->first_count = placement(stack.first_count, "first");
   decl->last_count = placement(stack.last_count, "last");
-  if (count && placed_known && placed > *count) {
+  if (count && *count >= 0 && placed_known && placed > *count) {
     ctx_.diag.error(decl->loc, fmt::format("stack '{}' places {} elements on its first and last stage but has only {}",
                                            full_key, placed, *count));
   }
@@ -110,6 +142,7 @@ void BlockChecker::add(const ast::Stack& stack) {
 
   Scope inner = scope_;
   inner.key_prefix = full_key + ".";
+  inner.mesh = decl->mesh;
   inner.stacks.push_back(EnclosingStack{full_key, decl->axis});
   if (decl->condition.param >= 0) inner.conditions.push_back(decl->condition);
   BlockChecker body(ctx_, std::move(inner));
@@ -129,6 +162,53 @@ void BlockChecker::add(const ast::Stack& stack) {
 
   block_.order.push_back(Member{Member::Kind::kStack, block_.stacks.size()});
   block_.stacks.push_back(std::move(decl));
+}
+
+// `stage(first|last)` on a stack: every element on that (virtual) stage of
+// the layer axis, like a stage(...) tensor.
+void BlockChecker::check_stage_stack(StackDecl& decl, const ast::Stage& stage, const std::string& full_key) {
+  const char* which = stage.last ? "last" : "first";
+  decl.stage = stage.last ? Stage::kLast : Stage::kFirst;
+  if (!scope_.top_level()) {
+    ctx_.diag.error(stage.loc, fmt::format("stage({}) applies only to top-level stacks; stack '{}' is inside stack "
+                                           "'{}', which already places it",
+                                           which, full_key, scope_.stacks.back().key));
+  } else if (ctx_.layer_axes.size() != 1) {
+    ctx_.diag.error(stage.loc, fmt::format("stage({}) on stack '{}' needs exactly one top-level stack of layers "
+                                           "spread over a mesh axis",
+                                           which, full_key));
+  } else {
+    decl.stage_axis = ctx_.layer_axes.front();
+    ctx_.check_axis_on_mesh(decl.stage_axis, decl.mesh, stage.loc, "stack '" + full_key + "'");
+  }
+}
+
+// virtual(n) and layout(P): model chunks of a top-level stack of layers.
+void BlockChecker::check_virtual(StackDecl& decl, const ast::Stack& stack, const std::string& full_key) {
+  const auto top_level_only = [&](Loc loc, const char* what) {
+    if (scope_.top_level()) return true;
+    ctx_.diag.error(
+        loc, fmt::format("{} applies only to a top-level stack of layers; stack '{}' is nested", what, full_key));
+    return false;
+  };
+  if (stack.chunks && top_level_only(stack.chunks_loc, "virtual(...)")) {
+    decl.chunks = ctx_.resolve(*stack.chunks);
+    if (decl.chunks) {
+      ctx_.check_extent(*decl.chunks, fmt::format("the number of virtual stages of stack '{}'", full_key));
+    }
+    if (const StackDecl* earlier = ctx_.layout.chunked_stack) {
+      ctx_.diag
+          .error(stack.chunks_loc, fmt::format("stack '{}' is the second stack with virtual(...); model chunks "
+                                               "come from one stack of layers",
+                                               full_key))
+          .note(earlier->loc, "first given here");
+    } else {
+      ctx_.layout.chunked_stack = &decl;
+    }
+  }
+  if (stack.layout && top_level_only(stack.layout->loc, "layout(...)")) {
+    if (const std::optional<int> param = ctx_.resolve_list_param(*stack.layout)) decl.layout_param = *param;
+  }
 }
 
 void resolve_ties(CheckContext& ctx) {

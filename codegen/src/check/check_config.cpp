@@ -107,15 +107,22 @@ void CheckContext::declare_params(const std::vector<const ast::Param*>& params) 
           .note(layout.params[it->second].loc, "first declared here");
       continue;
     }
-    layout.params.push_back(ConfigParam{p->name.text, nullptr, p->name.loc});
+    layout.params.push_back(ConfigParam{p->name.text, nullptr, p->name.loc, p->list});
     declared.push_back(p);
+    if (p->list && p->default_value) {
+      diag.error(p->default_value->loc, fmt::format("list parameter '{}' cannot have a default; it is empty unless "
+                                                    "the trainer sets it",
+                                                    p->name.text));
+    }
     check_param_name(diag, p->name);
   }
   param_values_.assign(layout.params.size(), std::nullopt);
   param_used_.assign(layout.params.size(), false);
   // Defaults may refer to parameters declared after them: resolve once all exist.
   for (size_t i = 0; i < declared.size(); ++i) {
-    if (declared[i]->default_value) layout.params[i].default_value = resolve(*declared[i]->default_value);
+    if (declared[i]->default_value && !declared[i]->list) {
+      layout.params[i].default_value = resolve(*declared[i]->default_value);
+    }
   }
   DefaultOrder order(*this, param_values_);
   for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -142,6 +149,12 @@ ExprPtr CheckContext::resolve(const ast::Expr& expr) {
         return nullptr;
       }
       param_used_[it->second] = true;
+      if (layout.params[it->second].list) {
+        diag.error(expr.loc, fmt::format("config parameter '{}' is a list (int[]); only a stack's layout(...) takes "
+                                         "it, not an expression",
+                                         expr.name));
+        return nullptr;
+      }
       e->op = Expr::Op::kParam;
       e->param = it->second;
       return e;
@@ -157,6 +170,22 @@ ExprPtr CheckContext::resolve(const ast::Expr& expr) {
   e->lhs = std::move(lhs);
   e->rhs = std::move(rhs);
   return e;
+}
+
+std::optional<int> CheckContext::resolve_list_param(const ast::Name& name) {
+  const auto it = params_by_name_.find(name.text);
+  if (it == params_by_name_.end()) {
+    diag.error(name.loc, fmt::format("unknown config parameter '{}'; declare it in the config block as '{}: int[];'",
+                                     name.text, name.text));
+    return std::nullopt;
+  }
+  param_used_[it->second] = true;
+  if (!layout.params[it->second].list) {
+    diag.error(name.loc, fmt::format("layout({}) needs a list parameter ('{}: int[];'), but '{}' is an integer",
+                                     name.text, name.text, name.text));
+    return std::nullopt;
+  }
+  return it->second;
 }
 
 Condition CheckContext::resolve_condition(const std::optional<ast::Condition>& condition) {

@@ -2,6 +2,7 @@
 // the tensor blocks.
 #include <fmt/format.h>
 
+#include <map>
 #include <unordered_map>
 
 #include "check/checker_context.h"
@@ -56,17 +57,44 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
     };
     for (const ast::Name& state : optimizer->states) declare(state, decl.states);
     for (const ast::Name& scalar : optimizer->scalars) declare(scalar, decl.scalars);
-    for (size_t i = 0; i < optimizer->distributed_axes.size(); ++i) {
-      const ast::Name& axis = optimizer->distributed_axes[i];
-      if (i > 0) {
+    // ZeRO-1 per mesh: each mesh has its own data-parallel group.
+    std::map<int, Loc> distributed_meshes;
+    for (const ast::Optimizer::Distributed& d : optimizer->distributed) {
+      OptimizerDecl::Distribution dist;
+      dist.loc = d.loc;
+      if (d.mesh) {
+        const std::optional<int> mesh = ctx.resolve_mesh(*d.mesh);
+        if (!mesh) continue;
+        dist.mesh = *mesh;
+      }
+      const auto [first, fresh] = distributed_meshes.emplace(dist.mesh, d.loc);
+      if (!fresh) {
+        const std::string mesh = ctx.layout.meshes.empty() ? "default" : ctx.layout.meshes[dist.mesh].name;
         ctx.diag
-            .error(axis.loc, fmt::format("optimizer '{}' has more than one 'distributed over' line; its state is "
-                                         "distributed over one axis",
-                                         name.text))
-            .note(optimizer->distributed_axes.front().loc, "first given here");
+            .error(d.loc, fmt::format("optimizer '{}' has more than one 'distributed over' line for mesh {}; each "
+                                      "mesh's state is distributed over one group (join axes with '*')",
+                                      name.text, mesh))
+            .note(first->second, "first given here");
         continue;
       }
-      if (const std::optional<int> resolved = ctx.resolve_axis(axis)) decl.distributed_axis = *resolved;
+      std::map<int, Loc> seen;
+      for (const ast::Name& axis_name : d.axes) {
+        const std::optional<int> axis = ctx.resolve_axis(axis_name);
+        if (!axis || !ctx.check_axis_on_mesh(*axis, dist.mesh, axis_name.loc, "the distributed optimizer")) continue;
+        const auto [at, is_new] = seen.emplace(*axis, axis_name.loc);
+        if (!is_new) {
+          ctx.diag
+              .error(axis_name.loc, fmt::format("mesh axis '{}' appears twice in 'distributed over'", axis_name.text))
+              .note(at->second, "first given here");
+          continue;
+        }
+        dist.axes.push_back(*axis);
+      }
+      if (d.instances) {
+        dist.instances = ctx.resolve(*d.instances);
+        if (dist.instances) ctx.check_extent(*dist.instances, "the number of distributed optimizer instances");
+      }
+      decl.distributions.push_back(std::move(dist));
     }
     ctx.layout.optimizers.push_back(std::move(decl));
   }

@@ -145,6 +145,14 @@ void check_model(CheckContext& ctx, const std::vector<std::string>& classes) {
        {"config", "bind", "state_dict", "metadata_state_dict", "save_options", "schema_text", "fingerprint"}) {
     table.fix(function, fmt::format("the generated Model::{}()", function));
   }
+  if (layout.chunked_stack) {
+    table.fix("chunks_", "the generated Model::chunks_");
+    for (const char* function : {"chunk_count", "bind_chunk"}) {
+      table.fix(function, fmt::format("the generated Model::{}()", function));
+    }
+    const std::string chunk = layout.chunked_stack->accessor + "_chunk";
+    table.fix(chunk, fmt::format("the generated Model::{}()", chunk));
+  }
   // Names Model's definitions use unqualified, which a member would hide.
   table.fix("resolve", "resolve(), which Model's constructor calls");
   table.fix("kSchema", "the schema text kSchema, which Model::save_options() uses");

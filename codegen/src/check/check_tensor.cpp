@@ -73,6 +73,7 @@ void check_splits(TensorContext& t, TensorDecl& decl) {
                                                name.text, stack->key, t.full_key));
         continue;
       }
+      if (!t.ctx.check_axis_on_mesh(*axis, decl.mesh, name.loc, "tensor '" + t.full_key + "'")) continue;
       const auto [it, fresh] = splitting.emplace(*axis, &name);
       if (!fresh) {
         t.ctx.diag
@@ -127,6 +128,7 @@ void check_stage(TensorContext& t, TensorDecl& decl) {
     return;
   }
   decl.stage_axis = t.ctx.layer_axes.front();
+  t.ctx.check_axis_on_mesh(decl.stage_axis, decl.mesh, stage.loc, "tensor '" + t.full_key + "'");
   for (const Split& split : decl.splits) {
     for (const int axis : split.axes) {
       if (axis == decl.stage_axis) {
@@ -207,6 +209,11 @@ TensorDecl check_tensor(CheckContext& ctx, const ast::Tensor& tensor, const Scop
   decl.accessor = accessor_name(decl.key);
   decl.loc = tensor.key.loc;
   TensorContext t{ctx, tensor, scope, scope.key_prefix + decl.key, tensor.shape.size(), {}};
+  decl.mesh = scope.mesh;
+  if (!tensor.meshes.empty()) {
+    reject_repeats(t, tensor.meshes, "on", [](const ast::Name& name) { return name.loc; });
+    if (const std::optional<int> mesh = ctx.resolve_mesh(tensor.meshes.front())) decl.mesh = *mesh;
+  }
   for (size_t i = 0; i < tensor.shape.size(); ++i) {
     ExprPtr extent = ctx.resolve(*tensor.shape[i]);
     t.extents.push_back(extent ? ctx.check_extent(*extent, fmt::format("dim {} of tensor '{}'", i, t.full_key))

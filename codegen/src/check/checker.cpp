@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 #include "check/checker_context.h"
@@ -41,17 +42,30 @@ void check_layout_decls(CheckContext& ctx, const ast::Schema& schema) {
   }
 }
 
+// Several meshes decompose the same ranks (MoE parallel folding): the first
+// may be unnamed (the default mesh), the others are named.
 void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {
+  std::map<std::string, Loc> names;
   const ast::Mesh* first = nullptr;
   for (const ast::Item& item : schema.items) {
     const auto* mesh = std::get_if<ast::Mesh>(&item);
     if (mesh == nullptr) continue;
-    if (first != nullptr) {
-      ctx.diag.error(mesh->loc, "more than one 'mesh' declaration; list every axis in one 'mesh' line")
-          .note(first->loc, "first declared here");
+    if (first != nullptr && !mesh->name) {
+      ctx.diag
+          .error(mesh->loc,
+                 "a second mesh must be named, as in 'mesh experts: etp, ep, edp, pp;'; only the first "
+                 "(default) mesh may be unnamed")
+          .note(first->loc, "first mesh declared here");
       continue;
     }
-    first = mesh;
+    if (first == nullptr) first = mesh;
+    const std::string name = mesh->name ? mesh->name->text : "default";
+    const Loc loc = mesh->name ? mesh->name->loc : mesh->loc;
+    const auto [it, fresh] = names.emplace(name, loc);
+    if (!fresh) {
+      ctx.diag.error(loc, fmt::format("duplicate mesh '{}'", name)).note(it->second, "first declared here");
+      continue;
+    }
     ctx.declare_mesh(*mesh);
   }
 }
@@ -72,7 +86,7 @@ void check_config_decls(CheckContext& ctx, const ast::Schema& schema) {
 void find_layer_axes(CheckContext& ctx, const ast::Schema& schema) {
   for (const ast::Item& item : schema.items) {
     const auto* stack = std::get_if<std::unique_ptr<ast::Stack>>(&item);
-    if (stack == nullptr) continue;
+    if (stack == nullptr || (*stack)->stage) continue;
     const std::optional<int> axis = ctx.find_axis((*stack)->axis.text);
     if (axis && std::find(ctx.layer_axes.begin(), ctx.layer_axes.end(), *axis) == ctx.layer_axes.end()) {
       ctx.layer_axes.push_back(*axis);
@@ -92,6 +106,20 @@ void check_top_block(CheckContext& ctx, const ast::Schema& schema) {
     }
   }
   ctx.layout.body = top.finish();
+  // Model chunks come from the virtual stack alone: another stack spread
+  // over the same axis would have no chunk to live in.
+  if (const StackDecl* chunked = ctx.layout.chunked_stack) {
+    for (const auto& stack : ctx.layout.body.stacks) {
+      if (stack.get() != chunked && stack->axis >= 0 && stack->axis == chunked->axis) {
+        ctx.diag
+            .error(stack->loc, fmt::format("stack '{}' is spread over '{}' next to stack '{}', which has virtual "
+                                           "pipeline stages; make it part of that stack or place it with "
+                                           "stage(first|last)",
+                                           stack->key, ctx.layout.mesh_axes[stack->axis], chunked->key))
+            .note(chunked->loc, "virtual stages declared here");
+      }
+    }
+  }
 }
 
 }  // namespace

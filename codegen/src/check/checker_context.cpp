@@ -66,19 +66,61 @@ const EnclosingStack* Scope::stack_over(int axis) const {
 
 void CheckContext::declare_mesh(const ast::Mesh& mesh) {
   mesh_declared_ = true;
-  std::vector<Loc> locs;
-  std::map<std::string, Loc> constants;
+  MeshDecl decl{mesh.name ? mesh.name->text : "default", {}, mesh.name ? mesh.name->loc : mesh.loc};
+  std::map<std::string, Loc> in_this_mesh;
   for (const ast::Name& axis : mesh.axes) {
-    const auto [it, fresh] = axes_by_name_.emplace(axis.text, static_cast<int>(layout.mesh_axes.size()));
-    if (!fresh) {
+    const auto [seen, fresh_here] = in_this_mesh.emplace(axis.text, axis.loc);
+    if (!fresh_here) {
       diag.error(axis.loc, fmt::format("duplicate mesh axis '{}'", axis.text))
-          .note(locs[it->second], "first declared here");
+          .note(seen->second, "first declared here");
       continue;
     }
-    layout.mesh_axes.push_back(axis.text);
-    locs.push_back(axis.loc);
-    check_axis_name(diag, axis, constants);
+    const auto [it, fresh] = axes_by_name_.emplace(axis.text, static_cast<int>(layout.mesh_axes.size()));
+    if (fresh) {  // an axis of an earlier mesh is shared, not declared again
+      layout.mesh_axes.push_back(axis.text);
+      check_axis_name(diag, axis, axis_constants_);
+    }
+    decl.axes.push_back(it->second);
   }
+  layout.meshes.push_back(std::move(decl));
+}
+
+std::optional<int> CheckContext::resolve_mesh(const ast::Name& name) {
+  for (size_t i = 0; i < layout.meshes.size(); ++i) {
+    if (layout.meshes[i].name == name.text) return static_cast<int>(i);
+  }
+  std::vector<std::string> names;
+  for (const MeshDecl& m : layout.meshes) names.push_back(m.name);
+  diag.error(name.loc, fmt::format("unknown mesh '{}'{}", name.text,
+                                   names.empty() ? std::string("; declare it with 'mesh NAME: AXES;'")
+                                                 : fmt::format(" (meshes: {})", join_names(names))));
+  return std::nullopt;
+}
+
+bool CheckContext::on_mesh(int axis, int mesh) const {
+  if (mesh < 0 || static_cast<size_t>(mesh) >= layout.meshes.size()) return true;  // reported elsewhere
+  const std::vector<int>& axes = layout.meshes[mesh].axes;
+  return std::find(axes.begin(), axes.end(), axis) != axes.end();
+}
+
+std::string CheckContext::describe_mesh(int mesh) const {
+  std::vector<std::string> axes;
+  for (const int axis : layout.meshes.at(mesh).axes) axes.push_back(layout.mesh_axes[axis]);
+  return fmt::format("mesh {} ({})", layout.meshes[mesh].name, fmt::join(axes, ", "));
+}
+
+bool CheckContext::check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what) {
+  if (on_mesh(axis, mesh)) return true;
+  std::string hint;
+  for (size_t m = 0; m < layout.meshes.size(); ++m) {
+    if (on_mesh(axis, static_cast<int>(m))) {
+      hint = fmt::format("; put it on mesh {} with 'on {}'", layout.meshes[m].name, layout.meshes[m].name);
+      break;
+    }
+  }
+  diag.error(loc, fmt::format("{} uses mesh axis '{}', which is not on {}, where it lives{}", what,
+                              layout.mesh_axes[axis], describe_mesh(mesh), hint));
+  return false;
 }
 
 std::optional<int> CheckContext::find_axis(const std::string& name) const {

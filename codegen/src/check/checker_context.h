@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +31,7 @@ struct Scope {
   std::string key_prefix;  // "decoder.layers." inside that stack
   std::vector<EnclosingStack> stacks;
   std::vector<Condition> conditions;
+  int mesh = 0;  // the mesh members live on unless they say `on MESH`
 
   bool top_level() const { return stacks.empty(); }
   // The enclosing stack spread over `axis`, or nullptr.
@@ -68,6 +70,8 @@ class CheckContext {
   // Names -> parameter indices; null if a name is unknown (reported).
   ExprPtr resolve(const ast::Expr& expr);
   Condition resolve_condition(const std::optional<ast::Condition>& condition);
+  // A list parameter (`int[]`) by name; reports an unknown or integer one.
+  std::optional<int> resolve_list_param(const ast::Name& name);
   // Value from literals and constant defaults; reports inexact division,
   // division by zero and overflow at the failing operation.
   std::optional<int64_t> evaluate(const Expr& expr);
@@ -79,7 +83,14 @@ class CheckContext {
   void warn_unused_params();
 
   // ---- mesh and keys (checker_context.cpp) ----
+  // One `mesh` line; axes named by an earlier mesh are shared with it.
   void declare_mesh(const ast::Mesh& mesh);
+  // `on NAME` -> mesh index; reports an unknown name.
+  std::optional<int> resolve_mesh(const ast::Name& name);
+  bool on_mesh(int axis, int mesh) const;
+  // Reports `axis` (used at `loc` by `what`) when mesh `mesh` lacks it.
+  bool check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what);
+  std::string describe_mesh(int mesh) const;  // "mesh experts (etp, ep, edp, pp)"
   // Reports an unknown axis (or the missing mesh, once).
   std::optional<int> resolve_axis(const ast::Name& name);
   std::optional<int> find_axis(const std::string& name) const;  // silent
@@ -97,6 +108,7 @@ class CheckContext {
   std::vector<bool> param_used_;
   std::unordered_map<std::string, int> axes_by_name_;
   bool mesh_declared_ = false;
+  std::map<std::string, Loc> axis_constants_;
   bool reported_missing_mesh_ = false;
   std::unordered_map<std::string, std::vector<KeyUse>> keys_;
   std::set<std::pair<int, int>> duplicate_keys_;  // (line, col)
@@ -119,6 +131,10 @@ class BlockChecker {
 
  private:
   std::vector<Condition> conditions_with(const Condition& own) const;
+  // Reports the enclosing stacks' axes that mesh `mesh` lacks.
+  void check_enclosing_axes(int mesh, Loc loc, const std::string& what);
+  void check_stage_stack(StackDecl& decl, const ast::Stage& stage, const std::string& full_key);
+  void check_virtual(StackDecl& decl, const ast::Stack& stack, const std::string& full_key);
 
   CheckContext& ctx_;
   Scope scope_;

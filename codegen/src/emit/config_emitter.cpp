@@ -14,12 +14,18 @@ class ConfigPart : public LayoutPart {
   void types(Printer& h) const override {
     const std::string fields = Printer::capture([&](Printer& p) {
       for (const ConfigParam& param : layout_.params) {
+        if (param.list) {
+          p.print("std::vector<int64_t> $name$;  // optional list\n", "name", param.name);
+          continue;
+        }
         p.print("std::optional<int64_t> $name$;  // $note$\n", "name", param.name, "note",
                 param.default_value ? "default: " + ctx_.schema(*param.default_value) : "required");
       }
     });
     const std::string resolved = Printer::capture([&](Printer& p) {
-      for (const ConfigParam& param : layout_.params) p.print("int64_t $name$ = 0;\n", "name", param.name);
+      for (const ConfigParam& param : layout_.params) {
+        p.print(param.list ? "std::vector<int64_t> $name$;\n" : "int64_t $name$ = 0;\n", "name", param.name);
+      }
     });
     h.emit(R"tmpl(
       // Config parameters of layout $layout$; those without a default must be set.
@@ -58,8 +64,11 @@ class ConfigPart : public LayoutPart {
   std::string required() const {
     return Printer::capture([&](Printer& p) {
       for (const ConfigParam& param : layout_.params) {
-        if (!param.default_value)
+        if (param.list) {
+          p.print("c.$name$ = config.$name$;\n", "name", param.name);
+        } else if (!param.default_value) {
           p.print("c.$name$ = check.required(\"$name$\", config.$name$);\n", "name", param.name);
+        }
       }
     });
   }

@@ -33,6 +33,19 @@ std::string EmitContext::schema(const Expr& expr) const { return to_source(expr,
 
 std::string EmitContext::axis_constant(int index) const { return gen::axis_constant(layout_.mesh_axes[index]); }
 
+std::string EmitContext::mesh_constant(int index) const {
+  std::string name = gen::axis_constant(layout_.meshes.at(index).name);  // "kExperts"
+  return name + "Mesh";
+}
+
+std::string EmitContext::first_chunk_prefix() const {
+  return layout_.chunked_stack ? "distckpt::layout::chunk_prefix(0)" : "";
+}
+
+std::string EmitContext::last_chunk_prefix() const {
+  return layout_.chunked_stack ? "distckpt::layout::chunk_prefix(chunks_ - 1)" : "";
+}
+
 std::string EmitContext::condition_test(const Condition& c) const {
   if (c.param < 0) return "";
   return fmt::format("c.{} {} 0", layout_.params[c.param].name, c.negate ? "==" : "!=");

@@ -23,6 +23,14 @@ class EmitContext {
   std::string schema(const Expr& expr) const;
   std::string axis(int index) const { return layout_.mesh_axes[index]; }  // "tp"
   std::string axis_constant(int index) const;                             // "kTp"
+  // "kExpertsMesh": the index of a mesh in MeshCoords::meshes.
+  std::string mesh_constant(int index) const;
+  bool several_meshes() const { return layout_.meshes.size() > 1; }
+  // With virtual pipeline stages, parameter names start with their model
+  // chunk's prefix: these C++ expressions give the first and the last chunk's
+  // ("" without chunks).
+  std::string first_chunk_prefix() const;
+  std::string last_chunk_prefix() const;
   // "c.tie != 0" for `when tie`, "" when unconditional.
   std::string condition_test(const Condition& condition) const;
   // " when tie" / " unless tie" as in the schema, "" when unconditional.

@@ -24,12 +24,13 @@ struct ClassScope {
 
 // Where the Model constructor declares a block's slots.
 struct SlotScope {
-  int depth = 0;              // stacks around the block
-  std::string owner;          // where slot fields live: "" (the Model), "e0.", ...
-  std::string position;       // C++ expression of the distckpt::layout::Position
-  std::string name_prefix;    // C++ expression of the parameter-name prefix; "" at the top
-  std::string key_prefix;     // schema key prefix ("decoder.layers.")
-  std::string stored_prefix;  // C++ expression of the stored-key prefix; "" unless inside `as keys`
+  int depth = 0;                 // stacks around the block
+  std::string owner;             // where slot fields live: "" (the Model), "e0.", ...
+  std::string position;          // C++ expression of the distckpt::layout::Position
+  std::string name_prefix;       // C++ expression of the parameter-name prefix; "" at the top
+  std::string key_prefix;        // schema key prefix ("decoder.layers.")
+  std::string stored_prefix;     // C++ expression of the stored-key prefix; "" unless inside `as keys`
+  std::string last_name_prefix;  // the name prefix of stage(last) members (the last model chunk's at the top)
 };
 
 class MemberEmitter {

@@ -18,6 +18,35 @@ std::string record_mappings(const Layout& layout) {
   return fmt::format("options.name_mappings = {{{}}};", comma_list(calls));
 }
 
+// Virtual pipeline stages: the rank holds several model chunks, each bound
+// from its own module.
+std::string chunk_declarations(const EmitContext& ctx) {
+  const StackDecl* stack = ctx.layout().chunked_stack;
+  if (stack == nullptr) return "";
+  return Printer::capture([&](Printer& p) {
+    p.emit(R"tmpl(
+      // Model chunks (virtual pipeline stages) on this rank: chunk k is virtual stage k * $axis$ size + $axis$ rank.
+      // stage(first) entries live in chunk 0 of the first stage, stage(last) ones in the last chunk of the last.
+      int64_t chunk_count() const { return chunks_; }
+      // bind() for one chunk's module: names relative to the chunk, stack indices local to it.
+      Model& bind_chunk(int64_t chunk, const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                        const std::vector<std::pair<std::string, std::string>>& name_map = {});
+    )tmpl",
+           "axis", ctx.axis(stack->axis));
+  });
+}
+
+// Several meshes: a function of the source builds them (mesh_emitter.cpp).
+std::string mesh_coords(const EmitContext& ctx) {
+  if (ctx.several_meshes()) return "mesh_coords(mesh)";
+  std::vector<std::string> axes, coords;
+  for (const std::string& axis : ctx.layout().mesh_axes) {
+    axes.push_back(quoted(axis));
+    coords.push_back("mesh." + axis);
+  }
+  return fmt::format("distckpt::layout::MeshCoords{{{{{}}}, {{{}}}}}", comma_list(axes), comma_list(coords));
+}
+
 }  // namespace
 
 void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members, const Parts& parts) {
@@ -38,6 +67,7 @@ void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members
       // `name_map` renames module prefixes to schema prefixes first.
       Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                   const std::vector<std::pair<std::string, std::string>>& name_map = {});
+      $chunk_declarations$
       // Throws listing every declared entry this rank has not set.
       distckpt::StateDict state_dict() const;
       // What to load without a model: the same entries without data.
@@ -53,6 +83,7 @@ void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members
       $friends$
       ResolvedConfig config_;
       distckpt::layout::Builder builder_;
+      $chunk_fields$
       $fields$
     };
 
@@ -67,22 +98,23 @@ void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members
               })},
              {"friends", emit_section(parts, &LayoutPart::model_friends)},
              {"fields", Printer::capture([&](Printer& p) { emit_fields(members, p, kModel); })},
+             {"chunk_declarations", chunk_declarations(ctx)},
+             {"chunk_fields", ctx.layout().chunked_stack ? "int64_t chunks_ = 1;" : ""},
          });
 }
 
 void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& members, const Parts& parts) {
-  std::vector<std::string> axes, coords;
-  for (const std::string& axis : ctx.layout().mesh_axes) {
-    axes.push_back(quoted(axis));
-    coords.push_back("mesh." + axis);
-  }
   SlotScope top;
   top.position = "Position{}";
+  top.name_prefix = ctx.first_chunk_prefix();
+  top.last_name_prefix = ctx.last_chunk_prefix();
+  const StackDecl* chunked = ctx.layout().chunked_stack;
   s.emit(R"tmpl(
     Model::Model(const Config& config, const Mesh& mesh)
         : config_(resolve(config)),
-          builder_($layout$, distckpt::layout::MeshCoords{{$axes$}, {$coords$}}) {
+          builder_($layout$, $mesh_coords$) {
       const ResolvedConfig& c = config_;
+      $chunks$
       $slots$
     }
 
@@ -92,6 +124,7 @@ void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& m
       builder_.bind(named_parameters, name_map);
       return *this;
     }
+    $bind_chunk$
 
     distckpt::StateDict Model::state_dict() const { return builder_.state_dict(); }
 
@@ -115,8 +148,17 @@ void emit_model_definitions(Printer& s, const EmitContext& ctx, const Members& m
   )tmpl",
          Printer::Vars{
              {"layout", quoted(ctx.layout().name)},
-             {"axes", comma_list(axes)},
-             {"coords", comma_list(coords)},
+             {"mesh_coords", mesh_coords(ctx)},
+             {"chunks", chunked ? "chunks_ = " + ctx.cpp(*chunked->chunks) + ";" : ""},
+             {"bind_chunk", chunked ? R"(
+Model& Model::bind_chunk(int64_t chunk,
+                        const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                        const std::vector<std::pair<std::string, std::string>>& name_map) {
+  builder_.bind_chunk(chunk, chunks_, named_parameters, name_map);
+  return *this;
+}
+)"
+                                    : ""},
              {"slots", Printer::capture([&](Printer& p) { emit_slots(members, p, top); })},
              {"definitions", Printer::capture([&](Printer& p) {
                 emit_definitions(members, p, kModel);

@@ -32,12 +32,13 @@ class ObjectEmitter : public MemberEmitter {
     std::vector<std::string> axes;
     for (const int axis : o_.per_axes) axes.push_back(ctx_.axis_constant(axis));
     s.emit(R"tmpl(
-      $owner$$acc$_ = builder_.add_object($key$, {$axes$}, $position$, $name$);
+      $owner$$acc$_ = builder_.add_object($key$, {$axes$}, $position$, $name$$mesh$);
     )tmpl",
            "owner", at.owner, "acc", o_.accessor, "key",
            at.stored_prefix.empty() ? quoted(at.key_prefix + o_.key) : at.stored_prefix + " + " + quoted(o_.key),
            "axes", comma_list(axes), "position", at.position, "name",
-           at.name_prefix.empty() ? quoted(o_.key) : at.name_prefix + " + " + quoted(o_.key));
+           at.name_prefix.empty() ? quoted(o_.key) : at.name_prefix + " + " + quoted(o_.key), "mesh",
+           o_.mesh != 0 ? ", " + ctx_.mesh_constant(o_.mesh) : "");
   }
 
   void definitions(Printer& s, const ClassScope& in) const override {

@@ -1,6 +1,8 @@
 // `optimizer NAME { ... }`: a class next to Model that saves and restores
 // LibTorch's Adam/AdamW state laid out like the parameters (or ZeRO-1
 // distributed over an axis), and the includes it needs.
+#include <fmt/format.h>
+
 #include "emit/layout_part.h"
 
 namespace distckpt::gen {
@@ -25,7 +27,7 @@ class OptimizerPart : public LayoutPart {
 
   void after_model(Printer& h) const override {
     for (const OptimizerDecl& o : optimizers_) {
-      const bool zero = o.distributed_axis >= 0;
+      const bool zero = !o.distributions.empty();
       h.emit(R"tmpl(
         // optimizer $name$: $states$ shaped and sharded like each parameter$zero$.
         class $cls$ {
@@ -60,27 +62,55 @@ class OptimizerPart : public LayoutPart {
         };
 
       )tmpl",
-             "name", o.name, "states", comma_list(o.states), "zero",
-             zero ? "; distributed over " + ctx_.axis(o.distributed_axis) + " (ZeRO-1)" : "", "cls", o.class_name,
-             "distributed", zero ? "true" : "false");
+             "name", o.name, "states", comma_list(o.states), "zero", zero ? "; " + distributed_text(o) : "", "cls",
+             o.class_name, "distributed", zero ? "true" : "false");
     }
   }
 
   void after_model_definitions(Printer& s) const override {
     for (const OptimizerDecl& o : optimizers_) {
+      bool uses_config = false;
+      std::vector<std::string> distributions;
+      for (const OptimizerDecl::Distribution& d : o.distributions) {
+        std::vector<std::string> axes;
+        for (const int axis : d.axes) axes.push_back(ctx_.axis_constant(axis));
+        uses_config = uses_config || d.instances;
+        distributions.push_back(fmt::format("{{/*mesh=*/{}, /*axes=*/{{{}}}, /*instances=*/{}}}",
+                                            ctx_.several_meshes() ? ctx_.mesh_constant(d.mesh) : "0", comma_list(axes),
+                                            d.instances ? ctx_.cpp(*d.instances) : "1"));
+      }
       s.emit(R"tmpl(
         $cls$::$cls$(const Model& model, bool distributed)
-            : builder_(model.builder_),
-              spec_{$name$, {$states$}, {$scalars$}, distributed ? $axis$ : -1} {}
+            : builder_(model.builder_), spec_{$name$, {$states$}, {$scalars$}, {}} {
+          $body$
+        }
 
       )tmpl",
              "cls", o.class_name, "name", quoted(o.name), "states", comma_list(o.states, quoted), "scalars",
-             comma_list(o.scalars, quoted), "axis",
-             o.distributed_axis >= 0 ? ctx_.axis_constant(o.distributed_axis) : "-1");
+             comma_list(o.scalars, quoted), "body",
+             distributions.empty()
+                 ? "static_cast<void>(distributed);  // the schema distributes no state"
+                 : fmt::format("{}if (distributed) {{\n  spec_.distributed = {{\n      {},\n  }};\n}}",
+                               uses_config ? "const ResolvedConfig& c = model.config_;\n" : "",
+                               fmt::join(distributions, ",\n      ")));
     }
   }
 
  private:
+  // "distributed over dp * cp (ZeRO-1), over edp on experts": the schema's lines.
+  std::string distributed_text(const OptimizerDecl& o) const {
+    std::vector<std::string> lines;
+    for (const OptimizerDecl::Distribution& d : o.distributions) {
+      std::vector<std::string> axes;
+      for (const int axis : d.axes) axes.push_back(ctx_.axis(axis));
+      std::string line = "distributed over " + fmt::format("{}", fmt::join(axes, " * "));
+      if (d.instances) line += " instances(" + ctx_.schema(*d.instances) + ")";
+      if (ctx_.several_meshes()) line += " on " + ctx_.layout().meshes[d.mesh].name;
+      lines.push_back(line);
+    }
+    return comma_list(lines) + " (ZeRO-1)";
+  }
+
   const EmitContext& ctx_;
   const std::vector<OptimizerDecl>& optimizers_;
 };

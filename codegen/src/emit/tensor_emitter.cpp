@@ -40,8 +40,7 @@ class TensorEmitter : public MemberEmitter {
           $position$, $name$);
     )tmpl",
            "owner", at.owner, "acc", t_.accessor, "key", quoted(at.key_prefix + t_.key), "shape", shape(), "attributes",
-           attributes(at), "position", position, "name",
-           at.name_prefix.empty() ? quoted(t_.key) : at.name_prefix + " + " + quoted(t_.key));
+           attributes(at), "position", position, "name", name(at));
   }
 
   void definitions(Printer& s, const ClassScope& in) const override {
@@ -58,6 +57,13 @@ class TensorEmitter : public MemberEmitter {
 
  private:
   bool primary() const { return twins_.front() == &t_; }
+
+  // The parameter name: stage(last) tensors live in the last model chunk.
+  std::string name(const SlotScope& at) const {
+    const std::string& prefix =
+        t_.stage == Stage::kLast && !at.last_name_prefix.empty() ? at.last_name_prefix : at.name_prefix;
+    return prefix.empty() ? quoted(t_.key) : prefix + " + " + quoted(t_.key);
+  }
 
   std::string shape() const {
     std::vector<std::string> dims;
@@ -79,6 +85,7 @@ class TensorEmitter : public MemberEmitter {
       out += fmt::format("\n        .with_fused_part({}, {})", quoted(part.name), ctx_.cpp(*part.extent));
     }
     if (!t_.dtype.empty()) out += fmt::format("\n        .with_dtype({})", quoted(t_.dtype));
+    if (t_.mesh != 0) out += fmt::format("\n        .on_mesh({})", ctx_.mesh_constant(t_.mesh));
     if (!t_.tied_key.empty()) {
       out += fmt::format("\n        .tied_to({})", quoted(t_.tied_key));
     } else if (!at.stored_prefix.empty()) {
@@ -112,6 +119,7 @@ class TensorEmitter : public MemberEmitter {
     if (!parts.empty()) out += " fused(" + comma_list(parts) + ")";
     if (!t.tied_key.empty()) out += " tied(" + t.tied_key + ")";
     if (!t.dtype.empty()) out += " dtype(" + t.dtype + ")";
+    if (t.mesh != 0) out += " on " + ctx_.layout().meshes[t.mesh].name;
     return out + ctx_.condition_text(t.condition);
   }
 

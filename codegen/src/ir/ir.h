@@ -29,7 +29,16 @@ using ExprPtr = std::shared_ptr<const Expr>;
 
 struct ConfigParam {
   std::string name;
-  ExprPtr default_value;  // null: the trainer must set it
+  ExprPtr default_value;  // null: the trainer must set it (lists: empty)
+  Loc loc;
+  bool list = false;  // `int[]`: a list, used only by layout(...); empty when not set
+};
+
+// `mesh NAME: a, b, c;`: one decomposition of the job's ranks. Meshes share
+// the axes they both name; the first mesh is the default one.
+struct MeshDecl {
+  std::string name;       // "default" for the unnamed mesh
+  std::vector<int> axes;  // into Layout::mesh_axes, in declaration order
   Loc loc;
 };
 
@@ -61,6 +70,7 @@ struct TensorDecl {
   std::vector<FusedPart> fused;  // empty: a plain tensor
   std::string tied_key;          // full key of the main copy; empty: not tied
   std::string dtype;             // "" = any, else a distckpt dtype name ("bfloat16")
+  int mesh = 0;                  // into Layout::meshes
   Condition condition;
   std::string accessor;  // C++ name: "self_attention_linear_qkv_weight"
   Loc loc;
@@ -69,6 +79,7 @@ struct TensorDecl {
 struct ObjectDecl {
   std::string key;
   std::vector<int> per_axes;
+  int mesh = 0;
   Condition condition;
   std::string accessor;
   Loc loc;
@@ -91,12 +102,17 @@ struct Block {
 };
 
 struct StackDecl {
-  std::string key;       // "decoder.layers"
-  ExprPtr count;         // global number of elements
-  int axis = -1;         // mesh axis the elements are spread over
-  ExprPtr first_count;   // uneven placement: elements on the first stage (null = even)
-  ExprPtr last_count;    // elements on the last stage (null = even)
-  bool as_keys = false;  // one key per element instead of a stacked leading axis
+  std::string key;            // "decoder.layers"
+  ExprPtr count;              // global number of elements
+  int axis = -1;              // mesh axis the elements are spread over; -1: placed whole by `stage`
+  Stage stage = Stage::kAll;  // stage(first|last): every element on that (virtual) stage
+  int stage_axis = -1;        // the layer axis `stage` refers to
+  ExprPtr chunks;             // virtual(n): virtual stages per stage (null = 1, no model chunks)
+  int layout_param = -1;      // layout(P): the list parameter giving elements per virtual stage
+  ExprPtr first_count;        // uneven placement: elements on the first stage (null = even)
+  ExprPtr last_count;         // elements on the last stage (null = even)
+  bool as_keys = false;       // one key per element instead of a stacked leading axis
+  int mesh = 0;               // the mesh of the body's members
   Condition condition;
   Block body;
   std::string accessor;    // "decoder_layers"
@@ -123,7 +139,14 @@ struct OptimizerDecl {
   std::string class_name;            // "Adam"
   std::vector<std::string> states;   // "exp_avg", "exp_avg_sq"
   std::vector<std::string> scalars;  // "step"
-  int distributed_axis = -1;         // ZeRO axis, -1 = not distributed
+  // `distributed over a * b instances(n) on MESH`: ZeRO-1 per mesh.
+  struct Distribution {
+    int mesh = 0;
+    std::vector<int> axes;  // major first
+    ExprPtr instances;      // null: 1
+    Loc loc;
+  };
+  std::vector<Distribution> distributions;  // at most one per mesh
   Loc loc;
 };
 
@@ -160,7 +183,11 @@ struct Layout {
   std::string file_name;    // as given on the command line (for messages)
   std::string source_text;  // the schema, embedded in generated code
   std::vector<ConfigParam> params;
-  std::vector<std::string> mesh_axes;
+  std::vector<std::string> mesh_axes;  // every axis of every mesh, in order of first declaration
+  std::vector<MeshDecl> meshes;
+  // The stack with virtual(n): the Model then holds n model chunks per stage
+  // and parameter names carry the chunk ("model0.", ...). Null: no chunks.
+  const StackDecl* chunked_stack = nullptr;
   Block body;
   std::vector<CommonDecl> commons;
   std::vector<TransientDecl> transients;

@@ -76,6 +76,7 @@ struct Tensor {
   std::vector<Fused> fused;
   std::vector<Name> tied;
   std::vector<Name> dtypes;
+  std::vector<Name> meshes;  // `on MESH`
   std::optional<Condition> condition;
 };
 
@@ -83,6 +84,7 @@ struct Object {
   Loc loc;  // the `object` keyword
   Name key;
   std::vector<Name> per_axes;
+  std::optional<Name> mesh;  // `on MESH`
   std::optional<Condition> condition;
 };
 
@@ -98,9 +100,14 @@ struct Stack {
   Loc loc;  // the `stack` keyword
   Name key;
   ExprPtr count;
-  Name axis;
-  ExprPtr first_count;  // first(n), null when absent
-  ExprPtr last_count;   // last(m), null when absent
+  Name axis;                   // empty text for a stack placed by stage(...)
+  std::optional<Stage> stage;  // `stage(first|last)` instead of `over AXIS`
+  ExprPtr chunks;              // virtual(n), null when absent
+  Loc chunks_loc;              // the `virtual` keyword
+  std::optional<Name> layout;  // layout(PARAM): explicit elements per virtual stage
+  ExprPtr first_count;         // first(n), null when absent
+  ExprPtr last_count;          // last(m), null when absent
+  std::optional<Name> mesh;    // `on MESH`
   std::optional<Storage> storage;
   std::optional<Condition> condition;
   std::vector<BlockItem> body;
@@ -113,6 +120,7 @@ struct LayoutDecl {
 
 struct Param {
   Name name;
+  bool list = false;  // `int[]`
   ExprPtr default_value;
 };
 
@@ -122,7 +130,8 @@ struct Config {
 };
 
 struct Mesh {
-  Loc loc;  // the `mesh` keyword
+  Loc loc;                   // the `mesh` keyword
+  std::optional<Name> name;  // `mesh NAME: ...`; the unnamed mesh is the default one
   std::vector<Name> axes;
 };
 
@@ -142,7 +151,14 @@ struct Optimizer {
   Name name;
   std::vector<Name> states;
   std::vector<Name> scalars;
-  std::vector<Name> distributed_axes;  // more than one is an error
+  // `distributed over a * b instances(n) on MESH;`
+  struct Distributed {
+    Loc loc;  // the `distributed` keyword
+    std::vector<Name> axes;
+    ExprPtr instances;  // null when absent
+    std::optional<Name> mesh;
+  };
+  std::vector<Distributed> distributed;  // more than one per mesh is an error
 };
 
 // A schema key in a mapping, with the index names bound to its stacks:

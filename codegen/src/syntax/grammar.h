@@ -75,12 +75,16 @@ DISTCKPT_KW(kw_string, "string");
 DISTCKPT_KW(kw_bool, "bool");
 DISTCKPT_KW(kw_mapping, "mapping");
 DISTCKPT_KW(kw_skip, "skip");
+DISTCKPT_KW(kw_on, "on");
+DISTCKPT_KW(kw_virtual, "virtual");
+DISTCKPT_KW(kw_instances, "instances");
 #undef DISTCKPT_KW
 
-struct reserved : sor<kw_layout, kw_config, kw_mesh, kw_tensor, kw_stack, kw_over, kw_as, kw_axis, kw_keys, kw_first,
-                      kw_last, kw_object, kw_per, kw_common, kw_transient, kw_optimizer, kw_state, kw_like, kw_param,
-                      kw_scalar, kw_distributed, kw_split, kw_by, kw_pad, kw_stage, kw_fused, kw_tied, kw_when,
-                      kw_unless, kw_dtype, kw_int, kw_float, kw_string, kw_bool, kw_mapping, kw_skip> {};
+struct reserved
+    : sor<kw_layout, kw_config, kw_mesh, kw_tensor, kw_stack, kw_over, kw_as, kw_axis, kw_keys, kw_first, kw_last,
+          kw_object, kw_per, kw_common, kw_transient, kw_optimizer, kw_state, kw_like, kw_param, kw_scalar,
+          kw_distributed, kw_split, kw_by, kw_pad, kw_stage, kw_fused, kw_tied, kw_when, kw_unless, kw_dtype, kw_int,
+          kw_float, kw_string, kw_bool, kw_mapping, kw_skip, kw_on, kw_virtual, kw_instances> {};
 
 struct ident : seq<not_at<reserved>, pegtl::identifier> {};
 
@@ -129,10 +133,12 @@ struct layout_decl : seq<layout_word, must<layout_name>, must<layout_end>> {};
 struct param_name : token<ident> {};
 struct param_colon : punct<':'> {};
 struct param_type : token<kw_int> {};
+struct param_list_close : punct<']'> {};
+struct param_list : seq<punct<'['>, must<param_list_close>> {};  // `int[]`
 struct param_default : expr {};
 struct param_end : punct<';'> {};
-struct param
-    : seq<param_name, must<param_colon>, must<param_type>, opt<punct<'='>, must<param_default>>, must<param_end>> {};
+struct param : seq<param_name, must<param_colon>, must<param_type>, opt<param_list>,
+                   opt<punct<'='>, must<param_default>>, must<param_end>> {};
 
 struct config_word : token<kw_config> {};
 struct config_open : punct<'{'> {};
@@ -143,9 +149,12 @@ struct config_params : star<not_at<one<'}'>>, not_at<item_word>, not_at<eof>, re
 struct config : seq<config_word, must<config_open>, config_params, must<config_close>> {};
 
 struct mesh_word : token<kw_mesh> {};
+struct mesh_name : token<ident> {};
+// `mesh experts: etp, ep, edp, pp;` names a mesh; the colon tells it from an axis.
+struct mesh_named : seq<pegtl::at<token<ident>, one<':'>>, mesh_name, punct<':'>> {};
 struct mesh_axis : token<ident> {};
 struct mesh_end : punct<';'> {};
-struct mesh : seq<mesh_word, must<mesh_axis>, star<punct<','>, must<mesh_axis>>, must<mesh_end>> {};
+struct mesh : seq<mesh_word, opt<mesh_named>, must<mesh_axis>, star<punct<','>, must<mesh_axis>>, must<mesh_end>> {};
 
 // ---- tensor ---------------------------------------------------------------
 
@@ -201,7 +210,10 @@ struct dtype_name : token<pegtl::identifier> {};
 struct dtype_close : punct<')'> {};
 struct dtype_attr : seq<token<kw_dtype>, must<dtype_open>, must<dtype_name>, must<dtype_close>> {};
 
-struct attr : sor<split_attr, pad_attr, stage_attr, fused_attr, tied_attr, dtype_attr> {};
+struct tensor_mesh : token<ident> {};
+struct on_attr : seq<token<kw_on>, must<tensor_mesh>> {};
+
+struct attr : sor<split_attr, pad_attr, stage_attr, fused_attr, tied_attr, dtype_attr, on_attr> {};
 struct tensor_end : punct<';'> {};
 struct tensor : seq<tensor_word, must<tensor_key>, must<shape>, star<attr>, opt<condition>, must<tensor_end>> {};
 
@@ -213,8 +225,10 @@ struct per_open : punct<'('> {};
 struct per_axis : token<ident> {};
 struct per_close : punct<')'> {};
 struct per : seq<token<kw_per>, must<per_open>, must<per_axis>, star<punct<','>, must<per_axis>>, must<per_close>> {};
+struct object_mesh : token<ident> {};
+struct object_on : seq<token<kw_on>, must<object_mesh>> {};
 struct object_end : punct<';'> {};
-struct object : seq<object_word, must<object_key>, opt<per>, opt<condition>, must<object_end>> {};
+struct object : seq<object_word, must<object_key>, opt<per>, opt<object_on>, opt<condition>, must<object_end>> {};
 
 // ---- stack ----------------------------------------------------------------
 
@@ -237,14 +251,34 @@ struct storage_axis : token<kw_axis> {};
 struct storage_keys : token<kw_keys> {};
 struct storage_kind : sor<storage_axis, storage_keys> {};
 struct storage : seq<token<kw_as>, must<storage_kind>> {};
+struct virtual_open : punct<'('> {};
+struct virtual_count : expr {};
+struct virtual_close : punct<')'> {};
+struct virtual_word : token<kw_virtual> {};
+struct stack_virtual : seq<virtual_word, must<virtual_open>, must<virtual_count>, must<virtual_close>> {};
+struct stack_layout_open : punct<'('> {};
+struct stack_layout_param : token<ident> {};
+struct stack_layout_close : punct<')'> {};
+struct stack_layout
+    : seq<token<kw_layout>, must<stack_layout_open>, must<stack_layout_param>, must<stack_layout_close>> {};
+struct stack_stage_word : token<kw_stage> {};
+struct stack_stage_first : token<kw_first> {};
+struct stack_stage_last : token<kw_last> {};
+struct stack_stage_which : sor<stack_stage_first, stack_stage_last> {};
+struct stack_stage : seq<stack_stage_word, must<stage_open>, must<stack_stage_which>, must<stage_close>> {};
+// `over AXIS` spreads the elements; `stage(first|last)` puts them all on one stage.
+struct stack_spread : seq<stack_over, must<stack_axis>, opt<stack_virtual>, opt<stack_layout>, opt<placement>> {};
+struct stack_placing : sor<stack_spread, stack_stage> {};
+struct stack_mesh : token<ident> {};
+struct stack_on : seq<token<kw_on>, must<stack_mesh>> {};
 struct stack_open : punct<'{'> {};
 struct stack_item : sor<tensor, stack, object> {};
 struct stack_close : punct<'}'> {};
 struct stack_body : star<not_at<one<'}'>>, not_at<top_level_word>, not_at<eof>, recover<must<stack_item>, item_word>> {
 };
-struct stack : seq<stack_word, must<stack_key>, must<count_open>, must<stack_count>, must<count_close>,
-                   must<stack_over>, must<stack_axis>, opt<placement>, opt<storage>, opt<condition>, must<stack_open>,
-                   stack_body, must<stack_close>> {};
+struct stack
+    : seq<stack_word, must<stack_key>, must<count_open>, must<stack_count>, must<count_close>, must<stack_placing>,
+          opt<storage>, opt<stack_on>, opt<condition>, must<stack_open>, stack_body, must<stack_close>> {};
 
 // ---- common, transient ----------------------------------------------------
 
@@ -275,11 +309,20 @@ struct state_decl : seq<token<kw_state>, must<state_name>, star<punct<','>, must
 struct scalar_name : token<ident> {};
 struct scalar_end : punct<';'> {};
 struct scalar_decl : seq<token<kw_scalar>, must<scalar_name>, must<scalar_end>> {};
+struct distributed_word : token<kw_distributed> {};
 struct distributed_over : token<kw_over> {};
 struct distributed_axis : token<ident> {};
+struct instances_open : punct<'('> {};
+struct instances_count : expr {};
+struct instances_close : punct<')'> {};
+struct distributed_instances
+    : seq<token<kw_instances>, must<instances_open>, must<instances_count>, must<instances_close>> {};
+struct distributed_mesh : token<ident> {};
+struct distributed_on : seq<token<kw_on>, must<distributed_mesh>> {};
 struct distributed_end : punct<';'> {};
 struct distributed_decl
-    : seq<token<kw_distributed>, must<distributed_over>, must<distributed_axis>, must<distributed_end>> {};
+    : seq<distributed_word, must<distributed_over>, must<distributed_axis>, star<punct<'*'>, must<distributed_axis>>,
+          opt<distributed_instances>, opt<distributed_on>, must<distributed_end>> {};
 struct optimizer_item : sor<state_decl, scalar_decl, distributed_decl> {};
 
 struct optimizer_word : token<kw_optimizer> {};

@@ -82,12 +82,14 @@ DISTCKPT_ACTION(layout_name, s.layout.name = name_of(in));
 DISTCKPT_ACTION(layout_decl, s.schema.items.emplace_back(std::move(s.layout)));
 
 DISTCKPT_ACTION(config_word, s.config = ast::Config{loc_of(in), {}});
-DISTCKPT_ACTION(param_name, s.param = ast::Param{name_of(in), nullptr});
+DISTCKPT_ACTION(param_name, s.param = ast::Param{name_of(in), false, nullptr});
+DISTCKPT_ACTION(param_list, s.param.list = true);
 DISTCKPT_ACTION(param_default, s.param.default_value = s.pop_operand());
 DISTCKPT_ACTION(param, s.config.params.push_back(std::move(s.param)));
 DISTCKPT_ACTION(config, s.schema.items.emplace_back(std::move(s.config)));
 
-DISTCKPT_ACTION(mesh_word, s.mesh = ast::Mesh{loc_of(in), {}});
+DISTCKPT_ACTION(mesh_word, s.mesh = ast::Mesh{loc_of(in), std::nullopt, {}});
+DISTCKPT_ACTION(mesh_name, s.mesh.name = name_of(in));
 DISTCKPT_ACTION(mesh_axis, s.mesh.axes.push_back(name_of(in)));
 DISTCKPT_ACTION(mesh, s.schema.items.emplace_back(std::move(s.mesh)));
 
@@ -109,6 +111,7 @@ DISTCKPT_ACTION(part_name, s.part_name = name_of(in));
 DISTCKPT_ACTION(part_extent, s.tensor.fused.back().parts.push_back(ast::FusedPart{s.part_name, s.pop_operand()}));
 DISTCKPT_ACTION(tied_key, s.tensor.tied.push_back(name_of(in)));
 DISTCKPT_ACTION(dtype_name, s.tensor.dtypes.push_back(name_of(in)));
+DISTCKPT_ACTION(tensor_mesh, s.tensor.meshes.push_back(name_of(in)));
 DISTCKPT_ACTION(tensor, {
   s.tensor.condition = std::exchange(s.condition, std::nullopt);
   s.add_to_block(std::move(s.tensor));
@@ -116,7 +119,8 @@ DISTCKPT_ACTION(tensor, {
 
 // ---- object ---------------------------------------------------------------
 
-DISTCKPT_ACTION(object_word, s.object = ast::Object{loc_of(in), {}, {}, std::nullopt});
+DISTCKPT_ACTION(object_word, s.object = ast::Object{loc_of(in), {}, {}, std::nullopt, std::nullopt});
+DISTCKPT_ACTION(object_mesh, s.object.mesh = name_of(in));
 DISTCKPT_ACTION(object_key, s.object.key = name_of(in));
 DISTCKPT_ACTION(per_axis, s.object.per_axes.push_back(name_of(in)));
 DISTCKPT_ACTION(object, {
@@ -133,6 +137,12 @@ DISTCKPT_ACTION(stack_word, {
 DISTCKPT_ACTION(stack_key, s.open_stacks.back()->key = name_of(in));
 DISTCKPT_ACTION(stack_count, s.open_stacks.back()->count = s.pop_operand());
 DISTCKPT_ACTION(stack_axis, s.open_stacks.back()->axis = name_of(in));
+DISTCKPT_ACTION(stack_stage_word, s.open_stacks.back()->stage = ast::Stage{false, loc_of(in)});
+DISTCKPT_ACTION(stack_stage_last, s.open_stacks.back()->stage->last = true);
+DISTCKPT_ACTION(virtual_word, s.open_stacks.back()->chunks_loc = loc_of(in));
+DISTCKPT_ACTION(virtual_count, s.open_stacks.back()->chunks = s.pop_operand());
+DISTCKPT_ACTION(stack_layout_param, s.open_stacks.back()->layout = name_of(in));
+DISTCKPT_ACTION(stack_mesh, s.open_stacks.back()->mesh = name_of(in));
 DISTCKPT_ACTION(first_count, s.open_stacks.back()->first_count = s.pop_operand());
 DISTCKPT_ACTION(last_count, s.open_stacks.back()->last_count = s.pop_operand());
 DISTCKPT_ACTION(storage_axis, s.open_stacks.back()->storage = ast::Storage{false, loc_of(in)});
@@ -168,7 +178,11 @@ DISTCKPT_ACTION(optimizer_word, {
 DISTCKPT_ACTION(optimizer_name, s.optimizer.name = name_of(in));
 DISTCKPT_ACTION(state_name, s.optimizer.states.push_back(name_of(in)));
 DISTCKPT_ACTION(scalar_name, s.optimizer.scalars.push_back(name_of(in)));
-DISTCKPT_ACTION(distributed_axis, s.optimizer.distributed_axes.push_back(name_of(in)));
+DISTCKPT_ACTION(distributed_word,
+                s.optimizer.distributed.push_back(ast::Optimizer::Distributed{loc_of(in), {}, nullptr, std::nullopt}));
+DISTCKPT_ACTION(distributed_axis, s.optimizer.distributed.back().axes.push_back(name_of(in)));
+DISTCKPT_ACTION(instances_count, s.optimizer.distributed.back().instances = s.pop_operand());
+DISTCKPT_ACTION(distributed_mesh, s.optimizer.distributed.back().mesh = name_of(in));
 DISTCKPT_ACTION(optimizer, s.schema.items.emplace_back(std::move(s.optimizer)));
 
 // ---- mapping --------------------------------------------------------------

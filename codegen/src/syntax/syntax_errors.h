@@ -41,6 +41,7 @@ DISTCKPT_EXPECTED(param, "a config parameter ('NAME: int;') or '}'");
 DISTCKPT_EXPECTED(param_colon, "':' after the config parameter name");
 DISTCKPT_EXPECTED(param_type, "'int' after ':' (config parameters are integers)");
 DISTCKPT_EXPECTED(param_default, "a default value after '='");
+DISTCKPT_EXPECTED(param_list_close, "']' after '[' (a list parameter is 'int[]')");
 DISTCKPT_EXPECTED(param_end, "';' after the config parameter");
 DISTCKPT_EXPECTED(config_open, "'{' after 'config'");
 DISTCKPT_EXPECTED(config_close, "'}' to close the config block");
@@ -87,7 +88,17 @@ DISTCKPT_EXPECTED(stack_key, "the stack key after 'stack'");
 DISTCKPT_EXPECTED(count_open, "'[' and the number of elements after the stack key");
 DISTCKPT_EXPECTED(stack_count, "the number of elements after '['");
 DISTCKPT_EXPECTED(count_close, "']' after the number of elements");
-DISTCKPT_EXPECTED(stack_over, "'over' and the mesh axis the elements are spread over");
+DISTCKPT_EXPECTED(stack_placing, "'over' and the mesh axis the elements are spread over, or stage(first|last)");
+DISTCKPT_EXPECTED(virtual_open, "'(' after 'virtual'");
+DISTCKPT_EXPECTED(virtual_count, "the number of virtual stages per stage in virtual(...)");
+DISTCKPT_EXPECTED(virtual_close, "')' after the number of virtual stages");
+DISTCKPT_EXPECTED(stack_layout_open, "'(' after 'layout'");
+DISTCKPT_EXPECTED(stack_layout_param, "a list config parameter ('NAME: int[];') in layout(...)");
+DISTCKPT_EXPECTED(stack_layout_close, "')' after the layout parameter");
+DISTCKPT_EXPECTED(stack_stage_which, "'first' or 'last' in stage(...)");
+DISTCKPT_EXPECTED(stack_mesh, "a mesh name after 'on'");
+DISTCKPT_EXPECTED(tensor_mesh, "a mesh name after 'on'");
+DISTCKPT_EXPECTED(object_mesh, "a mesh name after 'on'");
 DISTCKPT_EXPECTED(stack_axis, "a mesh axis after 'over'");
 DISTCKPT_EXPECTED(placement_open, "'(' after 'first' / 'last'");
 DISTCKPT_EXPECTED(first_count, "a number of elements in first(...)");
@@ -117,7 +128,11 @@ DISTCKPT_EXPECTED(scalar_name, "a scalar name after 'scalar'");
 DISTCKPT_EXPECTED(scalar_end, "';' after the scalar name");
 DISTCKPT_EXPECTED(distributed_over, "'over' after 'distributed'");
 DISTCKPT_EXPECTED(distributed_axis, "a mesh axis after 'distributed over'");
-DISTCKPT_EXPECTED(distributed_end, "';' after the distributed axis");
+DISTCKPT_EXPECTED(distributed_end, "'*', instances(...), 'on' or ';' after the distributed axis");
+DISTCKPT_EXPECTED(instances_open, "'(' after 'instances'");
+DISTCKPT_EXPECTED(instances_count, "the number of optimizer instances in instances(...)");
+DISTCKPT_EXPECTED(instances_close, "')' after the number of instances");
+DISTCKPT_EXPECTED(distributed_mesh, "a mesh name after 'on'");
 
 DISTCKPT_EXPECTED(mapping_name, "the mapping name after 'mapping'");
 DISTCKPT_EXPECTED(mapping_open, "'{' after the mapping name");
@@ -138,13 +153,14 @@ DISTCKPT_EXPECTED(skip_end, "';' after the skipped key");
 
 template <>
 inline constexpr const char* kUnknownWord<tensor_end> =
-    "unknown tensor attribute '{}' (attributes: split, pad, stage, fused, tied, dtype; conditions: when, unless)";
+    "unknown tensor attribute '{}' (attributes: split, pad, stage, fused, tied, dtype, on; conditions: when, unless)";
 template <>
 inline constexpr const char* kUnknownWord<object_end> =
-    "unknown object option '{}' (options: per; conditions: when, unless)";
+    "unknown object option '{}' (options: per, on; conditions: when, unless)";
 template <>
 inline constexpr const char* kUnknownWord<stack_open> =
-    "unknown stack option '{}' (options: first, last, as axis, as keys; conditions: when, unless)";
+    "unknown stack option '{}' (options: virtual, layout, first, last, as axis, as keys, on; conditions: when, "
+    "unless)";
 
 inline bool is_word_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';

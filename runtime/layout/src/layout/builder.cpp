@@ -105,6 +105,12 @@ TensorSpec& TensorSpec::tied_to(std::string stored_key) {
   tied = true;
   return *this;
 }
+TensorSpec& TensorSpec::on_mesh(int index) {
+  mesh = index;
+  return *this;
+}
+
+std::string chunk_prefix(int64_t chunk) { return fmt::format("model{}.", chunk); }
 
 int64_t exact_div(int64_t a, int64_t b, const char* expression) {
   if (b == 0 || a % b != 0) {
@@ -117,7 +123,7 @@ int64_t exact_div(int64_t a, int64_t b, const char* expression) {
 Position Position::within(int64_t index, int64_t count, int axis, const std::string& stack, bool stacked_axis) const {
   Position p = *this;
   if (stacked_axis) p.prepended.emplace_back(index, count);
-  p.placing_axes.push_back(axis);
+  if (axis >= 0) p.placing_axes.push_back(axis);
   p.describe += fmt::format(" ({} {})", stack, index);
   return p;
 }
@@ -156,36 +162,61 @@ std::string MeshCoords::describe() const {
 }
 
 std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, const std::string& what) const {
-  const bool uneven = first >= 0 || last >= 0;
-  if (!uneven) {
-    if (count % stages != 0) {
+  return chunk_ranges(stage, stages, what).front();
+}
+
+std::vector<std::pair<int64_t, int64_t>> Placement::chunk_ranges(int64_t stage, int64_t stages,
+                                                                 const std::string& what) const {
+  if (chunks < 1) throw Error(fmt::format("{}: {} virtual stages per stage; need at least 1", what, chunks));
+  const int64_t virtual_stages = stages * chunks;
+  const std::string spread =
+      chunks == 1 ? fmt::format("{} stages", stages) : fmt::format("{} stages x {} virtual stages", stages, chunks);
+  std::vector<int64_t> sizes;
+  if (!counts.empty()) {
+    if (static_cast<int64_t>(counts.size()) != virtual_stages) {
       throw Error(
-          fmt::format("{}: {} elements cannot be spread evenly over {} stages; declare first(n)/last(n) in "
-                      "the schema or change the mesh",
-                      what, count, stages));
+          fmt::format("{}: the pipeline layout gives {} counts but there are {}; give one count per virtual "
+                      "stage, in virtual-stage order",
+                      what, counts.size(), spread));
     }
-    const int64_t per = count / stages;
-    return {stage * per, (stage + 1) * per};
+    int64_t sum = 0;
+    for (const int64_t n : counts) {
+      if (n < 0) throw Error(fmt::format("{}: the pipeline layout has a negative count ({})", what, n));
+      sum += n;
+    }
+    if (sum != count) {
+      throw Error(fmt::format("{}: the pipeline layout places {} elements but there are {}", what, sum, count));
+    }
+    sizes = counts;
+  } else if (first < 0 && last < 0) {
+    if (count % virtual_stages != 0) {
+      throw Error(
+          fmt::format("{}: {} elements cannot be spread evenly over {}; declare first(n)/last(n) or an explicit "
+                      "layout in the schema, or change the mesh",
+                      what, count, spread));
+    }
+    sizes.assign(virtual_stages, count / virtual_stages);
+  } else if (virtual_stages == 1) {
+    sizes = {count};
+  } else {
+    const int64_t head = std::max<int64_t>(first, 0), tail = std::max<int64_t>(last, 0);
+    const int64_t middle = virtual_stages - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+    const int64_t rest = count - head - tail;
+    if (rest < 0 || (middle == 0 ? rest != 0 : rest % middle != 0)) {
+      throw Error(fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {}",
+                              what, count, head, tail, spread));
+    }
+    sizes.assign(virtual_stages, middle ? rest / middle : 0);
+    if (first >= 0) sizes.front() = head;
+    if (last >= 0) sizes.back() = tail;
   }
-  if (stages == 1) return {0, count};
-  const int64_t head = std::max<int64_t>(first, 0), tail = std::max<int64_t>(last, 0);
-  const int64_t middle_stages = stages - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
-  const int64_t rest = count - head - tail;
-  if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
-    throw Error(
-        fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {} "
-                    "stages",
-                    what, count, head, tail, stages));
-  }
-  const int64_t per = middle_stages ? rest / middle_stages : 0;
-  auto size_of = [&](int64_t s) {
-    if (s == 0 && first >= 0) return head;
-    if (s == stages - 1 && last >= 0) return tail;
-    return per;
-  };
+  std::vector<std::pair<int64_t, int64_t>> out;
   int64_t begin = 0;
-  for (int64_t s = 0; s < stage; ++s) begin += size_of(s);
-  return {begin, begin + size_of(stage)};
+  for (int64_t v = 0; v < virtual_stages; ++v) {
+    if (v % stages == stage) out.emplace_back(begin, begin + sizes[v]);
+    begin += sizes[v];
+  }
+  return out;
 }
 
 Builder::Builder(std::string layout_name, MeshCoords mesh)
@@ -196,6 +227,32 @@ Builder::Builder(std::string layout_name, MeshCoords mesh)
       throw Error(fmt::format("layout {}: mesh axis {} has rank {} of size {}; need 0 <= rank < size", layout_name_,
                               mesh_.names[i], c.rank, c.size));
     }
+  }
+  if (mesh_.meshes.empty()) {
+    MeshAxes all{"default", {}};
+    for (size_t i = 0; i < mesh_.names.size(); ++i) all.axes.push_back(static_cast<int>(i));
+    mesh_.meshes.push_back(std::move(all));
+  }
+  // Meshes are decompositions of the same ranks: each must span all of them.
+  std::vector<std::string> spans;
+  std::optional<int64_t> world;
+  bool differ = false;
+  for (const MeshAxes& m : mesh_.meshes) {
+    int64_t ranks = 1;
+    std::vector<std::string> factors;
+    for (const int axis : m.axes) {
+      ranks *= mesh_.coords.at(axis).size;
+      factors.push_back(fmt::format("{} {}", mesh_.names[axis], mesh_.coords[axis].size));
+    }
+    spans.push_back(fmt::format("mesh {}: {} = {}", m.name, fmt::join(factors, " x "), ranks));
+    differ = differ || (world && *world != ranks);
+    world = ranks;
+  }
+  if (differ) {
+    throw Error(
+        fmt::format("layout {}: its meshes must cover the same ranks, but {}; choose axis sizes whose "
+                    "products agree",
+                    layout_name_, fmt::join(spans, ", ")));
   }
 }
 
@@ -209,6 +266,10 @@ std::pair<int64_t, int64_t> Builder::split_coord(const Split& split) const {
 }
 
 size_t Builder::add_tensor(TensorSpec spec, Position position, std::string parameter_name) {
+  if (spec.mesh < 0 || static_cast<size_t>(spec.mesh) >= mesh_.meshes.size()) {
+    throw Error(fmt::format("layout {}: '{}' names mesh {} but the layout has {}", layout_name_, spec.schema_key,
+                            spec.mesh, mesh_.meshes.size()));
+  }
   for (const Split& s : spec.splits) {
     const int64_t parts = split_coord(s).second;
     if (spec.shape[s.dim] % parts != 0) {
@@ -231,21 +292,40 @@ size_t Builder::add_tensor(TensorSpec spec, Position position, std::string param
   return tensors_.size() - 1;
 }
 
-size_t Builder::add_object(std::string key, std::vector<int> per_axes, Position position, std::string name) {
-  objects_.push_back(ObjectSlot{std::move(key), std::move(name), std::move(per_axes), std::move(position), {}});
+size_t Builder::add_object(std::string key, std::vector<int> per_axes, Position position, std::string name, int mesh) {
+  objects_.push_back(ObjectSlot{std::move(key), std::move(name), std::move(per_axes), std::move(position), mesh, {}});
   return objects_.size() - 1;
 }
 
-std::vector<std::optional<FlatRange>> Builder::distributed_ranges(int axis) const {
-  const int64_t ranks = mesh_.coords.at(axis).size, me = mesh_.coords.at(axis).rank;
+Builder::GroupCoord Builder::group_coord(const Distribution& distribution) const {
+  int64_t rank = 0, size = 1;
+  for (const int axis : distribution.axes) {
+    rank = rank * mesh_.coords.at(axis).size + mesh_.coords[axis].rank;
+    size *= mesh_.coords[axis].size;
+  }
+  if (distribution.instances < 1 || size % distribution.instances != 0) {
+    throw Error(
+        fmt::format("layout {}: the distributed optimizer's group has {} ranks ({}), which {} instances do "
+                    "not divide",
+                    layout_name_, size, mesh_.describe(), distribution.instances));
+  }
+  const int64_t shards = size / distribution.instances;
+  return GroupCoord{rank % shards, shards, rank / shards};
+}
+
+std::vector<std::optional<FlatRange>> Builder::distributed_ranges(const Distribution& distribution) const {
+  const GroupCoord group = group_coord(distribution);
   int64_t total = 0;
-  for (size_t i = 0; i < tensors_.size(); ++i) total += numel(local_shape(i));
-  const int64_t align = ranks * kDistributedBucketAlign;
-  const int64_t per_rank = (total + align - 1) / align * align / ranks;
-  const int64_t lo = me * per_rank, hi = lo + per_rank;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].spec.mesh == distribution.mesh) total += numel(local_shape(i));
+  }
+  const int64_t align = group.shards * kDistributedBucketAlign;
+  const int64_t per_rank = (total + align - 1) / align * align / group.shards;
+  const int64_t lo = group.shard * per_rank, hi = lo + per_rank;
   std::vector<std::optional<FlatRange>> out(tensors_.size());
   int64_t offset = 0;
   for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].spec.mesh != distribution.mesh) continue;
     const int64_t n = numel(local_shape(i));
     const int64_t start = std::max(lo, offset), stop = std::min(hi, offset + n);
     if (start < stop) out[i] = FlatRange{start - offset, stop - offset};
@@ -283,7 +363,7 @@ void Builder::set_common(const std::string& key, Value value) { common_[key] = s
 void Builder::set_transient(const std::string& key, Value value) { transient_[key] = std::move(value); }
 
 void Builder::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-                   const std::vector<std::pair<std::string, std::string>>& name_map) {
+                   const std::vector<std::pair<std::string, std::string>>& name_map, const std::string& prefix) {
   std::vector<std::string> unknown;
   for (const auto& [name, tensor] : named_parameters) {
     std::string mapped = name;
@@ -293,6 +373,7 @@ void Builder::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
         break;
       }
     }
+    mapped = prefix + mapped;
     auto it = by_parameter_.find(mapped);
     if (it == by_parameter_.end()) {
       unknown.push_back(mapped == name ? name : fmt::format("{} (mapped to {})", name, mapped));
@@ -308,10 +389,21 @@ void Builder::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
   }
 }
 
-ReplicaId Builder::replica_id(const std::vector<int>& not_replicating, bool tied) const {
+void Builder::bind_chunk(int64_t chunk, int64_t chunks,
+                         const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                         const std::vector<std::pair<std::string, std::string>>& name_map) {
+  if (chunk < 0 || chunk >= chunks) {
+    throw Error(fmt::format("layout {}: model chunk {} does not exist; this rank holds chunks 0..{} ({})", layout_name_,
+                            chunk, chunks - 1, mesh_.describe()));
+  }
+  bind(named_parameters, name_map, chunk_prefix(chunk));
+}
+
+ReplicaId Builder::replica_id(const std::vector<int>& not_replicating, bool tied, int mesh, int64_t instance) const {
   ReplicaId id;
   if (tied) id.push_back(1);
-  for (int axis = 0; axis < static_cast<int>(mesh_.coords.size()); ++axis) {
+  if (instance >= 0) id.push_back(instance);
+  for (const int axis : mesh_.meshes.at(mesh).axes) {
     if (!contains_axis(not_replicating, axis)) id.push_back(mesh_.coords[axis].rank);
   }
   if (id.empty()) id.push_back(0);
@@ -322,18 +414,18 @@ Value Builder::entry(const TensorSlot& slot, bool with_data, at::ScalarType defa
   const at::ScalarType dtype = slot.data.defined()
                                    ? slot.data.scalar_type()
                                    : (slot.spec.dtype.empty() ? default_dtype : dtype_from_name(slot.spec.dtype));
-  return make_entry(slot, slot.spec.key, with_data ? slot.data : at::Tensor(), dtype, std::nullopt, -1);
+  return make_entry(slot, slot.spec.key, with_data ? slot.data : at::Tensor(), dtype, std::nullopt, nullptr);
 }
 
 Value Builder::derived_entry(size_t slot, const std::string& key_prefix, at::Tensor data, std::optional<FlatRange> flat,
-                             int distinct_axis) const {
+                             const Distribution* distribution) const {
   const TensorSlot& t = tensors_.at(slot);
   const at::ScalarType dtype = data.defined() ? data.scalar_type() : t.data.scalar_type();
-  return make_entry(t, key_prefix + "." + t.spec.key, std::move(data), dtype, flat, distinct_axis);
+  return make_entry(t, key_prefix + "." + t.spec.key, std::move(data), dtype, flat, distribution);
 }
 
 Value Builder::make_entry(const TensorSlot& slot, const std::string& key, at::Tensor data, at::ScalarType dtype,
-                          std::optional<FlatRange> flat, int distinct_axis) const {
+                          std::optional<FlatRange> flat, const Distribution* distribution) const {
   const TensorSpec& spec = slot.spec;
   const auto prepend = static_cast<int64_t>(slot.position.prepended.size());
   ShardedTensor base;
@@ -344,7 +436,11 @@ Value Builder::make_entry(const TensorSlot& slot, const std::string& key, at::Te
   // Padding may change between save and load, but not together with flat ranges.
   base.allow_shape_mismatch = spec.pad_dim.has_value() && !flat;
   std::vector<int> not_replicating = slot.position.placing_axes;
-  if (distinct_axis >= 0) not_replicating.push_back(distinct_axis);
+  int64_t instance = -1;
+  if (distribution) {
+    not_replicating.insert(not_replicating.end(), distribution->axes.begin(), distribution->axes.end());
+    if (distribution->instances > 1) instance = group_coord(*distribution).instance;
+  }
   for (const auto& [index, count] : slot.position.prepended) {
     base.global_shape.push_back(count);
     base.global_offset.push_back(index);
@@ -357,7 +453,7 @@ Value Builder::make_entry(const TensorSlot& slot, const std::string& key, at::Te
     base.global_offset[prepend + s.dim] = split_coord(s).first * base.local_shape[s.dim];
     not_replicating.insert(not_replicating.end(), s.axes.begin(), s.axes.end());
   }
-  base.replica_id = replica_id(not_replicating, spec.tied);
+  base.replica_id = replica_id(not_replicating, spec.tied, spec.mesh, instance);
 
   if (spec.fused.empty()) {
     base.data = std::move(data);
@@ -411,7 +507,7 @@ Value Builder::build(bool with_data, at::ScalarType default_dtype) const {
       object.global_shape = {1};
       object.global_offset = {0};
     }
-    object.replica_id = replica_id(not_replicating, false);
+    object.replica_id = replica_id(not_replicating, false, o.mesh);
     sd[o.name] = Value(std::move(object));
   }
   for (const auto& [key, value] : common_) sd[key] = value;

@@ -34,12 +34,23 @@ std::vector<size_t> slots_of(const Builder& model, const std::vector<at::Tensor>
 
 }  // namespace
 
+const Distribution* OptimizerSpec::distribution_of(int mesh) const {
+  for (const Distribution& d : distributed) {
+    if (d.mesh == mesh) return &d;
+  }
+  return nullptr;
+}
+
 StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
                                   const std::vector<at::Tensor>& params) {
   const std::vector<size_t> slots = slots_of(model, params);
-  const std::vector<std::optional<FlatRange>> owned =
-      spec.distributed_axis >= 0 ? model.distributed_ranges(spec.distributed_axis)
-                                 : std::vector<std::optional<FlatRange>>(model.tensor_slot_count());
+  std::vector<std::optional<FlatRange>> owned(model.tensor_slot_count());
+  for (const Distribution& d : spec.distributed) {
+    const std::vector<std::optional<FlatRange>> ranges = model.distributed_ranges(d);
+    for (size_t slot = 0; slot < owned.size(); ++slot) {
+      if (model.slot_mesh(slot) == d.mesh) owned[slot] = ranges[slot];
+    }
+  }
   Value state = Value::dict();
   std::optional<int64_t> step;
   for (const auto& [id_text, param_state] : torch_state.at("state").as_dict()) {
@@ -64,12 +75,13 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
         continue;
       }
       const std::string prefix = std::string(kPrefix) + "." + name;
-      if (spec.distributed_axis < 0) {
-        entries[name] = model.derived_entry(slot, prefix, value.as_tensor(), std::nullopt, -1);
+      const Distribution* distribution = spec.distribution_of(model.slot_mesh(slot));
+      if (distribution == nullptr) {
+        entries[name] = model.derived_entry(slot, prefix, value.as_tensor(), std::nullopt, nullptr);
       } else if (owned[slot]) {  // ZeRO-1: only the owned flat range, no gathering
         const FlatRange r = *owned[slot];
-        entries[name] = model.derived_entry(slot, prefix, value.as_tensor().reshape(-1).slice(0, r.start, r.stop), r,
-                                            spec.distributed_axis);
+        entries[name] =
+            model.derived_entry(slot, prefix, value.as_tensor().reshape(-1).slice(0, r.start, r.stop), r, distribution);
       }
     }
   }
@@ -99,7 +111,7 @@ StateDict optimizer_load_request(const Builder& model, const std::vector<std::st
     for (const std::string& name : state_names) {
       entries[name] =
           model.derived_entry(slot, std::string(kPrefix) + "." + name,
-                              at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt, -1);
+                              at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt, nullptr);
     }
   }
   StateDict out = Value::dict();

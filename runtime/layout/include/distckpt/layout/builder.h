@@ -28,21 +28,60 @@ struct AxisCoord {
   int64_t size = 1;
 };
 
+// One mesh over the job's ranks: its name and axes (indices into
+// MeshCoords::names). MoE parallel folding lays dense tensors over one mesh
+// (tp, cp, dp, pp) and experts over another (etp, ep, edp, pp) of the same
+// ranks; axes with the same name are the same axis.
+struct MeshAxes {
+  std::string name;
+  std::vector<int> axes;
+};
+
 struct MeshCoords {
-  std::vector<std::string> names;  // schema order
+  MeshCoords(std::vector<std::string> names_, std::vector<AxisCoord> coords_, std::vector<MeshAxes> meshes_ = {})
+      : names(std::move(names_)), coords(std::move(coords_)), meshes(std::move(meshes_)) {}
+
+  std::vector<std::string> names;  // every axis of every mesh, schema order
   std::vector<AxisCoord> coords;
+  std::vector<MeshAxes> meshes;  // empty: one mesh of every axis
   std::string describe() const;  // "tp 1/2, pp 0/4, dp 0/1"
 };
 
-// How many elements of a stack each stage of its axis holds: evenly, or
-// `first`/`last` elements on the first/last stage and the rest evenly.
+// How many elements of a stack each stage of its axis holds. With `chunks`
+// virtual stages per stage (interleaved pipelines) there are stages x chunks
+// virtual stages, virtual stage v being chunk v / stages of stage
+// v % stages, and elements go to virtual stages in order (Megatron's
+// assignment): `counts` gives each virtual stage's share explicitly, else
+// `first`/`last` elements go to the first/last virtual stage and the rest
+// evenly.
 struct Placement {
+  explicit Placement(int64_t count_, int64_t first_ = -1, int64_t last_ = -1, int64_t chunks_ = 1,
+                     std::vector<int64_t> counts_ = {})
+      : count(count_), first(first_), last(last_), chunks(chunks_), counts(std::move(counts_)) {}
+
   int64_t count = 0;
   int64_t first = -1;  // -1: even
   int64_t last = -1;
-  // [begin, end) of the global indices held by `stage` of `stages`; throws
-  // Error when the counts cannot be spread that way.
+  int64_t chunks = 1;
+  std::vector<int64_t> counts;  // per virtual stage; empty: first/last/even
+  // [begin, end) of the global indices held by `stage` of `stages` (one
+  // chunk); throws Error when the counts cannot be spread that way.
   std::pair<int64_t, int64_t> range(int64_t stage, int64_t stages, const std::string& what) const;
+  // The same for each of the stage's chunks, in chunk order.
+  std::vector<std::pair<int64_t, int64_t>> chunk_ranges(int64_t stage, int64_t stages, const std::string& what) const;
+};
+
+// The parameter-name prefix of model chunk `chunk` in a layout with virtual
+// pipeline stages ("model0.", "model1.", as Megatron names its chunks).
+std::string chunk_prefix(int64_t chunk);
+
+// ZeRO-1 over a group of one mesh's axes (major first): `instances`
+// consecutive sub-groups each shard the state, which is replicated across
+// them (Megatron's num_distributed_optimizer_instances).
+struct Distribution {
+  int mesh = 0;
+  std::vector<int> axes;
+  int64_t instances = 1;
 };
 
 struct Split {
@@ -63,6 +102,8 @@ struct TensorSpec {
   TensorSpec& stored_as(std::string key);
   // Stored under `key` as a non-main replica of that tensor (tied weights).
   TensorSpec& tied_to(std::string key);
+  // Lives on mesh `index` of MeshCoords::meshes (replicated over its axes only).
+  TensorSpec& on_mesh(int index);
 
   std::string schema_key;  // as declared, for messages ("decoder.layers.mlp.linear_fc1.weight")
   std::string key;         // checkpoint key
@@ -72,6 +113,7 @@ struct TensorSpec {
   std::vector<std::pair<std::string, int64_t>> fused;  // part name -> global extent along splits[0].dim
   bool tied = false;
   std::string dtype;  // "" = any
+  int mesh = 0;
 };
 
 // Exact integer division for schema expressions; throws Error naming the
@@ -85,8 +127,9 @@ struct Position {
   std::vector<int> placing_axes;
   std::string describe;  // " (decoder.layers 3)" suffix for messages ("" at top level)
 
-  // Element `index` of `count` of stack `stack`, spread over `axis`; with
-  // `stacked_axis` the index becomes a prepended axis of every tensor.
+  // Element `index` of `count` of stack `stack`, spread over `axis` (-1: a
+  // stack placed whole on one stage); with `stacked_axis` the index becomes a
+  // prepended axis of every tensor.
   Position within(int64_t index, int64_t count, int axis, const std::string& stack, bool stacked_axis) const;
   // Placed by `axis` (a stage(first|last) tensor): not replicated over it.
   Position placed_on(int axis) const;
@@ -112,7 +155,7 @@ class Builder {
   // Declares a tensor slot; `parameter_name` is the module parameter name it
   // binds to (local stack indices, like LibTorch module names).
   size_t add_tensor(TensorSpec spec, Position position, std::string parameter_name);
-  size_t add_object(std::string key, std::vector<int> per_axes, Position position, std::string name);
+  size_t add_object(std::string key, std::vector<int> per_axes, Position position, std::string name, int mesh = 0);
 
   // `slot` if this rank holds the entry; otherwise an Error naming `key`.
   size_t held(const std::optional<size_t>& slot, const char* key) const;
@@ -132,23 +175,32 @@ class Builder {
   void set_transient(const std::string& key, Value value);
 
   // Fills tensor slots from module parameters: `name_map` pairs (module
-  // prefix, schema prefix) rename parameters first (first match wins).
-  // Unknown names and missing slots are errors that list them.
+  // prefix, schema prefix) rename parameters first (first match wins), then
+  // `prefix` (a model chunk's) goes in front. Unknown names are errors that
+  // list them.
   void bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
-            const std::vector<std::pair<std::string, std::string>>& name_map);
+            const std::vector<std::pair<std::string, std::string>>& name_map, const std::string& prefix = "");
+  // bind() for model chunk `chunk` of `chunks` (its chunk_prefix in front).
+  void bind_chunk(int64_t chunk, int64_t chunks,
+                  const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
+                  const std::vector<std::pair<std::string, std::string>>& name_map);
 
   // ---- optimizer state laid out like the parameters -------------------
   static constexpr int64_t kDistributedBucketAlign = 128;  // elements per rank
-  // ZeRO-1: the flat range of each tensor slot this rank owns along `axis`.
-  // Slots are concatenated in declaration order, the total padded to a
-  // multiple of (axis size * kDistributedBucketAlign) elements, and rank r of
-  // the axis owns the r-th equal part. nullopt: nothing of that slot.
-  std::vector<std::optional<FlatRange>> distributed_ranges(int axis) const;
+  // ZeRO-1: the flat range of each tensor slot of the distribution's mesh
+  // this rank owns. Those slots are concatenated in declaration order, the
+  // total padded to a multiple of (shards * kDistributedBucketAlign)
+  // elements, and shard s owns the s-th equal part, where the group's ranks
+  // (its axes' coordinates, major first) are split into `instances`
+  // consecutive sub-groups of `shards` ranks. nullopt: nothing of that slot.
+  std::vector<std::optional<FlatRange>> distributed_ranges(const Distribution& distribution) const;
   // An entry sharded like `slot` for `data` (shaped like the slot's local
   // tensor, or the `flat` range of it), keyed `key_prefix + "." + key`. Ranks
-  // of `distinct_axis` (-1: none) hold different data, so it does not replicate.
+  // of the `distribution`'s group (null: none) hold different data, so it
+  // replicates only across its instances.
   Value derived_entry(size_t slot, const std::string& key_prefix, at::Tensor data, std::optional<FlatRange> flat,
-                      int distinct_axis) const;
+                      const Distribution* distribution) const;
+  int slot_mesh(size_t slot) const { return tensors_.at(slot).spec.mesh; }
   size_t tensor_slot_count() const { return tensors_.size(); }
   const std::string& parameter_name(size_t slot) const { return tensors_.at(slot).parameter_name; }
   const at::Tensor& bound_tensor(size_t slot) const { return tensors_.at(slot).data; }
@@ -173,12 +225,20 @@ class Builder {
     std::string name;
     std::vector<int> per_axes;
     Position position;
+    int mesh = 0;
     std::optional<std::string> data;
   };
+  // (shard rank, shards, instance) of this rank in a distribution's group.
+  struct GroupCoord {
+    int64_t shard = 0, shards = 1, instance = 0;
+  };
+  GroupCoord group_coord(const Distribution& distribution) const;
   Value entry(const TensorSlot& slot, bool with_data, at::ScalarType default_dtype) const;
   Value make_entry(const TensorSlot& slot, const std::string& key, at::Tensor data, at::ScalarType dtype,
-                   std::optional<FlatRange> flat, int distinct_axis) const;
-  ReplicaId replica_id(const std::vector<int>& not_replicating, bool tied) const;
+                   std::optional<FlatRange> flat, const Distribution* distribution) const;
+  // Coordinates on `mesh`'s axes outside `not_replicating`, after a 1 for a
+  // tied copy and the `instance` (>= 0) of a distributed optimizer.
+  ReplicaId replica_id(const std::vector<int>& not_replicating, bool tied, int mesh, int64_t instance = -1) const;
   std::pair<int64_t, int64_t> split_coord(const Split& split) const;  // (rank, size) over the product of axes
   Value build(bool with_data, at::ScalarType default_dtype) const;
 

@@ -4,8 +4,10 @@
 // Optimizer state laid out like the model's parameters, from a schema's
 // `optimizer` block: every state tensor is sharded exactly like its parameter
 // (key "optimizer.state.<state>.<parameter key>", fused tensors chunked the
-// same way), and with `distributed over dp` each dp rank writes only the
-// contiguous flat range it owns (ZeRO-1), so a save never gathers.
+// same way), and with `distributed over dp * cp` each rank of that group
+// writes only the contiguous flat range it owns (ZeRO-1), so a save never
+// gathers. Each mesh (dense, experts) has its own distribution, as each has
+// its own data-parallel group.
 //
 // The optimizer side is PyTorch's optimizer state-dict format
 // ({"state": {"<id>": {...}}, "param_groups": [...]}, see distckpt/optim),
@@ -23,7 +25,9 @@ struct OptimizerSpec {
   std::string name;                  // "adam"
   std::vector<std::string> states;   // per-parameter state tensors ("exp_avg", "exp_avg_sq")
   std::vector<std::string> scalars;  // per-optimizer scalars ("step")
-  int distributed_axis = -1;         // ZeRO-1 axis; -1: full state, written by the main replica
+  // ZeRO-1 per mesh; a mesh without one keeps full state, written by its main replicas.
+  std::vector<Distribution> distributed;
+  const Distribution* distribution_of(int mesh) const;
 };
 
 // The optimizer's parameters in state-dict id order (group by group).
