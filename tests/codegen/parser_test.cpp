@@ -179,6 +179,17 @@ TEST(Parser, NamedMeshesVirtualStagesStageStacksAndDistributedGroups) {
   EXPECT_EQ(dist.mesh->text, "experts");
 }
 
+TEST(Parser, LayoutConstructsSayWhatTheyExpect) {
+  EXPECT_THAT(syntax_errors("layout t;\nconfig { c: int[; }\n"),
+              ElementsAre("2:17: expected ']' after '[' (a list parameter is 'int[]') (found ';')"));
+  EXPECT_THAT(syntax_errors("layout t;\nstack s[2] over pp virtual() { }\n"),
+              ElementsAre("2:28: expected the number of virtual stages per stage in virtual(...) (found ')')"));
+  EXPECT_THAT(syntax_errors("layout t;\nmesh experts: ;\n"),
+              ElementsAre("2:15: expected a mesh axis name (found ';')"));
+  EXPECT_THAT(syntax_errors("layout t;\noptimizer o { distributed over dp instances(2) on ; }\n"),
+              ElementsAre("2:51: expected a mesh name after 'on' (found ';')"));
+}
+
 TEST(Parser, ExpressionsAreLeftAssociativeWithPrecedence) {
   const Parsed p = parse("layout t;\ntensor x [a - b - c, a / b * c, a + b * c - d, (a + b) * (c - 1), 7];");
   ASSERT_TRUE(p.diagnostics.all().empty()) << p.diagnostics.render();

@@ -17,7 +17,7 @@ namespace distckpt::gen {
 
 void BlockChecker::check_enclosing_axes(int mesh, Loc loc, const std::string& what) {
   for (const EnclosingStack& stack : scope_.stacks) {
-    if (stack.axis >= 0 && !ctx_.on_mesh(stack.axis, mesh)) {
+    if (stack.axis >= 0) {
       ctx_.check_axis_on_mesh(stack.axis, mesh, loc, fmt::format("{} (through its stack '{}')", what, stack.key));
     }
   }

@@ -30,12 +30,13 @@ std::string dim_range(size_t rank) {
   return rank == 0 ? std::string("it has no dims") : fmt::format("dims 0..{}", rank - 1);
 }
 
-// Attributes that may appear once: report every repetition.
+// Attributes that may appear once: report every repetition. `written` is
+// the attribute as the schema spells it ("pad(...)", "on MESH").
 template <typename Attr, typename LocOf>
-void reject_repeats(TensorContext& t, const std::vector<Attr>& attrs, const char* name, LocOf loc_of) {
+void reject_repeats(TensorContext& t, const std::vector<Attr>& attrs, const char* written, LocOf loc_of) {
   for (size_t i = 1; i < attrs.size(); ++i) {
     t.ctx.diag
-        .error(loc_of(attrs[i]), fmt::format("tensor '{}' has more than one {}(...); give it once", t.full_key, name))
+        .error(loc_of(attrs[i]), fmt::format("tensor '{}' has more than one {}; give it once", t.full_key, written))
         .note(loc_of(attrs[0]), "first given here");
   }
 }
@@ -90,7 +91,7 @@ void check_splits(TensorContext& t, TensorDecl& decl) {
 
 void check_pad(TensorContext& t, TensorDecl& decl) {
   if (t.ast.pads.empty()) return;
-  reject_repeats(t, t.ast.pads, "pad", [](const ast::Int& pad) { return pad.loc; });
+  reject_repeats(t, t.ast.pads, "pad(...)", [](const ast::Int& pad) { return pad.loc; });
   const ast::Int& pad = t.ast.pads.front();
   if (static_cast<uint64_t>(pad.value) >= t.rank) {
     t.ctx.diag.error(pad.loc, fmt::format("pad({}) is out of range for tensor '{}' of rank {} ({})", pad.value,
@@ -103,7 +104,7 @@ void check_pad(TensorContext& t, TensorDecl& decl) {
 // stage() names the one axis that stacks layers: that of the top-level stacks.
 void check_stage(TensorContext& t, TensorDecl& decl) {
   if (t.ast.stages.empty()) return;
-  reject_repeats(t, t.ast.stages, "stage", [](const ast::Stage& stage) { return stage.loc; });
+  reject_repeats(t, t.ast.stages, "stage(...)", [](const ast::Stage& stage) { return stage.loc; });
   const ast::Stage& stage = t.ast.stages.front();
   const char* which = stage.last ? "last" : "first";
   decl.stage = stage.last ? Stage::kLast : Stage::kFirst;
@@ -143,7 +144,7 @@ void check_stage(TensorContext& t, TensorDecl& decl) {
 
 void check_fused(TensorContext& t, TensorDecl& decl) {
   if (t.ast.fused.empty()) return;
-  reject_repeats(t, t.ast.fused, "fused", [](const ast::Fused& fused) { return fused.loc; });
+  reject_repeats(t, t.ast.fused, "fused(...)", [](const ast::Fused& fused) { return fused.loc; });
   const ast::Fused& fused = t.ast.fused.front();
   if (t.ast.splits.empty()) {
     t.ctx.diag.error(fused.loc, fmt::format("fused(...) on tensor '{}' needs a split: its parts are concatenated "
@@ -188,7 +189,7 @@ void check_fused(TensorContext& t, TensorDecl& decl) {
 
 void check_dtype(TensorContext& t, TensorDecl& decl) {
   if (t.ast.dtypes.empty()) return;
-  reject_repeats(t, t.ast.dtypes, "dtype", [](const ast::Name& name) { return name.loc; });
+  reject_repeats(t, t.ast.dtypes, "dtype(...)", [](const ast::Name& name) { return name.loc; });
   const ast::Name& dtype = t.ast.dtypes.front();
   for (const std::string_view known : kDtypes) {
     if (dtype.text == known) {
@@ -211,7 +212,7 @@ TensorDecl check_tensor(CheckContext& ctx, const ast::Tensor& tensor, const Scop
   TensorContext t{ctx, tensor, scope, scope.key_prefix + decl.key, tensor.shape.size(), {}};
   decl.mesh = scope.mesh;
   if (!tensor.meshes.empty()) {
-    reject_repeats(t, tensor.meshes, "on", [](const ast::Name& name) { return name.loc; });
+    reject_repeats(t, tensor.meshes, "on MESH", [](const ast::Name& name) { return name.loc; });
     if (const std::optional<int> mesh = ctx.resolve_mesh(tensor.meshes.front())) decl.mesh = *mesh;
   }
   for (size_t i = 0; i < tensor.shape.size(); ++i) {
@@ -225,7 +226,7 @@ TensorDecl check_tensor(CheckContext& ctx, const ast::Tensor& tensor, const Scop
   check_stage(t, decl);
   check_fused(t, decl);
   if (!tensor.tied.empty()) {
-    reject_repeats(t, tensor.tied, "tied", [](const ast::Name& name) { return name.loc; });
+    reject_repeats(t, tensor.tied, "tied(...)", [](const ast::Name& name) { return name.loc; });
     decl.tied_key = tensor.tied.front().text;
     ctx.ties.push_back(PendingTie{tensor.tied.front(), t.full_key, t.rank});
   }

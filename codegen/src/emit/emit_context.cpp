@@ -33,6 +33,14 @@ std::string EmitContext::schema(const Expr& expr) const { return to_source(expr,
 
 std::string EmitContext::axis_constant(int index) const { return gen::axis_constant(layout_.mesh_axes[index]); }
 
+std::string EmitContext::axis_names() const { return comma_list(layout_.mesh_axes, quoted); }
+
+std::string EmitContext::axis_coords() const {
+  std::vector<std::string> coords;
+  for (const std::string& axis : layout_.mesh_axes) coords.push_back("mesh." + axis);
+  return comma_list(coords);
+}
+
 std::string EmitContext::mesh_constant(int index) const {
   std::string name = gen::axis_constant(layout_.meshes.at(index).name);  // "kExperts"
   return name + "Mesh";

@@ -23,6 +23,10 @@ class EmitContext {
   std::string schema(const Expr& expr) const;
   std::string axis(int index) const { return layout_.mesh_axes[index]; }  // "tp"
   std::string axis_constant(int index) const;                             // "kTp"
+  // The arguments of distckpt::layout::MeshCoords: every axis name, quoted,
+  // and its coordinate in the generated Mesh ("mesh.tp, mesh.pp").
+  std::string axis_names() const;
+  std::string axis_coords() const;
   // "kExpertsMesh": the index of a mesh in MeshCoords::meshes.
   std::string mesh_constant(int index) const;
   bool several_meshes() const { return layout_.meshes.size() > 1; }

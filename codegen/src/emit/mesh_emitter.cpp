@@ -52,11 +52,7 @@ class MeshPart : public LayoutPart {
     for (size_t i = 0; i < ctx_.layout().meshes.size(); ++i) {
       meshes.push_back(fmt::format("{} = {}", ctx_.mesh_constant(static_cast<int>(i)), i));
     }
-    std::vector<std::string> names, coords, axes_of;
-    for (const std::string& axis : ctx_.layout().mesh_axes) {
-      names.push_back(quoted(axis));
-      coords.push_back("mesh." + axis);
-    }
+    std::vector<std::string> axes_of;
     for (const MeshDecl& m : ctx_.layout().meshes) {
       std::vector<std::string> constants;
       for (const int axis : m.axes) constants.push_back(ctx_.axis_constant(axis));
@@ -74,7 +70,7 @@ class MeshPart : public LayoutPart {
       }
 
     )tmpl",
-           "meshes", comma_list(meshes), "names", comma_list(names), "coords", comma_list(coords), "axes_of",
+           "meshes", comma_list(meshes), "names", ctx_.axis_names(), "coords", ctx_.axis_coords(), "axes_of",
            comma_list(axes_of));
   }
 

@@ -39,12 +39,7 @@ std::string chunk_declarations(const EmitContext& ctx) {
 // Several meshes: a function of the source builds them (mesh_emitter.cpp).
 std::string mesh_coords(const EmitContext& ctx) {
   if (ctx.several_meshes()) return "mesh_coords(mesh)";
-  std::vector<std::string> axes, coords;
-  for (const std::string& axis : ctx.layout().mesh_axes) {
-    axes.push_back(quoted(axis));
-    coords.push_back("mesh." + axis);
-  }
-  return fmt::format("distckpt::layout::MeshCoords{{{{{}}}, {{{}}}}}", comma_list(axes), comma_list(coords));
+  return fmt::format("distckpt::layout::MeshCoords{{{{{}}}, {{{}}}}}", ctx.axis_names(), ctx.axis_coords());
 }
 
 }  // namespace

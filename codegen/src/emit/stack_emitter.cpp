@@ -104,6 +104,7 @@ class StackEmitter : public MemberEmitter {
     vars["axis_constant"] = ctx_.axis_constant(st_.axis);
     vars["placement"] = placement();
     if (chunked()) {
+      vars["chunks"] = ctx_.schema(*st_.chunks);
       // Each chunk's elements are named from 0 under the chunk's prefix, as its own module names them.
       s.emit(R"tmpl(
         {  // stack $comment_key$ over $axis$, $chunks$ virtual stages per stage
@@ -122,10 +123,7 @@ class StackEmitter : public MemberEmitter {
           }
         }
       )tmpl",
-             [&] {
-               vars["chunks"] = ctx_.schema(*st_.chunks);
-               return vars;
-             }());
+             vars);
       return;
     }
     s.emit(R"tmpl(

@@ -44,11 +44,12 @@ const Distribution* OptimizerSpec::distribution_of(int mesh) const {
 StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
                                   const std::vector<at::Tensor>& params) {
   const std::vector<size_t> slots = slots_of(model, params);
+  // Each distribution's ranges cover only the slots of its own mesh.
   std::vector<std::optional<FlatRange>> owned(model.tensor_slot_count());
   for (const Distribution& d : spec.distributed) {
     const std::vector<std::optional<FlatRange>> ranges = model.distributed_ranges(d);
     for (size_t slot = 0; slot < owned.size(); ++slot) {
-      if (model.slot_mesh(slot) == d.mesh) owned[slot] = ranges[slot];
+      if (ranges[slot]) owned[slot] = ranges[slot];
     }
   }
   Value state = Value::dict();
