@@ -15,6 +15,7 @@ PACKAGES=(
   strace                              # faults and crashes injected at exact system calls (tests, torture scripts)
   tao-pegtl-dev                       # schema DSL grammar
   python3-torch                       # interop tests (safetensors, torch.save) and the PyTorch DCP baseline
+  python3-flatbuffers python3-xxhash  # the Python package (python/): FlatBuffers bindings, block checksums
   iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
 )
 

@@ -1,0 +1,15 @@
+"""distckpt for Python: read and write distckpt checkpoints from PyTorch.
+
+    import distckpt
+    import torch.distributed.checkpoint as dcp   # torch 1.13: torch.distributed._shard.checkpoint
+    dcp.load(state_dict, storage_reader=distckpt.FileSystemReader("ckpt"))
+    dcp.save(state_dict, storage_writer=distckpt.FileSystemWriter("ckpt2"))
+    distckpt.load_plain_tensors("ckpt", keys=["embedding.word_embeddings.weight"])
+"""
+from ._errors import CheckpointError, CorruptionError
+from ._reader import FileSystemReader
+from ._tools import inspect, load_plain_tensors, verify
+from ._writer import FileSystemWriter, __version__
+
+__all__ = ["FileSystemReader", "FileSystemWriter", "inspect", "verify", "load_plain_tensors", "CheckpointError",
+           "CorruptionError", "__version__"]

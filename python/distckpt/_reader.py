@@ -1,0 +1,151 @@
+"""distckpt.FileSystemReader: a DCP StorageReader for the distckpt format."""
+import io
+import os
+
+import torch
+
+from . import _dcp, _index
+from ._errors import CheckpointError
+from ._format import COMMIT_FILE
+from ._storage import Checkpoint
+
+# Bytes read at once for one read item: a chunk larger than this is copied in
+# windows of whole rows, so memory stays bounded whatever the tensor size.
+WINDOW_BYTES = 64 << 20
+_TORCH_ARCHIVE = b"PK\x03\x04"  # torch.save's zip archive
+
+
+def copy_region(ckpt: Checkpoint, piece: _index.Piece, itemsize: int, dtype: torch.dtype, offsets, lengths,
+                dst: torch.Tensor, what: str) -> None:
+    """dst <- the box (OFFSETS, LENGTHS) of PIECE (piece-relative), read in
+    windows of whole rows of the piece."""
+    if piece.record is None:  # a tensor of the common state
+        src = piece.common
+        for axis, (o, n) in enumerate(zip(offsets, lengths)):
+            src = src.narrow(axis, o, n)
+        dst.copy_(src)
+        return
+    if any(n == 0 for n in lengths):
+        return
+    if not piece.sizes:  # a scalar
+        raw = ckpt.read(piece.record, piece.byte_start, piece.byte_start + itemsize, what)
+        dst.copy_(raw.view(dtype).reshape(()))
+        return
+    row = itemsize
+    for extent in piece.sizes[1:]:
+        row *= extent
+    rows_per_window = max(1, WINDOW_BYTES // max(row, 1))
+    first, count = offsets[0], lengths[0]
+    for done in range(0, count, rows_per_window):
+        k = min(rows_per_window, count - done)
+        begin = piece.byte_start + (first + done) * row
+        src = ckpt.read(piece.record, begin, begin + k * row, what).view(dtype).reshape((k,) + tuple(piece.sizes[1:]))
+        for axis in range(1, len(lengths)):
+            src = src.narrow(axis, offsets[axis], lengths[axis])
+        dst.narrow(0, done, k).copy_(src)
+
+
+class FileSystemReader(_dcp.StorageReader):
+    """Reads a distckpt checkpoint directory (written by the C++ runtime or by
+    distckpt.FileSystemWriter) for torch.distributed.checkpoint: PyTorch's
+    planner reshards into the caller's own sharded tensors. Every checksum
+    block a read touches is verified; a mismatch raises CorruptionError naming
+    the key, the file and the offset."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = os.fspath(path)
+        self._ckpt = None
+        self._index = None
+
+    # -- both versions --
+
+    def read_metadata(self):
+        return self._open().metadata
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        index = self._open()
+        for item in plan.items:
+            fqn = item.storage_index.fqn
+            if item.type == _dcp.LoadItemType.BYTE_IO:
+                planner.load_bytes(item, io.BytesIO(self._bytes_of(index, fqn)))
+                continue
+            piece = self._piece(index, item.storage_index)
+            dst = planner.resolve_tensor(item).detach()
+            copy_region(self._ckpt, piece, index.itemsize[fqn], index.dtypes[fqn], item.storage_offsets,
+                        item.lengths, dst, f"tensor '{fqn}'")
+            planner.commit_tensor(item, dst)
+        return _dcp.done()
+
+    # -- torch 1.13 --
+
+    def init(self, metadata, is_coordinator):
+        self._open()
+
+    # -- torch 2.x --
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        self._open()
+
+    def reset(self, checkpoint_id=None):
+        self.close()
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        try:
+            return os.path.isfile(os.path.join(os.fspath(checkpoint_id), COMMIT_FILE))
+        except TypeError:
+            return False
+
+    def storage_meta(self):
+        return None
+
+    # -- internals --
+
+    def _open(self) -> _index.Index:
+        if self._index is None:
+            self._ckpt = Checkpoint(self.path)
+            self._index = _index.build(self._ckpt)
+        return self._index
+
+    def close(self):
+        if self._ckpt is not None:
+            self._ckpt.close()
+        self._ckpt = self._index = None
+
+    @staticmethod
+    def _piece(index, storage_index) -> _index.Piece:
+        pieces = index.pieces.get(storage_index.fqn)
+        if pieces is None:
+            raise CheckpointError(f"'{storage_index.fqn}' is not a tensor of this checkpoint")
+        hint = storage_index.index
+        if hint is not None and 0 <= hint < len(pieces) and tuple(pieces[hint].offsets) == tuple(storage_index.offset):
+            return pieces[hint]
+        for p in pieces:
+            if tuple(p.offsets) == tuple(storage_index.offset):
+                return p
+        raise CheckpointError(f"tensor '{storage_index.fqn}' has no stored chunk at offset "
+                              f"{list(storage_index.offset)}")
+
+    def _bytes_of(self, index, fqn) -> bytes:
+        if fqn in index.objects:
+            o = index.objects[fqn]
+            raw = bytes(self._ckpt.read(o, 0, o.byte_length, f"object '{o.unique_key}'").numpy())
+            if raw.startswith(_TORCH_ARCHIVE):
+                return raw  # written by torch.save (the Python writer, torch::pickle_save): the object itself
+            value = raw
+        elif fqn in index.values:
+            value = index.values[fqn]
+        else:
+            raise CheckpointError(f"'{fqn}' is not a value of this checkpoint")
+        out = io.BytesIO()
+        torch.save(value, out)
+        return out.getvalue()

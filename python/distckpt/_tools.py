@@ -1,0 +1,107 @@
+"""Helpers for scripts: what a checkpoint holds, whether it is intact, and
+its tensors as plain (unsharded) torch tensors."""
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+import torch
+
+from . import _index
+from ._errors import CheckpointError, CorruptionError
+from ._format import dtype_of
+from ._reader import copy_region
+from ._storage import Checkpoint
+
+
+def inspect(path) -> dict:
+    """The checkpoint's commit marker, tensors (dtype, shape, chunk count),
+    object keys and common-state keys, as plain Python data."""
+    with Checkpoint(path) as ckpt:
+        m = ckpt.metadata
+        return {
+            "format_version": ckpt.marker.version,
+            "world_size": m.world_size,
+            "created_by": ckpt.marker.created_by,
+            "layout": m.layout_name,
+            "tensors": {t.key: {"dtype": t.dtype, "shape": list(t.shape), "chunks": len(t.chunks)}
+                        for t in m.tensors},
+            "objects": [o.unique_key for o in m.objects],
+            "common": sorted(ckpt.common_state()),
+        }
+
+
+@dataclass
+class VerifyReport:
+    problems: List[str] = field(default_factory=list)
+    bytes_checked: int = 0
+
+    @property
+    def intact(self) -> bool:
+        return not self.problems
+
+
+def verify(path) -> VerifyReport:
+    """Re-reads every stored byte against its checksum and checks that each
+    tensor's chunks hold as many elements as the tensor has. Problems are
+    collected, not raised, so one run lists every damaged range; a checkpoint
+    whose marker or metadata cannot be read is reported as one problem."""
+    report = VerifyReport()
+    try:
+        ckpt = Checkpoint(path)
+    except CheckpointError as e:
+        report.problems.append(str(e))
+        return report
+    with ckpt:
+        try:
+            ckpt.common_state()
+        except CheckpointError as e:
+            report.problems.append(str(e))
+        step = 64 << 20
+        records = [(f"tensor '{t.key}' chunk {i}", c) for t in ckpt.metadata.tensors for i, c in enumerate(t.chunks)]
+        records += [(f"object '{o.unique_key}'", o) for o in ckpt.metadata.objects]
+        for what, record in records:
+            for begin in range(0, record.byte_length, step):
+                try:
+                    ckpt.read(record, begin, min(begin + step, record.byte_length), what)
+                except (CheckpointError, OSError) as e:
+                    report.problems.append(str(e))
+        for t in ckpt.metadata.tensors:
+            stored, numel = sum(c.stored_numel() for c in t.chunks), 1
+            for extent in t.shape:
+                numel *= extent
+            if stored != numel:
+                report.problems.append(f"tensor '{t.key}': its chunks store {stored} elements, the tensor has {numel}")
+        report.bytes_checked = ckpt.bytes_read
+    return report
+
+
+def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, torch.Tensor]:
+    """Tensors of the checkpoint (all, or KEYS) as whole CPU tensors, read
+    without a process group. Common-state tensors are not included."""
+    with Checkpoint(path) as ckpt:
+        records = {t.key: t for t in ckpt.metadata.tensors}
+        wanted = list(records) if keys is None else list(keys)
+        missing = [k for k in wanted if k not in records]
+        if missing:
+            raise CheckpointError(f"{path} has no tensor {', '.join(repr(k) for k in missing[:5])}"
+                                  f"{' ...' if len(missing) > 5 else ''}; `distckpt.inspect` lists the keys")
+        out = {}
+        for key in wanted:
+            t = records[key]
+            dtype = dtype_of(t.dtype)
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            dst = torch.empty(t.shape, dtype=dtype)
+            covered = 0
+            for chunk in t.chunks:
+                for piece in _index._pieces(chunk, itemsize):
+                    view = dst
+                    for axis, (o, n) in enumerate(zip(piece.offsets, piece.sizes)):
+                        view = view.narrow(axis, o, n)
+                    copy_region(ckpt, piece, itemsize, dtype, [0] * len(piece.sizes), piece.sizes, view,
+                                f"tensor '{key}'")
+                    covered += view.numel()
+            if covered != dst.numel():
+                raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
+                                      f"store {covered} of its {dst.numel()} elements")
+            out[key] = dst
+        return out

@@ -1,0 +1,221 @@
+"""distckpt.FileSystemWriter: a DCP StorageWriter that writes the distckpt
+format, so a PyTorch job saves checkpoints the C++ runtime loads under any
+layout.
+
+Every rank writes one data file (data/rank_NNNNN.bin) into the staging
+directory the C++ runtime uses (.NAME.distckpt-staging), with an XXH3 per
+block of each item, and fsyncs it. The coordinator then writes common.fb
+(values torch.save would pickle, where they are plain data), metadata.fb and,
+last, metadata.json, and renames the staging directory into place: a save
+that fails anywhere leaves the previous checkpoint as it was.
+"""
+import dataclasses
+import io
+import os
+import shutil
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+import torch
+
+from . import _common, _dcp
+from ._errors import CheckpointError
+from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, METADATA_FILE, ChunkRecord, FileRecord, Metadata,
+                      ObjectRecord, RecordedFile, TensorRecord, block_checksums, commit_marker_text, encode_metadata,
+                      fsync_dir, load_commit_marker, name_of, write_all, write_file_atomic, xxh3)
+from ._paths import staging_paths
+
+__version__ = "0.1.0"
+
+
+@dataclass(frozen=True)
+class _RankFile:
+    rank: int
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """Where one item went: a tensor chunk or a pickled object."""
+    rank: int
+    byte_offset: int
+    byte_length: int
+    checksums: Tuple[int, ...]
+    offsets: Tuple[int, ...] = ()
+    sizes: Tuple[int, ...] = ()
+    dtype: str = ""
+    shape: Tuple[int, ...] = ()
+    is_object: bool = False
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A value for common.fb, carried to the coordinator."""
+    value: object
+
+
+def rank_file(rank: int) -> str:
+    return f"data/rank_{rank:05d}.bin"
+
+
+class FileSystemWriter(_dcp.StorageWriter):
+    """Saves a state dict with torch.distributed.checkpoint into PATH as a
+    distckpt checkpoint. An existing checkpoint is refused unless
+    OVERWRITE, and then replaced only once the new one is committed."""
+
+    def __init__(self, path, overwrite: bool = False, block_size: int = DEFAULT_BLOCK_SIZE):
+        super().__init__()
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, not {block_size}")
+        self.path = os.fspath(path)
+        self.overwrite = overwrite
+        self.block_size = block_size
+
+    # -- both versions --
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        """Coordinator only, before any rank writes: claim the directory."""
+        self._claim()
+        return [dataclasses.replace(p, storage_data=_RankFile(i)) for i, p in enumerate(plans)]
+
+    def write_data(self, plan, planner):
+        rank = plan.storage_data.rank
+        _, _, staging, _ = staging_paths(self.path)
+        fd = os.open(os.path.join(staging, rank_file(rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                     0o644)
+        results, offset = [], 0
+        try:
+            for item in plan.items:
+                data = planner.resolve_data(item)
+                if item.type == _dcp.WriteItemType.BYTE_IO:
+                    raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                    value = torch.load(io.BytesIO(raw))
+                    if _common.representable(value):
+                        results.append(_dcp.WriteResult(index=item.index, size_in_bytes=len(raw),
+                                                        storage_data=_Value(value)))
+                        continue
+                    view, stored = memoryview(raw), {"is_object": True}
+                else:
+                    t = data.detach()
+                    if t.device.type != "cpu":
+                        t = t.cpu()
+                    t = t.contiguous()
+                    name_of(t.dtype)  # refuses a dtype the format cannot store
+                    view = memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
+                    chunk = item.tensor_data.chunk
+                    stored = {"offsets": tuple(chunk.offsets), "sizes": tuple(chunk.sizes),
+                              "dtype": name_of(item.tensor_data.properties.dtype),
+                              "shape": tuple(item.tensor_data.size)}
+                write_all(fd, view)
+                sums = tuple(block_checksums(view, self.block_size))
+                results.append(_dcp.WriteResult(index=item.index, size_in_bytes=len(view),
+                                                storage_data=_Stored(rank, offset, len(view), sums, **stored)))
+                offset += len(view)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return _dcp.done(results)
+
+    def finish(self, metadata, results):
+        target, parent, staging, old = staging_paths(self.path)
+        world = len(results)
+        tensors, objects, common = {}, [], {}
+        sizes = [0] * world
+        for rank_results in results:
+            for r in rank_results:
+                fqn, s = r.index.fqn, r.storage_data
+                if isinstance(s, _Value):
+                    common[fqn] = s.value
+                    continue
+                sizes[s.rank] = max(sizes[s.rank], s.byte_offset + s.byte_length)
+                sums = np.asarray(s.checksums, dtype=np.uint64)
+                if s.is_object:
+                    objects.append(ObjectRecord(fqn, (1,), (0,), s.rank, s.byte_offset, s.byte_length, sums))
+                    continue
+                t = tensors.setdefault(fqn, TensorRecord(fqn, s.dtype, s.shape))
+                t.chunks.append(ChunkRecord(s.offsets, s.sizes, None, s.rank, s.byte_offset, s.byte_length, sums))
+        for rank in range(world):
+            actual = os.stat(os.path.join(staging, rank_file(rank))).st_size
+            if actual != sizes[rank]:
+                raise CheckpointError(f"{os.path.join(staging, rank_file(rank))} has {actual} bytes, but rank {rank} "
+                                      f"reported {sizes[rank]}: is {staging} on a file system every rank shares?")
+        files = [FileRecord(rank_file(r), sizes[r], r) for r in range(world)]
+        m = Metadata(world_size=world, block_size=self.block_size, tensors=list(tensors.values()), objects=objects,
+                     files=files, common_file=COMMON_FILE)
+        common_bytes, metadata_bytes = _common.encode(common), encode_metadata(m)
+        write_file_atomic(os.path.join(staging, COMMON_FILE), common_bytes)
+        write_file_atomic(os.path.join(staging, METADATA_FILE), metadata_bytes)
+        fsync_dir(os.path.join(staging, "data"))
+        marker = commit_marker_text(world, RecordedFile(METADATA_FILE, len(metadata_bytes), xxh3(metadata_bytes)),
+                                    RecordedFile(COMMON_FILE, len(common_bytes), xxh3(common_bytes)),
+                                    f"distckpt-python {__version__} (torch {torch.__version__})")
+        write_file_atomic(os.path.join(staging, COMMIT_FILE), marker)
+        self._commit(target, parent, staging, old)
+
+    # -- torch 1.13 --
+
+    def init(self, is_coordinator):
+        pass
+
+    # -- torch 2.x --
+
+    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        pass
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        try:
+            os.fspath(checkpoint_id)
+            return True
+        except TypeError:
+            return False
+
+    def storage_meta(self):
+        return _dcp.storage_meta(self.path)
+
+    # -- the directory --
+
+    def _claim(self):
+        """The rules of the C++ runtime's save (api/save_commit.cpp)."""
+        target, _, staging, old = staging_paths(self.path)
+        committed = os.path.isfile(os.path.join(target, COMMIT_FILE))
+        if committed:
+            load_commit_marker(target)  # a damaged marker is reported, never taken for "nothing here"
+            if not self.overwrite:
+                raise CheckpointError(f"'{target}' already holds a committed checkpoint; pass overwrite=True to "
+                                      "replace it (the old one is removed only after the new one is committed) or "
+                                      "save into another directory")
+        elif os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+            raise CheckpointError(f"'{target}' exists, is not empty and holds no committed distckpt checkpoint; "
+                                  "remove it or choose another directory")
+        if os.path.exists(old):
+            if not committed:
+                raise CheckpointError(f"found '{old}' left by an interrupted overwrite of '{target}': it holds the "
+                                      f"previous checkpoint. Rename it back to '{target}' (or delete it) before saving "
+                                      "again")
+            shutil.rmtree(old)
+        shutil.rmtree(staging, ignore_errors=True)  # left by a save that died: never committed
+        os.makedirs(os.path.join(staging, "data"))
+
+    def _commit(self, target, parent, staging, old):
+        replacing = os.path.isfile(os.path.join(target, COMMIT_FILE))
+        if replacing:
+            os.rename(target, old)  # a crash from here on leaves the previous checkpoint in OLD, and says so
+        elif os.path.isdir(target):
+            os.rmdir(target)  # empty, checked by _claim
+        try:
+            os.rename(staging, target)
+            fsync_dir(parent)
+        except BaseException:
+            if replacing and not os.path.exists(target):
+                os.rename(old, target)
+            raise
+        if replacing:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,213 @@
+"""The Python bridge in one process (DCP's no_dist mode): values round-trip
+through the writer and reader, damage is reported with the key and file, the
+writer never loses a committed checkpoint, untrusted paths are refused.
+Multi-process cases against the C++ runtime are in tests/e2e/python_bridge_test.cpp.
+
+    PYTHONPATH=<build>/python /usr/bin/python3 -m unittest discover -s python/tests
+"""
+import io
+import itertools
+import os
+import shutil
+import tempfile
+import unittest
+import warnings
+
+import torch
+
+import distckpt
+from distckpt import _dcp, _format, _index
+
+
+class Opaque:
+    """A value common.fb cannot hold: stored as a pickled object."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other):
+        return isinstance(other, Opaque) and other.x == self.x
+
+
+def state():
+    g = torch.Generator().manual_seed(7)
+    return {
+        "w": torch.randn(6, 5, generator=g),
+        "half": torch.randn(4, 3, generator=g).to(torch.bfloat16),
+        "mask": torch.rand(7, generator=g) > 0.5,
+        "ids": torch.arange(10, dtype=torch.int64).reshape(2, 5),
+        "scalar": torch.tensor(3.5),
+        "step": 42,
+        "lr": 0.125,
+        "name": "gpt",
+        "optimizer": {"param_groups": [{"lr": 0.1, "betas": (0.9, 0.95), "params": [0, 1]}],
+                      "scale": torch.tensor([2.0, 4.0])},
+        "rng": Opaque(5),
+        "nothing": None,
+    }
+
+
+def empty_like(sd):
+    out = {}
+    for k, v in sd.items():
+        out[k] = torch.zeros_like(v) if isinstance(v, torch.Tensor) else None
+    return out
+
+
+def save(sd, path, **kw):
+    _dcp.save(sd, storage_writer=distckpt.FileSystemWriter(path, **kw), no_dist=True)
+
+
+def load(sd, path):
+    _dcp.load(sd, storage_reader=distckpt.FileSystemReader(path), no_dist=True)
+    return sd
+
+
+def flip(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x20]))
+
+
+class Bridge(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="distckpt-py-")
+        self.ckpt = os.path.join(self.tmp, "ckpt")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def test_values_round_trip(self):
+        sd = state()
+        save(sd, self.ckpt)
+        got = load(empty_like(sd), self.ckpt)
+        for k, v in sd.items():
+            if isinstance(v, torch.Tensor):
+                self.assertTrue(torch.equal(got[k], v), k)
+                self.assertEqual(got[k].dtype, v.dtype)
+        self.assertEqual(got["step"], 42)
+        self.assertEqual(got["lr"], 0.125)
+        self.assertEqual(got["name"], "gpt")
+        self.assertIsNone(got["nothing"])
+        self.assertEqual(got["rng"], Opaque(5))
+        # tuples come back as lists (common.fb has lists, as JSON)
+        self.assertEqual(got["optimizer"]["param_groups"], [{"lr": 0.1, "betas": [0.9, 0.95], "params": [0, 1]}])
+        self.assertTrue(torch.equal(got["optimizer"]["scale"], torch.tensor([2.0, 4.0])))
+
+    def test_inspect_verify_and_plain_tensors(self):
+        sd = state()
+        save(sd, self.ckpt)
+        info = distckpt.inspect(self.ckpt)
+        self.assertEqual(info["world_size"], 1)
+        self.assertEqual(sorted(info["tensors"]), ["half", "ids", "mask", "scalar", "w"])
+        self.assertEqual(info["objects"], ["rng/shard_0_1"])
+        self.assertIn("optimizer", info["common"])
+        report = distckpt.verify(self.ckpt)
+        self.assertTrue(report.intact, report.problems)
+        plain = distckpt.load_plain_tensors(self.ckpt, keys=["w", "scalar"])
+        self.assertEqual(sorted(plain), ["scalar", "w"])
+        self.assertTrue(torch.equal(plain["w"], sd["w"]))
+        self.assertTrue(torch.equal(plain["scalar"], sd["scalar"]))
+        with self.assertRaisesRegex(distckpt.CheckpointError, "has no tensor 'nope'"):
+            distckpt.load_plain_tensors(self.ckpt, keys=["nope"])
+
+    def test_common_paths_are_dcp_entries(self):
+        save(state(), self.ckpt)
+        md = distckpt.FileSystemReader(self.ckpt).read_metadata().state_dict_metadata
+        self.assertIsInstance(md["optimizer.param_groups.0.lr"], _dcp.BytesStorageMetadata)
+        self.assertIsInstance(md["optimizer.scale"], _dcp.TensorStorageMetadata)
+        got = load({"optimizer.param_groups.0.lr": None, "optimizer.scale": torch.zeros(2)}, self.ckpt)
+        self.assertEqual(got["optimizer.param_groups.0.lr"], 0.1)
+        self.assertTrue(torch.equal(got["optimizer.scale"], torch.tensor([2.0, 4.0])))
+
+    def test_flipped_data_byte_names_key_and_file(self):
+        save({"w": torch.arange(64.0)}, self.ckpt)
+        flip(os.path.join(self.ckpt, "data/rank_00000.bin"), 17)
+        with self.assertRaises(BaseException) as e:
+            load({"w": torch.zeros(64)}, self.ckpt)
+        text = str(e.exception)
+        self.assertIn("checksum mismatch", text)
+        self.assertIn("tensor 'w'", text)
+        self.assertIn("rank_00000.bin", text)
+        report = distckpt.verify(self.ckpt)
+        self.assertFalse(report.intact)
+        self.assertIn("tensor 'w' chunk 0", report.problems[0])
+
+    def test_flipped_metadata_byte_is_refused(self):
+        save({"w": torch.arange(8.0)}, self.ckpt)
+        flip(os.path.join(self.ckpt, "metadata.fb"), 40)
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"checksum mismatch in .*metadata\.fb"):
+            distckpt.FileSystemReader(self.ckpt).read_metadata()
+
+    def test_flipped_common_byte_is_refused(self):
+        save({"step": 3, "w": torch.ones(2)}, self.ckpt)
+        flip(os.path.join(self.ckpt, "common.fb"), 30)
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"checksum mismatch in .*common\.fb"):
+            distckpt.FileSystemReader(self.ckpt).read_metadata()
+
+    def test_damaged_commit_marker_is_refused(self):
+        save({"w": torch.ones(2)}, self.ckpt)
+        marker = os.path.join(self.ckpt, "metadata.json")
+        with open(marker) as f:
+            text = f.read()
+        with open(marker, "w") as f:
+            f.write(text.replace('"world_size"', '"world_sise"'))
+        with self.assertRaisesRegex(distckpt.CorruptionError, "commit marker is damaged"):
+            distckpt.inspect(self.ckpt)
+
+    def test_foreign_directory_says_who_wrote_it(self):
+        os.makedirs(self.ckpt)
+        with open(os.path.join(self.ckpt, "metadata.json"), "w") as f:
+            f.write('{"sharded_backend": "torch_dist"}')
+        with self.assertRaisesRegex(distckpt.CheckpointError, "written by 'torch_dist', not distckpt"):
+            distckpt.inspect(self.ckpt)
+
+    def test_committed_checkpoint_is_never_overwritten_by_accident(self):
+        save({"w": torch.ones(3)}, self.ckpt)
+        with self.assertRaisesRegex(BaseException, "already holds a committed checkpoint; pass overwrite=True"):
+            save({"w": torch.zeros(3)}, self.ckpt)
+        self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt)["w"], torch.ones(3)))
+        save({"w": torch.full((3,), 2.0)}, self.ckpt, overwrite=True)
+        self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt)["w"], torch.full((3,), 2.0)))
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["ckpt"])
+
+    def test_a_failed_save_keeps_the_previous_checkpoint(self):
+        save({"w": torch.ones(3)}, self.ckpt)
+        with warnings.catch_warnings(), self.assertRaisesRegex(BaseException, "cannot be stored in a distckpt"):
+            warnings.simplefilter("ignore")  # "ComplexHalf support is experimental"
+            save({"w": torch.ones(3), "q": torch.ones(2, dtype=torch.complex32)}, self.ckpt, overwrite=True)
+        self.assertTrue(distckpt.verify(self.ckpt).intact)
+        self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt)["w"], torch.ones(3)))
+
+    def test_paths_out_of_the_checkpoint_are_refused(self):
+        save({"w": torch.ones(3)}, self.ckpt)
+        outside = os.path.join(self.tmp, "outside.bin")
+        data = os.path.join(self.ckpt, "data/rank_00000.bin")
+        shutil.move(data, outside)
+        os.symlink(outside, data)
+        with self.assertRaisesRegex(distckpt.CorruptionError, "outside the checkpoint"):
+            distckpt.load_plain_tensors(self.ckpt)
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"unsafe path '\.\./x'.*'\.\.' components"):
+            _format.validate_relative("../x")
+
+    def test_flat_ranges_become_contiguous_boxes(self):
+        for shape in [(5,), (3, 4), (2, 3, 4), ()]:
+            numel = 1
+            for n in shape:
+                numel *= n
+            for start, stop in itertools.combinations(range(numel + 1), 2):
+                flat = []
+                for offset, length, first in _index.flat_boxes(shape, start, stop):
+                    box = torch.arange(numel).reshape(shape)
+                    for axis, (o, n) in enumerate(zip(offset, length)):
+                        box = box.narrow(axis, o, n)
+                    values = box.reshape(-1).tolist()
+                    self.assertEqual(values, list(range(first, first + len(values))), (shape, start, stop))
+                    flat += values
+                self.assertEqual(flat, list(range(start, stop)), (shape, start, stop))
+
+
+if __name__ == "__main__":
+    unittest.main()
