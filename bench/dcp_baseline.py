@@ -8,6 +8,10 @@ Figures are medians over --reps, timed on rank 0 between barriers:
   dcp_save          save_state_dict, one file per rank, fsync'd
   dcp_load          load into the saving layout (row shards)
   dcp_reshard_load  load into column shards (max(world, 2) parts)
+With --distckpt, each repetition also saves and loads the same state
+through the Python package's distckpt.FileSystemWriter/Reader (py_save,
+py_load, py_reshard_load, interleaved with DCP's own, so ratios come from
+one run; PYTHONPATH must reach the package, e.g. build/python).
 Loads start from files read once, then evicted from the page cache (see
 evict), and write into destinations allocated and zero-filled once, so page
 faults are not timed.
@@ -125,8 +129,9 @@ def evict(path):
     machine's page cache is emptied (drop_caches when root, else fadvise)."""
     dist.barrier()
     if dist.get_rank() == 0:
-        for name in os.listdir(path):
-            with open(os.path.join(path, name), "rb") as f:
+        files = [os.path.join(d, name) for d, _, names in os.walk(path) for name in names]
+        for name in files:
+            with open(name, "rb") as f:
                 while f.read(16 << 20):
                     pass
         os.sync()
@@ -134,8 +139,8 @@ def evict(path):
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("1")
         except OSError:
-            for name in os.listdir(path):
-                fd = os.open(os.path.join(path, name), os.O_RDONLY)
+            for name in files:
+                fd = os.open(name, os.O_RDONLY)
                 try:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 finally:
@@ -166,6 +171,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/dcp-bench", help="scratch directory")
+    ap.add_argument("--distckpt", action="store_true",
+                    help="also time distckpt.FileSystemWriter/Reader on the same state")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="cProfile rank 0's first save and load, print top N")
     args = ap.parse_args()
@@ -186,6 +193,10 @@ def main():
         os.makedirs(args.dir)
 
     times = {"dcp_save": [], "dcp_load": [], "dcp_reshard_load": []}
+    if args.distckpt:
+        import distckpt
+        times.update({"py_save": [], "py_load": [], "py_reshard_load": []})
+        ours = os.path.join(args.dir, "distckpt")
     notes = {}
 
     def timed(key, fn, rep):
@@ -218,6 +229,19 @@ def main():
         evict(ckpt)
         timed("dcp_reshard_load",
               lambda: dcp.load_state_dict(resharded, dcp.FileSystemReader(ckpt)), rep)
+        if args.distckpt:
+            if rank == 0:
+                shutil.rmtree(ours, ignore_errors=True)
+            dist.barrier()
+            timed("py_save", lambda: dcp.save_state_dict(source, distckpt.FileSystemWriter(ours)), rep)
+            if rep == 0:  # what verify() checks below must come from distckpt's reader
+                for st_ in list(same.values()) + list(resharded.values()):
+                    for shard in st_.local_shards():
+                        shard.tensor.zero_()
+            evict(ours)
+            timed("py_load", lambda: dcp.load_state_dict(same, distckpt.FileSystemReader(ours)), rep)
+            evict(ours)
+            timed("py_reshard_load", lambda: dcp.load_state_dict(resharded, distckpt.FileSystemReader(ours)), rep)
         if rep == 0:
             err = verify(model, same, None if "dcp_reshard_load" in notes else resharded,
                          rank, world)
@@ -244,6 +268,13 @@ def main():
             s = statistics.median(ts)
             print(f"| {key} | {s:.3f} | {gb / s:.3f} |")
             result.append(f"{key}_s={s:.4f}")
+        if args.distckpt:
+            print("\n| distckpt Python package / PyTorch DCP (same run) | ratio of speeds |\n|---|---|")
+            for op in ("save", "load", "reshard_load"):
+                if f"dcp_{op}" not in notes and f"py_{op}" not in notes:
+                    ratio = statistics.median(times[f"dcp_{op}"]) / statistics.median(times[f"py_{op}"])
+                    print(f"| {op} | {ratio:.2f}x |")
+                    result.append(f"py_vs_dcp_{op}={ratio:.3f}")
         print("\nRESULT " + " ".join(result) + f" world={world} gb={gb:.4f}")
         shutil.rmtree(args.dir, ignore_errors=True)
     dist.barrier()

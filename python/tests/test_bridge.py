@@ -192,6 +192,37 @@ class Bridge(unittest.TestCase):
         with self.assertRaisesRegex(distckpt.CorruptionError, r"unsafe path '\.\./x'.*'\.\.' components"):
             _format.validate_relative("../x")
 
+    def test_the_torch_2_call_sequence(self):
+        """torch 2.x drives storage as below (reset, validate_checkpoint_id,
+        set_up_storage_*, storage_meta); only 1.13 runs here, so its planners
+        are driven through that sequence by hand."""
+        planners = _dcp.dcp.default_planner
+        sd = {"w": torch.arange(12.0).reshape(3, 4), "step": 9}
+        writer = distckpt.FileSystemWriter("unused")
+        writer.reset(self.ckpt)
+        self.assertTrue(type(writer).validate_checkpoint_id(self.ckpt))
+        writer.set_up_storage_writer(True)
+        writer.storage_meta()  # None where StorageMeta does not exist (1.13)
+        planner = planners.DefaultSavePlanner()
+        planner.init(sd, True)
+        plans, metadata = planner.create_global_plan([writer.prepare_local_plan(planner.create_local_plan())])
+        plan = planner.finish_plan(writer.prepare_global_plan(plans)[0])
+        writer.finish(metadata, [writer.write_data(plan, planner).value()])
+
+        reader = distckpt.FileSystemReader("unused")
+        reader.reset(self.ckpt)
+        self.assertTrue(type(reader).validate_checkpoint_id(self.ckpt))
+        self.assertFalse(type(reader).validate_checkpoint_id(self.tmp))
+        md = reader.read_metadata()
+        reader.set_up_storage_reader(md, True)
+        got = {"w": torch.zeros(3, 4), "step": None}
+        planner = planners.DefaultLoadPlanner()
+        planner.init(got, md, True)
+        plan = reader.prepare_global_plan([reader.prepare_local_plan(planner.create_local_plan())])[0]
+        reader.read_data(planner.finish_plan(plan), planner).wait()
+        self.assertTrue(torch.equal(got["w"], sd["w"]))
+        self.assertEqual(got["step"], 9)
+
     def test_flat_ranges_become_contiguous_boxes(self):
         for shape in [(5,), (3, 4), (2, 3, 4), ()]:
             numel = 1
