@@ -127,6 +127,10 @@ def decode(buf: bytes, origin: str):
 class _Decoder:
     def __init__(self, buf, origin):
         self.buf, self.origin = buf, origin
+        # Nodes may share children, so a small buffer could describe an
+        # exponential tree: every node visited is charged (a node takes at
+        # least 4 bytes, as the C++ decoder's ExpansionBudget assumes).
+        self.budget = len(buf) // 4
 
     def fail(self, path, what):
         raise CorruptionError(f"{self.origin}: common state at '{'/'.join(path) or '<root>'}': {what}; the file is "
@@ -140,6 +144,9 @@ class _Decoder:
     def node(self, n, path):
         if len(path) > _MAX_NESTING:
             self.fail(path, f"nested deeper than {_MAX_NESTING} levels")
+        self.budget -= 1
+        if self.budget < 0:
+            self.fail(path, f"more nodes than {len(self.buf)} bytes can hold (shared children?)")
         kind = n.Kind()
         if kind == NodeKind.None_:
             return None

@@ -13,6 +13,7 @@ A checkpoint directory holds
 """
 import json
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
@@ -170,8 +171,8 @@ def parse_commit_marker(text: bytes, origin: str) -> CommitMarker:
         reject(f"{len(text)} bytes, more than a commit marker can be; the file is not ours")
     try:
         doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
-        reject(f"malformed JSON ({e}); the commit marker is damaged")
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        reject(f"malformed JSON ({type(e).__name__}: {e}); the commit marker is damaged")
     if not isinstance(doc, dict):
         reject("expected a JSON object; the commit marker is damaged")
     if doc.get("format") != FORMAT_NAME:
@@ -254,9 +255,24 @@ def check_recorded(record: RecordedFile, data: bytes, full_path: str) -> None:
                               "`distckpt verify` and load an intact copy")
 
 
+def open_regular(path: str) -> int:
+    """A read-only descriptor of PATH, refused (CorruptionError) unless it is
+    a regular file: a FIFO or device named by a checkpoint must not block or
+    stream forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise CorruptionError(f"{path}, part of the checkpoint, cannot be opened ({e.strerror}); the checkpoint is "
+                              "incomplete or damaged") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptionError(f"{path} is not a regular file; the checkpoint is damaged")
+    return fd
+
+
 def read_small(root: str, relative: str, limit: int) -> bytes:
     path = inside(root, relative)
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise CorruptionError(f"{path} is larger than {limit} bytes; it is not a distckpt file")
@@ -281,6 +297,14 @@ class _Decoder:
 
     def __init__(self, buf: bytes, origin: str):
         self.buf, self.origin = buf, origin
+        # Records may share tables, so the records decoded in all are charged
+        # against the buffer size (each takes at least 4 bytes).
+        self.budget = len(buf) // 4
+
+    def charge(self, n, what):
+        self.budget -= n
+        if self.budget < 0:
+            self.fail(f"{what}: more records than {len(self.buf)} bytes can hold (shared tables?)")
 
     def fail(self, what):
         raise CorruptionError(f"{self.origin}: {what}; the checkpoint metadata is corrupted")
@@ -318,6 +342,7 @@ class _Decoder:
                      format_version=version)
         seen = set()
         for i in range(self.count(root.FilesLength(), 4, "files")):
+            self.charge(1, "files")
             r = root.Files(i)
             f = FileRecord(self.text(r.Path()), r.Size(), r.WriterRank())
             self.path(f.path, f"file {i}")
@@ -328,12 +353,14 @@ class _Decoder:
                 self.fail(f"file '{f.path}' has writer rank {f.writer_rank}, outside the world of {world} ranks")
             m.files.append(f)
         for i in range(self.count(root.TensorsLength(), 4, "tensors")):
+            self.charge(1, "tensors")
             t = self.tensor(root.Tensors(i), m)
             if m.tensors and not m.tensors[-1].key.encode() < t.key.encode():
                 self.fail(f"tensor keys are not sorted and unique: '{m.tensors[-1].key}' is followed by '{t.key}'")
             m.tensors.append(t)
         previous = None
         for i in range(self.count(root.ObjectsLength(), 4, "objects")):
+            self.charge(1, "objects")
             o = self.object(root.Objects(i), m)
             if previous is not None and not previous.encode() < o.unique_key.encode():
                 self.fail(f"object keys are not sorted and unique: '{previous}' is followed by '{o.unique_key}'")
@@ -377,6 +404,7 @@ class _Decoder:
                       "element count must fit in int64")
         t = TensorRecord(key, dtype, shape)
         for i in range(self.count(r.ChunksLength(), 4, f"tensor '{key}' chunks")):
+            self.charge(1, f"tensor '{key}' chunks")
             c = r.Chunks(i)
             where = f"tensor '{key}' chunk {i}"
             offset, length = self.longs(c, "Offset"), self.longs(c, "Length")

@@ -17,29 +17,38 @@ _TORCH_ARCHIVE = b"PK\x03\x04"  # torch.save's zip archive
 
 def copy_region(ckpt: Checkpoint, piece: _index.Piece, itemsize: int, dtype: torch.dtype, offsets, lengths,
                 dst: torch.Tensor, what: str) -> None:
-    """dst <- the box (OFFSETS, LENGTHS) of PIECE (piece-relative), read in
-    windows of whole rows of the piece."""
+    """dst <- the box (OFFSETS, LENGTHS) of PIECE (piece-relative)."""
     if piece.record is None:  # a tensor of the common state
         src = piece.common
         for axis, (o, n) in enumerate(zip(offsets, lengths)):
             src = src.narrow(axis, o, n)
         dst.copy_(src)
         return
-    if any(n == 0 for n in lengths):
-        return
-    if not piece.sizes:  # a scalar
-        raw = ckpt.read(piece.record, piece.byte_start, piece.byte_start + itemsize, what)
-        dst.copy_(raw.view(dtype).reshape(()))
+    if all(n > 0 for n in lengths):
+        _copy_rows(ckpt, piece.record, piece.byte_start, tuple(piece.sizes), tuple(offsets), tuple(lengths), itemsize,
+                   dtype, dst, what)
+
+
+def _copy_rows(ckpt, record, byte_start, sizes, offsets, lengths, itemsize, dtype, dst, what):
+    """Copies in windows of whole rows (along the first axis) of at most
+    WINDOW_BYTES; a row larger than that is copied row by row, one axis down,
+    so only its wanted part is read."""
+    if not sizes:  # a scalar
+        dst.copy_(ckpt.read(record, byte_start, byte_start + itemsize, what).view(dtype).reshape(()))
         return
     row = itemsize
-    for extent in piece.sizes[1:]:
+    for extent in sizes[1:]:
         row *= extent
+    if row > WINDOW_BYTES:
+        for i in range(lengths[0]):
+            _copy_rows(ckpt, record, byte_start + (offsets[0] + i) * row, sizes[1:], offsets[1:], lengths[1:],
+                       itemsize, dtype, dst.select(0, i), what)
+        return
     rows_per_window = max(1, WINDOW_BYTES // max(row, 1))
-    first, count = offsets[0], lengths[0]
-    for done in range(0, count, rows_per_window):
-        k = min(rows_per_window, count - done)
-        begin = piece.byte_start + (first + done) * row
-        src = ckpt.read(piece.record, begin, begin + k * row, what).view(dtype).reshape((k,) + tuple(piece.sizes[1:]))
+    for done in range(0, lengths[0], rows_per_window):
+        k = min(rows_per_window, lengths[0] - done)
+        begin = byte_start + (offsets[0] + done) * row
+        src = ckpt.read(record, begin, begin + k * row, what).view(dtype).reshape((k,) + sizes[1:])
         for axis in range(1, len(lengths)):
             src = src.narrow(axis, offsets[axis], lengths[axis])
         dst.narrow(0, done, k).copy_(src)

@@ -9,8 +9,8 @@ import torch
 
 from . import _common
 from ._errors import CorruptionError
-from ._format import (COMMON_FILE, METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, read_small,
-                      xxh3)
+from ._format import (COMMON_FILE, METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, open_regular,
+                      read_small, xxh3)
 from ._paths import inside
 
 _MAX_METADATA = (1 << 31) - 1
@@ -60,7 +60,7 @@ class Checkpoint:
                 return fd
             record = self.metadata.files[file_index]
             full = inside(self.path, record.path)
-            fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(full)
             size = os.fstat(fd).st_size
             if size != record.size:
                 os.close(fd)

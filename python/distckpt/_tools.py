@@ -90,6 +90,13 @@ def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, 
             t = records[key]
             dtype = dtype_of(t.dtype)
             itemsize = torch.empty(0, dtype=dtype).element_size()
+            numel = 1
+            for extent in t.shape:
+                numel *= extent
+            stored = sum(c.stored_numel() for c in t.chunks)
+            if stored != numel:  # before allocating: a damaged shape must not exhaust memory
+                raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
+                                      f"store {stored} of its {numel} elements")
             dst = torch.empty(t.shape, dtype=dtype)
             covered = 0
             for chunk in t.chunks:

@@ -13,10 +13,13 @@ import tempfile
 import unittest
 import warnings
 
+import flatbuffers
 import torch
 
 import distckpt
-from distckpt import _dcp, _format, _index
+from distckpt import _common, _dcp, _format, _index, _reader, _storage
+from distckpt.fb import CommonState, Node
+from distckpt.fb.NodeKind import NodeKind
 
 
 class Opaque:
@@ -222,6 +225,84 @@ class Bridge(unittest.TestCase):
         reader.read_data(planner.finish_plan(plan), planner).wait()
         self.assertTrue(torch.equal(got["w"], sd["w"]))
         self.assertEqual(got["step"], 9)
+
+    def test_reads_are_windowed_down_to_the_wanted_part_of_a_row(self):
+        w = torch.arange(240.0).reshape(6, 40)
+        save({"w": w}, self.ckpt, block_size=16)
+        original = _reader.WINDOW_BYTES
+        _reader.WINDOW_BYTES = 64  # a 160-byte row is larger: copied row by row
+        try:
+            with _storage.Checkpoint(self.ckpt) as ckpt:
+                piece = _index.build(ckpt).pieces["w"][0]
+                dst = torch.zeros(4, 9)
+                _reader.copy_region(ckpt, piece, 4, torch.float32, (1, 7), (4, 9), dst, "tensor 'w'")
+                self.assertTrue(torch.equal(dst, w[1:5, 7:16]))
+                # 4 rows x 9 floats, each row's run widened to whole 16-byte blocks: not the whole 960 bytes
+                self.assertLessEqual(ckpt.bytes_read, 4 * (36 + 32))
+            self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt)["w"], w))
+        finally:
+            _reader.WINDOW_BYTES = original
+
+    def crafted(self, metadata=None, common=None):
+        """A committed checkpoint of the given metadata.fb / common.fb bytes."""
+        os.makedirs(os.path.join(self.ckpt, "data"))
+        metadata = metadata or _format.encode_metadata(_format.Metadata(1, 0, [], [], [], common_file="common.fb"))
+        common = common or _common.encode({})
+        for name, data in (("metadata.fb", metadata), ("common.fb", common)):
+            with open(os.path.join(self.ckpt, name), "wb") as f:
+                f.write(data)
+        marker = _format.commit_marker_text(1, _format.RecordedFile("metadata.fb", len(metadata), _format.xxh3(metadata)),
+                                            _format.RecordedFile("common.fb", len(common), _format.xxh3(common)), "test")
+        with open(os.path.join(self.ckpt, "metadata.json"), "wb") as f:
+            f.write(marker)
+
+    def test_shared_nodes_cannot_expand_a_small_common_state(self):
+        b = flatbuffers.Builder(0)
+        node = None
+        for depth in range(40):  # each list holds the previous one twice: 2^40 nodes in under 2 KB
+            children = None
+            if node is not None:
+                Node.StartChildrenVector(b, 2)
+                b.PrependUOffsetTRelative(node)
+                b.PrependUOffsetTRelative(node)
+                children = b.EndVector()
+            Node.Start(b)
+            Node.AddKind(b, NodeKind.List)
+            if children is not None:
+                Node.AddChildren(b, children)
+            node = Node.End(b)
+        CommonState.Start(b)
+        CommonState.AddFormatVersion(b, 2)
+        CommonState.AddRoot(b, node)
+        b.Finish(CommonState.End(b), file_identifier=b"DCKC")
+        with self.assertRaisesRegex(distckpt.CorruptionError, "more nodes than"):
+            _common.decode(bytes(b.Output()), "common.fb")
+
+    def test_a_tensor_its_chunks_do_not_cover_is_refused_before_allocating(self):
+        self.crafted(_format.encode_metadata(_format.Metadata(
+            1, 0, [_format.TensorRecord("huge", "float32", (1 << 40,))], [], [], common_file="common.fb")))
+        with self.assertRaisesRegex(distckpt.CorruptionError, "store 0 of its 1099511627776 elements"):
+            distckpt.load_plain_tensors(self.ckpt)
+
+    def test_files_that_are_not_regular_are_refused(self):
+        save({"w": torch.ones(3)}, self.ckpt)
+        data = os.path.join(self.ckpt, "data/rank_00000.bin")
+        os.remove(data)
+        os.mkfifo(data)  # opening it for reading would block forever
+        with self.assertRaisesRegex(distckpt.CorruptionError, "is not a regular file"):
+            distckpt.load_plain_tensors(self.ckpt)
+        self.assertFalse(distckpt.verify(self.ckpt).intact)
+        os.remove(os.path.join(self.ckpt, "common.fb"))
+        os.mkdir(os.path.join(self.ckpt, "common.fb"))
+        with self.assertRaisesRegex(distckpt.CorruptionError, "common.fb is not a regular file"):
+            distckpt.inspect(self.ckpt)
+
+    def test_a_deeply_nested_marker_is_a_damaged_marker(self):
+        os.makedirs(self.ckpt)
+        with open(os.path.join(self.ckpt, "metadata.json"), "w") as f:
+            f.write("[" * 100000)
+        with self.assertRaisesRegex(distckpt.CorruptionError, "malformed JSON"):
+            distckpt.inspect(self.ckpt)
 
     def test_flat_ranges_become_contiguous_boxes(self):
         for shape in [(5,), (3, 4), (2, 3, 4), ()]:
