@@ -11,14 +11,13 @@ Figures are medians over --reps, timed on rank 0 between barriers:
 With --distckpt, each repetition also saves and loads the same state
 through the Python package's distckpt.FileSystemWriter/Reader (py_save,
 py_load, py_reshard_load, interleaved with DCP's own, so ratios come from
-one run; PYTHONPATH must reach the package, e.g. build/python).
+one run).
 Loads start from files read once, then evicted from the page cache (see
 evict), and write into destinations allocated and zero-filled once, so page
 faults are not timed.
 """
 import argparse
 import cProfile
-import dataclasses
 import os
 import pstats
 import shutil
@@ -31,33 +30,12 @@ import torch.distributed as dist
 
 
 def _import_dcp():
-    # torch 1.13 declares `tensor_properties: TensorProperties =
-    # field(default=TensorProperties())` in sharded_tensor/metadata.py. Python
-    # 3.11 rejects any default whose class is unhashable (a plain @dataclass
-    # sets __hash__ = None), so importing the module raises "mutable default".
-    # While torch's dataclasses are being defined, give such a default's class
-    # the identity hash: the default is shared and never mutated by torch, and
-    # nothing hashes these objects, so this changes no behaviour. The hook is
-    # limited to torch's own classes and removed once the import is done.
-    original = dataclasses._get_field
-
-    def get_field(cls, name, *args, **kwargs):
-        default = cls.__dict__.get(name)
-        if isinstance(default, dataclasses.Field):
-            default = default.default
-        kind = type(default)
-        if (dataclasses.is_dataclass(kind) and kind.__hash__ is None
-                and kind.__module__.startswith("torch.distributed")):
-            kind.__hash__ = object.__hash__
-        return original(cls, name, *args, **kwargs)
-
-    dataclasses._get_field = get_field
-    try:
-        import torch.distributed._shard.checkpoint as dcp
-        from torch.distributed._shard import sharded_tensor as st
-        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
-    finally:
-        dataclasses._get_field = original
+    # Under Python 3.11, torch 1.13's DCP imports only with the workaround in
+    # distckpt's Python package (python/distckpt/_dcp.py); dcp_baseline.sh
+    # puts the build's package on PYTHONPATH.
+    from distckpt._dcp import dcp
+    from torch.distributed._shard import sharded_tensor as st
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
     return dcp, st, ChunkShardingSpec
 
 

@@ -23,6 +23,11 @@ done
 [[ "$nranks" =~ ^[1-9][0-9]*$ ]] || usage
 
 python="${PYTHON:-/usr/bin/python3}"
+# The build's Python package (BUILD_DIR as for compare_dcp.sh, default build):
+# its torch 1.13 import workaround, and the reader/writer --distckpt times.
+package="${BUILD_DIR:-build}/python"
+[[ -f "$package/distckpt/__init__.py" ]] || { echo "$0: no Python package in $package; build first (or set BUILD_DIR)" >&2; exit 2; }
+export PYTHONPATH="$(cd "$package" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dcp_baseline.py"
 port="${MASTER_PORT:-$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 logs="$(mktemp -d)"

@@ -468,6 +468,14 @@ def _tables(b, start_vector, offsets):
     return b.EndVector()
 
 
+def _add_storage(table, b, record, checksums):
+    """Where a chunk's or an object's bytes are (the same fields in both tables)."""
+    table.AddFile(b, record.file)
+    table.AddByteOffset(b, record.byte_offset)
+    table.AddByteLength(b, record.byte_length)
+    table.AddBlockChecksums(b, checksums)
+
+
 def encode_metadata(m: Metadata) -> bytes:
     """The buffer the C++ runtime reads: tensors sorted by key, objects by
     unique key (byte order, as std::string compares)."""
@@ -485,10 +493,7 @@ def encode_metadata(m: Metadata) -> bytes:
             if c.flat:
                 _Chunk.AddFlatStart(b, c.flat[0])
                 _Chunk.AddFlatStop(b, c.flat[1])
-            _Chunk.AddFile(b, c.file)
-            _Chunk.AddByteOffset(b, c.byte_offset)
-            _Chunk.AddByteLength(b, c.byte_length)
-            _Chunk.AddBlockChecksums(b, sums)
+            _add_storage(_Chunk, b, c, sums)
             chunks.append(_Chunk.End(b))
         key, dtype = b.CreateString(t.key), b.CreateString(t.dtype)
         shape = _longs(b, t.shape)
@@ -509,10 +514,7 @@ def encode_metadata(m: Metadata) -> bytes:
         _Object.AddKey(b, key)
         _Object.AddGlobalShape(b, shape)
         _Object.AddGlobalOffset(b, offset)
-        _Object.AddFile(b, o.file)
-        _Object.AddByteOffset(b, o.byte_offset)
-        _Object.AddByteLength(b, o.byte_length)
-        _Object.AddBlockChecksums(b, sums)
+        _add_storage(_Object, b, o, sums)
         objects.append(_Object.End(b))
     files = []
     for f in m.files:

@@ -206,6 +206,9 @@ class FileSystemWriter(_dcp.StorageWriter):
 
     def _commit(self, target, parent, staging, old):
         replacing = os.path.isfile(os.path.join(target, COMMIT_FILE))
+        if replacing and not self.overwrite:  # committed by someone else since _claim
+            raise CheckpointError(f"'{target}' was committed by another save while this one ran; pass "
+                                  "overwrite=True to replace it")
         if replacing:
             os.rename(target, old)  # a crash from here on leaves the previous checkpoint in OLD, and says so
         elif os.path.isdir(target):
