@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
 #include "plan/coverage.h"
@@ -87,38 +89,76 @@ void check_coverage(const std::string& key, const Shape& global_shape, const std
   check_exact_cover(key, global_shape, boxes);
 }
 
+struct ObjectRef {
+  const ObjectPlan* object;
+  int rank;
+};
+
+// Megatron's rules for one key: one global shape (the shard grid), and
+// exactly one main replica of every shard of the grid.
+void check_object_key(const std::vector<ObjectRef>& refs) {
+  const ObjectRef& first = refs.front();
+  const std::string& key = first.object->key;
+  for (const ObjectRef& r : refs) {
+    if (r.object->global_shape != first.object->global_shape) {
+      throw ShardingError(fmt::format(
+          "sharded object '{}' has the shard grid {} on rank {} but {} on rank {}; every shard of one object must "
+          "give the same global shape",
+          key, to_string(first.object->global_shape), first.rank, to_string(r.object->global_shape), r.rank));
+    }
+  }
+  std::vector<const ObjectRef*> mains;  // by offset, row-major
+  for (const ObjectRef& r : refs) {
+    if (r.object->is_main()) mains.push_back(&r);
+  }
+  std::sort(mains.begin(), mains.end(),
+            [](const ObjectRef* a, const ObjectRef* b) { return a->object->global_offset < b->object->global_offset; });
+  for (size_t i = 1; i < mains.size(); ++i) {
+    if (mains[i]->object->global_offset == mains[i - 1]->object->global_offset) {
+      throw ShardingError(
+          fmt::format("sharded object '{}' has a main replica on rank {} and on rank {}; give "
+                      "the copies non-zero replica ids",
+                      mains[i]->object->unique_key(), mains[i - 1]->rank, mains[i]->rank));
+    }
+  }
+  const Shape& grid = first.object->global_shape;
+  // The i-th offset of the grid in row-major order: the first one no main replica holds is named.
+  Shape expected(grid.size(), 0);
+  for (const ObjectRef* m : mains) {
+    if (m->object->global_offset != expected) break;
+    for (size_t axis = grid.size(); axis-- > 0;) {
+      if (++expected[axis] < grid[axis]) break;
+      expected[axis] = 0;
+    }
+    if (std::all_of(expected.begin(), expected.end(), [](int64_t x) { return x == 0; })) {
+      return;  // wrapped around: every shard present
+    }
+  }
+  const auto held =
+      std::find_if(refs.begin(), refs.end(), [&](const ObjectRef& r) { return r.object->global_offset == expected; });
+  if (held != refs.end()) {
+    throw ShardingError(
+        fmt::format("sharded object '{}' has no main replica (held by rank {} with replica id "
+                    "{}); one copy must have replica_id all zeros",
+                    held->object->unique_key(), held->rank, to_string(held->object->replica_id)));
+  }
+  throw ShardingError(fmt::format(
+      "sharded object '{}' is missing shard {} of its grid {}: no rank saves it ({} of the grid's shards are "
+      "present); every shard of an object must be saved by some rank",
+      key, to_string(expected), to_string(grid), mains.size()));
+}
+
 void validate_objects(const std::vector<LocalPlan>& plans) {
-  struct ObjectRef {
-    std::string unique_key;
-    const ObjectPlan* object;
-    int rank;
-  };
   std::vector<ObjectRef> refs;
   for (const LocalPlan& p : plans) {
-    for (const ObjectPlan& o : p.objects) refs.push_back(ObjectRef{o.unique_key(), &o, p.rank});
+    for (const ObjectPlan& o : p.objects) refs.push_back(ObjectRef{&o, p.rank});
   }
-  std::sort(refs.begin(), refs.end(), [](const ObjectRef& a, const ObjectRef& b) {
-    return a.unique_key != b.unique_key ? a.unique_key < b.unique_key : a.rank < b.rank;
-  });
+  std::stable_sort(refs.begin(), refs.end(),
+                   [](const ObjectRef& a, const ObjectRef& b) { return a.object->key < b.object->key; });
   for (size_t i = 0; i < refs.size();) {
     size_t j = i;
-    const ObjectRef* main = nullptr;
-    for (; j < refs.size() && refs[j].unique_key == refs[i].unique_key; ++j) {
-      if (!refs[j].object->is_main()) continue;
-      if (main) {
-        throw ShardingError(
-            fmt::format("sharded object '{}' has a main replica on rank {} and on rank {}; give "
-                        "the copies non-zero replica ids",
-                        refs[i].unique_key, main->rank, refs[j].rank));
-      }
-      main = &refs[j];
-    }
-    if (!main) {
-      throw ShardingError(
-          fmt::format("sharded object '{}' has no main replica (held by rank {} with replica id "
-                      "{}); one copy must have replica_id all zeros",
-                      refs[i].unique_key, refs[i].rank, to_string(refs[i].object->replica_id)));
-    }
+    while (j < refs.size() && refs[j].object->key == refs[i].object->key) ++j;
+    check_object_key(std::vector<ObjectRef>(refs.begin() + i, refs.begin() + j));
     i = j;
   }
 }

@@ -1,0 +1,133 @@
+// Megatron-Core dist_checkpointing parity, item by item (issue 21): each
+// test names the Megatron behaviour it pins down.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "distckpt/distckpt.h"
+#include "multirank/checkpoint_fixtures.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+// What a refused collective save throws: the reason on the coordinator, a
+// CommError carrying it everywhere else.
+void expect_save_refused(const std::function<StateDict(int rank)>& state, const std::string& message) {
+  TempDir tmp("parity-objects");
+  run_ranks(4, [&](Communicator& comm) {
+    const auto save_it = [&] { save(state(comm.rank()), tmp.path() + "/ckpt", comm); };
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<ShardingError>(save_it, message));
+    } else {
+      EXPECT_TRUE(throws_with<CommError>(save_it, message));
+    }
+  });
+  EXPECT_FALSE(is_distributed_checkpoint(tmp.path() + "/ckpt"));
+}
+
+ShardedObject shard(const std::string& key, Shape grid, Shape offset, ReplicaId replica = {0}) {
+  return ShardedObject{key, "bytes of " + key, std::move(grid), std::move(offset), std::move(replica)};
+}
+
+// Megatron's _validate_objects_for_key: every shard of the grid saved, by exactly one main replica.
+TEST(MegatronParity, AnObjectShardNoRankSavesIsRefusedNamingTheShard) {
+  expect_save_refused(
+      [](int rank) {
+        StateDict sd = Value::dict();
+        if (rank != 2) sd["rng"] = shard("rng", {2, 2}, {rank / 2, rank % 2});  // (1, 0) missing
+        return sd;
+      },
+      "sharded object 'rng' is missing shard [1, 0] of its grid [2, 2]: no rank saves it (3 of the grid's shards are "
+      "present)");
+}
+
+TEST(MegatronParity, AnObjectWithTwoShardGridsIsRefused) {
+  expect_save_refused(
+      [](int rank) {
+        StateDict sd = Value::dict();
+        sd["rng"] = rank == 3 ? shard("rng", {8}, {3}) : shard("rng", {4}, {rank});
+        return sd;
+      },
+      "sharded object 'rng' has the shard grid [4] on rank 0 but [8] on rank 3");
+}
+
+TEST(MegatronParity, AnObjectShardSavedAsMainTwiceOrNeverIsRefused) {
+  expect_save_refused(
+      [](int rank) {
+        StateDict sd = Value::dict();
+        sd["rng"] = shard("rng", {2}, {rank % 2});  // ranks 0 and 2 both main for shard 0
+        return sd;
+      },
+      "sharded object 'rng/shard_0_2' has a main replica on rank 0 and on rank 2");
+  expect_save_refused(
+      [](int rank) {
+        StateDict sd = Value::dict();
+        sd["rng"] = shard("rng", {4}, {rank}, {rank == 1 ? 1 : 0});
+        return sd;
+      },
+      "sharded object 'rng/shard_1_4' has no main replica (held by rank 1 with replica id (1))");
+}
+
+TEST(MegatronParity, ObjectGridsThatAreCompleteSaveAndLoadEveryShard) {
+  TempDir tmp("parity-objects-ok");
+  run_ranks(4, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["rng"] = shard("rng", {2, 2}, {comm.rank() / 2, comm.rank() % 2});
+    sd["once"] = shard("once", {}, {}, {comm.rank()});  // one shard, replicated
+    save(sd, tmp.path() + "/ckpt", comm);
+  });
+  EXPECT_TRUE(verify_checkpoint(tmp.path() + "/ckpt").intact());
+}
+
+// Megatron's load_tensors_metadata: whole tensors, offset 0, one fragment
+// per axis, replica 0, whatever the save's layout (flat ZeRO slices too),
+// and they load back whole on any number of ranks.
+TEST(MegatronParity, TensorsMetadataDescribesWholeTensorsThatLoadOnAnyRankCount) {
+  TempDir tmp("parity-metadata");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor rows = testing::global_tensor("rows", {8, 6});
+  const at::Tensor flat = testing::global_tensor("flat", {4, 5}, at::kBFloat16);
+  const at::Tensor norm = testing::global_tensor("norm", {6});
+  run_ranks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sd = Value::dict();
+    sd["rows"] = ShardedTensor::from_rank_offsets("rows", rows.chunk(4, 0)[r].contiguous(), {{0, r, 4}});
+    // rows [2 * (r / 2), +2) of the 4x5 tensor, each half of it on one of two ranks
+    const at::Tensor half = flat.chunk(2, 0)[r / 2].contiguous().flatten();
+    const FlatRange range{(r % 2) * 5, (r % 2) * 5 + 5};
+    sd["flat"] = ShardedTensor::from_rank_offsets_flat("flat", half.slice(0, range.start, range.stop).clone(), {2, 5},
+                                                       {{0, r / 2, 2}}, range);
+    sd["norm"] = ShardedTensor::from_rank_offsets("norm", norm, {}, ReplicaId{r});
+    save(sd, dir, comm);
+  });
+
+  const StateDict meta = load_tensors_metadata(dir);
+  ASSERT_EQ(meta.as_dict().size(), 3u);
+  const std::map<std::string, std::pair<Shape, at::ScalarType>> want{
+      {"rows", {{8, 6}, at::kFloat}}, {"flat", {{4, 5}, at::kBFloat16}}, {"norm", {{6}, at::kFloat}}};
+  for (const auto& [key, shape_dtype] : want) {
+    const ShardedTensor& t = meta.at(key).as_sharded_tensor();
+    EXPECT_EQ(t.key, key);
+    EXPECT_EQ(t.dtype, shape_dtype.second) << key;
+    EXPECT_EQ(t.global_shape, shape_dtype.first) << key;
+    EXPECT_EQ(t.local_shape, shape_dtype.first) << key;
+    EXPECT_EQ(t.global_offset, Shape(shape_dtype.first.size(), 0)) << key;
+    EXPECT_EQ(t.axis_fragmentations, Shape(shape_dtype.first.size(), 1)) << key;
+    EXPECT_EQ(t.replica_id, ReplicaId{0}) << key;
+    EXPECT_EQ(t.prepend_axis_num, 0) << key;
+    EXPECT_FALSE(t.flattened_range.has_value()) << key;
+    EXPECT_FALSE(t.data.defined()) << key;
+  }
+  for (const int ranks : {1, 3}) {
+    run_ranks(ranks, [&](Communicator& comm) {
+      const LoadResult loaded = load(load_tensors_metadata(dir), dir, comm);
+      EXPECT_TRUE(at::equal(loaded.state_dict.at("rows").as_tensor(), rows));
+      EXPECT_TRUE(at::equal(loaded.state_dict.at("flat").as_tensor(), flat));
+      EXPECT_TRUE(at::equal(loaded.state_dict.at("norm").as_tensor(), norm));
+    });
+  }
+}
+
+}  // namespace
+}  // namespace distckpt
