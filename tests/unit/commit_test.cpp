@@ -8,6 +8,7 @@
 #include <string>
 
 #include "distckpt/core/errors.h"
+#include "distckpt/distckpt.h"
 #include "io/checksum.h"
 #include "io/file.h"
 #include "support/ranks.h"
@@ -126,14 +127,43 @@ TEST(FormatCommitTest, RejectsForeignMalformedAndNewerMarkers) {
                                            "field \"version\" is not an integer"));
   EXPECT_TRUE(throws_with<CorruptionError>(load_with(R"({"format": "distckpt", "version": 1, "world_size": 2})"),
                                            "field \"sharded_backend\" is missing"));
-  EXPECT_TRUE(throws_with<CheckpointError>(
-      load_with(R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"})"),
-      path + ": was written by 'torch_dist', not distckpt"));
-  EXPECT_TRUE(throws_with<CheckpointError>(load_with(R"({"format": "zarr"})"), "was written by 'zarr', not distckpt"));
   EXPECT_TRUE(throws_with<CheckpointError>(load_with(R"({"format": "distckpt", "version": 3, )" + ok_tail),
                                            "checkpoint format version 3 is newer than this build of distckpt reads "
                                            "(version 2); upgrade distckpt"));
   EXPECT_TRUE(throws_with<CorruptionError>(load_with(std::string(2 << 20, ' ')), "more than the 1048576 bytes"));
+}
+
+// Megatron's maybe_load_config answers for its own markers only: another
+// tool's checkpoint is "not a distributed checkpoint" here, and
+// checkpoint_writer says which tool wrote it; loading and verifying it name the tool.
+TEST(FormatCommitTest, AMarkerAnotherToolWroteIsNotADistckptCheckpoint) {
+  TempDir dir("commit-foreign");
+  const std::string marker = dir.file("metadata.json");
+  EXPECT_EQ(checkpoint_writer(dir.path()), std::nullopt);
+  for (const auto& [text, writer] :
+       {std::pair<std::string, std::string>{
+            R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"})",
+            "torch_dist"},
+        {R"({"format": "zarr"})", "zarr"},
+        {R"({"version": 1})", "an unknown program"}}) {
+    io::write_file_atomic(marker, text);
+    EXPECT_EQ(maybe_load_config(dir.path()), std::nullopt) << text;
+    EXPECT_FALSE(is_distributed_checkpoint(dir.path())) << text;
+    EXPECT_EQ(checkpoint_writer(dir.path()), writer) << text;
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { load_common_state_dict(dir.path()); },
+                                             marker + ": was written by '" + writer + "', not distckpt"));
+    const VerifyReport report = verify_checkpoint(dir.path());
+    EXPECT_EQ(report.status, VerifyReport::Status::kNotACheckpoint) << text;
+  }
+  io::write_file_atomic(marker, "{damaged");
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { checkpoint_writer(dir.path()); }, "malformed JSON"));
+  write_commit_marker(dir.path(), [] {
+    CheckpointConfig c;
+    c.version = 1;
+    c.world_size = 1;
+    return c;
+  }());
+  EXPECT_EQ(checkpoint_writer(dir.path()), std::string("distckpt"));
 }
 
 }  // namespace

@@ -76,6 +76,15 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
       return stop(VerifyReport::Status::kCorrupt, e.what());
     }
     if (!config) {
+      try {
+        if (const std::optional<std::string> writer = checkpoint_writer(path)) {
+          return stop(VerifyReport::Status::kNotACheckpoint,
+                      fmt::format("{}/{}: was written by '{}', not distckpt; verify it with the tool that wrote it",
+                                  path, kCommitFile, *writer));
+        }
+      } catch (const Error& e) {
+        return stop(VerifyReport::Status::kCorrupt, e.what());
+      }
       if (has_uncommitted_save(path)) {
         return stop(VerifyReport::Status::kCorrupt,
                     fmt::format("'{}' holds the files of a save that never committed ({} is missing); it cannot be "

@@ -115,6 +115,22 @@ std::string foreign_writer(const json& doc) {
   return "an unknown program";
 }
 
+// The program that wrote a marker that is not ours; nullopt for ours, and
+// for text that is no JSON object at all (the strict parse reports that).
+std::optional<std::string> foreign_writer_of(std::string_view text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  const auto format = doc.find("format");
+  if (format != doc.end() && format->is_string() && format->get<std::string>() == kFormatName) return std::nullopt;
+  return foreign_writer(doc);
+}
+
+std::optional<std::string> read_marker(const std::string& dir) {
+  const std::string path = commit_path(dir);
+  if (!io::exists(path)) return std::nullopt;
+  return io::read_file(path, kMaxCommitFileBytes);
+}
+
 }  // namespace
 
 CheckpointConfig parse_commit_marker(std::string_view text, const std::string& origin) {
@@ -169,13 +185,24 @@ CheckpointConfig parse_commit_marker(std::string_view text, const std::string& o
 }
 
 std::optional<CheckpointConfig> maybe_load_config(const std::string& dir) {
-  const std::string path = commit_path(dir);
-  if (!io::exists(path)) return std::nullopt;
-  return parse_commit_marker(io::read_file(path, kMaxCommitFileBytes), path);
+  const std::optional<std::string> text = read_marker(dir);
+  // Like Megatron's for its own markers: another tool's checkpoint (a Megatron
+  // torch_dist one, say) is not a distckpt checkpoint; checkpoint_writer names the tool.
+  if (!text || foreign_writer_of(*text)) return std::nullopt;
+  return parse_commit_marker(*text, commit_path(dir));
+}
+
+std::optional<std::string> checkpoint_writer(const std::string& dir) {
+  const std::optional<std::string> text = read_marker(dir);
+  if (!text) return std::nullopt;
+  if (std::optional<std::string> foreign = foreign_writer_of(*text)) return foreign;
+  parse_commit_marker(*text, commit_path(dir));  // a damaged marker of ours is reported, not guessed at
+  return std::string(kFormatName);
 }
 
 // Like Megatron's: a damaged marker is reported (it throws), not taken for
-// "no checkpoint here", so a save never silently overwrites it.
+// "no checkpoint here", so a save never silently overwrites it (nor another
+// tool's checkpoint: a save refuses any non-empty directory without ours).
 bool is_distributed_checkpoint(const std::string& dir) { return maybe_load_config(dir).has_value(); }
 
 void write_commit_marker(const std::string& dir, const CheckpointConfig& config) {

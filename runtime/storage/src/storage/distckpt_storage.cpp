@@ -17,6 +17,10 @@ constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
 DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(std::move(dir)) {
   std::optional<CheckpointConfig> config = maybe_load_config(dir_);
   if (!config) {
+    if (const std::optional<std::string> writer = checkpoint_writer(dir_)) {
+      throw CheckpointError(fmt::format("{}/{}: was written by '{}', not distckpt; load it with the tool that wrote it",
+                                        dir_, kCommitFile, *writer));
+    }
     throw CheckpointError(fmt::format(
         "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
         "wrong",

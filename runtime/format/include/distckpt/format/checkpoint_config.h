@@ -30,9 +30,14 @@ struct CheckpointConfig {
 };
 
 // Parses DIR/metadata.json; nullopt when the directory has none (not a
-// committed checkpoint). Throws CorruptionError for a damaged marker and
-// CheckpointError for one written by another program or a newer distckpt.
+// committed checkpoint) or has one another program wrote (a Megatron
+// torch_dist checkpoint, say). Throws CorruptionError for a damaged marker
+// and CheckpointError for one written by a newer distckpt.
 std::optional<CheckpointConfig> maybe_load_config(const std::string& dir);
 bool is_distributed_checkpoint(const std::string& dir);
+// Which program committed DIR: "distckpt", the other tool's name as its
+// marker gives it ("torch_dist"), or nullopt without a marker. Throws
+// CorruptionError for a damaged marker of ours.
+std::optional<std::string> checkpoint_writer(const std::string& dir);
 
 }  // namespace distckpt
