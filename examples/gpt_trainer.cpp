@@ -210,7 +210,7 @@ int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
   for (int64_t k = 0; k <= last_chunk; ++k) {
     const bool first = c.pp == 0 && k == 0, last = c.pp == a.pp - 1 && k == last_chunk;
     chunks.emplace_back(dims, layout.decoder_layers_chunk(k).second, local_experts, first, last, a.mtp_layers);
-    layout.bind_chunk(k, chunks.back()->named_parameters().pairs());
+    layout.bind_chunk(k, chunks.back()->named_parameters());
   }
 
   // Initial values and training targets from the global model; names with the chunk prefix.

@@ -204,12 +204,23 @@ class Model {
   // `name_map` renames module prefixes to schema prefixes first.
   Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
               const std::vector<std::pair<std::string, std::string>>& name_map = {});
+  // The same from what a LibTorch module returns: bind(module->named_parameters()).
+  template <typename NamedTensors, typename = decltype(std::declval<const NamedTensors&>().pairs())>
+  Model& bind(const NamedTensors& named_parameters,
+              const std::vector<std::pair<std::string, std::string>>& name_map = {}) {
+    return bind(named_parameters.pairs(), name_map);
+  }
   // Model chunks (virtual pipeline stages) on this rank: chunk k is virtual stage k * pp size + pp rank.
   // stage(first) entries live in chunk 0 of the first stage, stage(last) ones in the last chunk of the last.
   int64_t chunk_count() const { return chunks_; }
   // bind() for one chunk's module: names relative to the chunk, stack indices local to it.
   Model& bind_chunk(int64_t chunk, const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                     const std::vector<std::pair<std::string, std::string>>& name_map = {});
+  template <typename NamedTensors, typename = decltype(std::declval<const NamedTensors&>().pairs())>
+  Model& bind_chunk(int64_t chunk, const NamedTensors& named_parameters,
+                    const std::vector<std::pair<std::string, std::string>>& name_map = {}) {
+    return bind_chunk(chunk, named_parameters.pairs(), name_map);
+  }
   // Throws listing every declared entry this rank has not set.
   distckpt::StateDict state_dict() const;
   // What to load without a model: the same entries without data.

@@ -3,6 +3,7 @@
 // as factories, tied embeddings, and a save/load across meshes.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/ordered_dict.h>
 
 #include "distckpt/layout/from_global.h"
 #include "gpt.shard.h"
@@ -123,6 +124,36 @@ TEST(GeneratedLayout, SettersCheckShapesAndNameTheSchemaKey) {
     EXPECT_NE(std::string(e.what()).find("'model0.embedding.word_embeddings.weight'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(m.bind({{"decoder.layers.0.unknown.weight", at::zeros({1})}}), Error);
+}
+
+// bind(module->named_parameters()) as written in the docs: a LibTorch
+// OrderedDict binds like the vector of pairs it holds.
+TEST(GeneratedLayout, BindTakesWhatALibTorchModuleReturns) {
+  gpt::Model m(small_config(), mesh({0, 2}, {0, 2}, {0, 1}));
+  const at::Tensor fc2 = at::full({16, 16}, 3.0);
+  torch::OrderedDict<std::string, at::Tensor> whole, chunk;  // bind() takes state-dict names, bind_chunk() the chunk's
+  whole.insert("model0.decoder.layers.0.mlp.linear_fc2.weight", fc2);
+  chunk.insert("decoder.layers.0.mlp.linear_fc2.weight", fc2);
+  m.bind(whole);
+  m.bind_chunk(0, chunk);
+  torch::OrderedDict<std::string, at::Tensor> unknown;
+  unknown.insert("decoder.layers.0.unknown.weight", at::zeros({1}));
+  EXPECT_THROW(m.bind(unknown), Error);
+  EXPECT_THROW(m.bind_chunk(0, unknown), Error);
+  // Everything else is still missing, one entry fewer than on a model nothing was bound to.
+  const auto missing = [](const gpt::Model& model) {
+    try {
+      model.state_dict();
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      const size_t at = text.find("cannot build the state dict, ");
+      return at == std::string::npos ? -1 : std::stoi(text.substr(at + 29));
+    }
+    return 0;
+  };
+  gpt::Model fresh(small_config(), mesh({0, 2}, {0, 2}, {0, 1}));
+  EXPECT_GT(missing(fresh), 1);
+  EXPECT_EQ(missing(m), missing(fresh) - 1);
 }
 
 TEST(GeneratedLayout, SaveUnderOneMeshLoadWithoutAModelUnderAnother) {

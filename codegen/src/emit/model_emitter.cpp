@@ -31,6 +31,11 @@ std::string chunk_declarations(const EmitContext& ctx) {
       // bind() for one chunk's module: names relative to the chunk, stack indices local to it.
       Model& bind_chunk(int64_t chunk, const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                         const std::vector<std::pair<std::string, std::string>>& name_map = {});
+      template <typename NamedTensors, typename = decltype(std::declval<const NamedTensors&>().pairs())>
+      Model& bind_chunk(int64_t chunk, const NamedTensors& named_parameters,
+                        const std::vector<std::pair<std::string, std::string>>& name_map = {}) {
+        return bind_chunk(chunk, named_parameters.pairs(), name_map);
+      }
     )tmpl",
            "axis", ctx.axis(stack->axis));
   });
@@ -62,6 +67,12 @@ void emit_model_class(Printer& h, const EmitContext& ctx, const Members& members
       // `name_map` renames module prefixes to schema prefixes first.
       Model& bind(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                   const std::vector<std::pair<std::string, std::string>>& name_map = {});
+      // The same from what a LibTorch module returns: bind(module->named_parameters()).
+      template <typename NamedTensors, typename = decltype(std::declval<const NamedTensors&>().pairs())>
+      Model& bind(const NamedTensors& named_parameters,
+                  const std::vector<std::pair<std::string, std::string>>& name_map = {}) {
+        return bind(named_parameters.pairs(), name_map);
+      }
       $chunk_declarations$
       // Throws listing every declared entry this rank has not set.
       distckpt::StateDict state_dict() const;
