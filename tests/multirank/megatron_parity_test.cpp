@@ -129,5 +129,53 @@ TEST(MegatronParity, TensorsMetadataDescribesWholeTensorsThatLoadOnAnyRankCount)
   }
 }
 
+// Loading without a model (item 10): a key or prefix selection, one tensor,
+// and every stored object listed and loaded.
+TEST(MegatronParity, PlainTensorsBySelectionAndEveryStoredObject) {
+  TempDir tmp("parity-plain");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor a = testing::global_tensor("layers.0.w", {4, 6});
+  const at::Tensor b = testing::global_tensor("layers.1.w", {4, 6});
+  const at::Tensor emb = testing::global_tensor("embedding", {8, 2});
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sd = Value::dict();
+    sd["a"] = ShardedTensor::from_rank_offsets("layers.0.w", a.chunk(2, 0)[r].contiguous(), {{0, r, 2}});
+    sd["b"] = ShardedTensor::from_rank_offsets("layers.1.w", b.chunk(2, 1)[r].contiguous(), {{1, r, 2}});
+    sd["emb"] = ShardedTensor::from_rank_offsets("embedding", emb, {}, ReplicaId{r});
+    sd["rng"] = shard("rng", {2}, {r});
+    sd["once"] = shard("once", {}, {}, {r});
+    save(sd, dir, comm);
+  });
+
+  const StateDict layers = load_plain_tensors(dir, TensorSelection{{}, {"layers."}});
+  ASSERT_EQ(layers.as_dict().size(), 2u);
+  EXPECT_TRUE(at::equal(layers.at("layers.0.w").as_tensor(), a));
+  EXPECT_TRUE(at::equal(layers.at("layers.1.w").as_tensor(), b));
+  const StateDict picked = load_plain_tensors(dir, TensorSelection{{"embedding"}, {"layers.1"}});
+  ASSERT_EQ(picked.as_dict().size(), 2u);
+  EXPECT_TRUE(at::equal(picked.at("embedding").as_tensor(), emb));
+  EXPECT_TRUE(at::equal(load_plain_tensor(dir, "layers.1.w"), b));
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { load_plain_tensor(dir, "layers.2.w"); },
+                                           "holds no tensor 'layers.2.w'; `distckpt inspect"));
+  EXPECT_TRUE(throws_with<CheckpointError>(
+      [&] {
+        load_plain_tensors(dir, TensorSelection{{}, {"decoder."}});
+      },
+      "no tensor key of '" + dir + "' starts with 'decoder.'"));
+
+  const StateDict listed = load_sharded_objects_metadata(dir);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : listed.as_dict()) {
+    names.push_back(name);
+    EXPECT_TRUE(value.as_sharded_object().data.empty()) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"once/shard__", "rng/shard_0_2", "rng/shard_1_2"}));
+  const StateDict objects = load_all_sharded_objects(dir);
+  EXPECT_EQ(objects.at("rng/shard_1_2").as_sharded_object().data, "bytes of rng");
+  EXPECT_EQ(objects.at("rng/shard_1_2").as_sharded_object().global_offset, (Shape{1}));
+  EXPECT_EQ(objects.at("once/shard__").as_sharded_object().data, "bytes of once");
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "api/checkpoint_reader.h"
@@ -45,13 +46,75 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
   return objects;
 }
 
+namespace {
+
+at::Tensor read_whole(api::CheckpointReader& reader, const TensorRecord& record) {
+  at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
+  reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
+  return whole;
+}
+
+const TensorRecord& stored_tensor(const api::CheckpointReader& reader, const std::string& key) {
+  const TensorRecord* record = reader.index().find_tensor(key);
+  if (record == nullptr) {
+    throw CheckpointError(fmt::format("'{}' holds no tensor '{}'; `distckpt inspect {}` lists the stored keys",
+                                      reader.dir(), key, reader.dir()));
+  }
+  return *record;
+}
+
+ShardedObject object_of(const ObjectRecord& record) {
+  return ShardedObject{record.key, "", record.global_shape, record.global_offset, {0}};
+}
+
+}  // namespace
+
 StateDict load_plain_tensors(const std::string& dir) {
   api::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const TensorRecord& record : reader.index().tensors) {
-    at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
-    reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
-    out[record.key] = Value(std::move(whole));
+  for (const TensorRecord& record : reader.index().tensors) out[record.key] = Value(read_whole(reader, record));
+  return out;
+}
+
+StateDict load_plain_tensors(const std::string& dir, const TensorSelection& selection) {
+  api::CheckpointReader reader(dir);
+  const std::vector<TensorRecord>& tensors = reader.index().tensors;  // sorted by key
+  std::set<std::string> keys;
+  for (const std::string& key : selection.keys) keys.insert(stored_tensor(reader, key).key);
+  for (const std::string& prefix : selection.prefixes) {
+    auto it = std::lower_bound(tensors.begin(), tensors.end(), prefix,
+                               [](const TensorRecord& t, const std::string& p) { return t.key < p; });
+    size_t matched = 0;
+    for (; it != tensors.end() && it->key.compare(0, prefix.size(), prefix) == 0; ++it, ++matched) keys.insert(it->key);
+    if (matched == 0) {
+      throw CheckpointError(
+          fmt::format("no tensor key of '{}' starts with '{}'; `distckpt inspect {}` lists them", dir, prefix, dir));
+    }
+  }
+  StateDict out = Value::dict();
+  for (const std::string& key : keys) out[key] = Value(read_whole(reader, stored_tensor(reader, key)));
+  return out;
+}
+
+at::Tensor load_plain_tensor(const std::string& dir, const std::string& key) {
+  api::CheckpointReader reader(dir);
+  return read_whole(reader, stored_tensor(reader, key));
+}
+
+StateDict load_sharded_objects_metadata(const std::string& dir) {
+  const api::CheckpointReader reader(dir);
+  StateDict out = Value::dict();
+  for (const ObjectRecord& record : reader.index().objects) out[record.unique_key()] = Value(object_of(record));
+  return out;
+}
+
+StateDict load_all_sharded_objects(const std::string& dir) {
+  api::CheckpointReader reader(dir);
+  StateDict out = Value::dict();
+  for (const ObjectRecord& record : reader.index().objects) {
+    ShardedObject object = object_of(record);
+    object.data = reader.read_object(record);
+    out[record.unique_key()] = Value(std::move(object));
   }
   return out;
 }

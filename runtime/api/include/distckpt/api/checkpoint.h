@@ -75,6 +75,23 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
 // conversion and inspection on one process; needs memory for all tensors.
 StateDict load_plain_tensors(const std::string& dir);
 
+// Which tensors load_plain_tensors reads: those named in `keys` and those
+// whose key starts with one of `prefixes`. A key not stored, or a prefix no
+// stored key starts with, is a CheckpointError (a typo, not an empty result).
+struct TensorSelection {
+  std::vector<std::string> keys;
+  std::vector<std::string> prefixes;
+};
+StateDict load_plain_tensors(const std::string& dir, const TensorSelection& selection);
+// One stored tensor, whole.
+at::Tensor load_plain_tensor(const std::string& dir, const std::string& key);
+
+// Every stored ShardedObject without its bytes (key, shard grid, offset),
+// keyed by unique key (KEY/shard_OFFSET_SHAPE). No data read.
+StateDict load_sharded_objects_metadata(const std::string& dir);
+// Every stored ShardedObject with its bytes, keyed by unique key.
+StateDict load_all_sharded_objects(const std::string& dir);
+
 // Removes the tensors whose key starts with `key_prefix` from a committed
 // checkpoint (metadata rewritten atomically; data files no longer referenced
 // are deleted). Run on one process. Returns how many tensors were removed.
