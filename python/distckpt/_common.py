@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ._errors import CheckpointError, CorruptionError
-from ._format import DTYPE_NAMES, FORMAT_VERSION, OLDEST_VERSION, dtype_of, name_of
+from ._format import DTYPE_NAMES, FORMAT_VERSION, OLDEST_VERSION, dtype_of, itemsize, name_of, numel
 
 try:
     from .fb import CommonState as _State, Node as _Node
@@ -188,16 +188,13 @@ class _Decoder:
         except CorruptionError as e:
             self.fail(path, str(e))
         shape = [int(x) for x in n.ShapeAsNumpy()] if n.ShapeLength() else []
-        numel = 1
-        for extent in shape:
-            if extent < 0:
-                self.fail(path, f"tensor shape {shape} has a negative extent")
-            numel *= extent
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        if numel * itemsize != n.DataLength():
+        if any(extent < 0 for extent in shape):
+            self.fail(path, f"tensor shape {shape} has a negative extent")
+        count = numel(shape)
+        if count * itemsize(dtype) != n.DataLength():
             self.fail(path, f"tensor of {dtype} and shape {shape} has {n.DataLength()} data bytes, which does not "
                             "match")
-        if numel == 0:
+        if count == 0:
             return torch.empty(shape, dtype=dtype)
         raw = torch.from_numpy(np.array(n.DataAsNumpy(), dtype=np.uint8, copy=True))
         return raw.view(dtype).reshape(shape)

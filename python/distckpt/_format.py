@@ -98,7 +98,7 @@ class ChunkRecord:
     checksums: np.ndarray  # uint64, one per block of the chunk's bytes
 
     def stored_numel(self) -> int:
-        return self.flat[1] - self.flat[0] if self.flat else _numel(self.length)
+        return self.flat[1] - self.flat[0] if self.flat else numel(self.length)
 
 
 @dataclass
@@ -107,6 +107,10 @@ class TensorRecord:
     dtype: str
     shape: Tuple[int, ...]
     chunks: List[ChunkRecord] = field(default_factory=list)
+
+    def stored_numel(self) -> int:
+        """Elements its chunks store: the tensor's own count when they tile it."""
+        return sum(c.stored_numel() for c in self.chunks)
 
 
 @dataclass
@@ -154,11 +158,15 @@ class CommitMarker:
     common: Optional[RecordedFile]
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
     n = 1
     for extent in shape:
         n *= extent
     return n
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
 
 
 # --- the commit marker ---------------------------------------------------
@@ -395,11 +403,11 @@ class _Decoder:
             self.fail("a tensor record has an empty key")
         dtype = self.text(r.Dtype())
         try:
-            itemsize = torch.empty(0, dtype=dtype_of(dtype)).element_size()
+            size = itemsize(dtype_of(dtype))
         except CorruptionError as e:
             self.fail(f"tensor '{key}': {e}")
         shape = self.longs(r, "GlobalShape")
-        if any(x < 0 for x in shape) or _numel(shape) >= 1 << 63:
+        if any(x < 0 for x in shape) or numel(shape) >= 1 << 63:
             self.fail(f"tensor '{key}' has global shape {list(shape)}: extents must be non-negative and the "
                       "element count must fit in int64")
         t = TensorRecord(key, dtype, shape)
@@ -418,13 +426,13 @@ class _Decoder:
             flat = None
             if c.FlatStart() != -1 or c.FlatStop() != -1:
                 flat = (c.FlatStart(), c.FlatStop())
-                if not 0 <= flat[0] < flat[1] <= _numel(length):
+                if not 0 <= flat[0] < flat[1] <= numel(length):
                     self.fail(f"{where}: flat range [{flat[0]}, {flat[1]}) is empty or outside the box's "
-                              f"{_numel(length)} elements")
+                              f"{numel(length)} elements")
             chunk = ChunkRecord(offset, length, flat, c.File(), c.ByteOffset(), c.ByteLength(), self.checksums(c))
-            if chunk.byte_length != chunk.stored_numel() * itemsize:
+            if chunk.byte_length != chunk.stored_numel() * size:
                 self.fail(f"{where}: byte length is {chunk.byte_length}, but {chunk.stored_numel()} elements of "
-                          f"{dtype} take {chunk.stored_numel() * itemsize} bytes")
+                          f"{dtype} take {chunk.stored_numel() * size} bytes")
             self.storage(where, chunk.file, chunk.byte_offset, chunk.byte_length, len(chunk.checksums), m)
             t.chunks.append(chunk)
         return t

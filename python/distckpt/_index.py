@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from . import _dcp
-from ._format import ChunkRecord, ObjectRecord, dtype_of
+from ._format import ChunkRecord, ObjectRecord, dtype_of, itemsize
 
 
 @dataclass
@@ -72,13 +72,13 @@ def flat_boxes(lengths, start, stop):
     return out
 
 
-def _pieces(chunk: ChunkRecord, itemsize: int) -> List[Piece]:
+def _pieces(chunk: ChunkRecord, size: int) -> List[Piece]:
     if chunk.flat is None:
         return [Piece(chunk.offset, chunk.length, chunk)]
     out = []
     for offset, length, first in flat_boxes(chunk.length, *chunk.flat):
         global_offset = tuple(a + b for a, b in zip(chunk.offset, offset))
-        out.append(Piece(global_offset, length, chunk, (first - chunk.flat[0]) * itemsize))
+        out.append(Piece(global_offset, length, chunk, (first - chunk.flat[0]) * size))
     return out
 
 
@@ -96,15 +96,15 @@ def _walk(value, path, out):
 
 def build(ckpt) -> Index:
     m = ckpt.metadata
-    md, pieces, itemsize, dtypes = {}, {}, {}, {}
+    md, pieces, sizes, dtypes = {}, {}, {}, {}
     for t in m.tensors:
         dtype = dtype_of(t.dtype)
-        size = torch.empty(0, dtype=dtype).element_size()
+        size = itemsize(dtype)
         ps = [p for c in t.chunks for p in _pieces(c, size)]
         md[t.key] = _dcp.TensorStorageMetadata(
             properties=_dcp.tensor_properties(dtype), size=torch.Size(t.shape),
             chunks=[_dcp.ChunkStorageMetadata(offsets=torch.Size(p.offsets), sizes=torch.Size(p.sizes)) for p in ps])
-        pieces[t.key], itemsize[t.key], dtypes[t.key] = ps, size, dtype
+        pieces[t.key], sizes[t.key], dtypes[t.key] = ps, size, dtype
     objects = {}
     for o in m.objects:
         names = [o.unique_key] + ([o.key] if all(n == 1 for n in o.global_shape) else [])
@@ -123,8 +123,8 @@ def build(ckpt) -> Index:
                 properties=_dcp.tensor_properties(value.dtype), size=value.shape,
                 chunks=[_dcp.ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=value.shape)])
             pieces[name] = [Piece(tuple([0] * len(shape)), shape, None, common=value)]
-            itemsize[name], dtypes[name] = value.element_size(), value.dtype
+            sizes[name], dtypes[name] = value.element_size(), value.dtype
         else:
             md[name] = _dcp.BytesStorageMetadata()
             values[name] = value
-    return Index(_dcp.Metadata(state_dict_metadata=md), pieces, itemsize, dtypes, objects, values)
+    return Index(_dcp.Metadata(state_dict_metadata=md), pieces, sizes, dtypes, objects, values)

@@ -9,7 +9,7 @@ import torch
 
 from . import _common
 from ._errors import CorruptionError
-from ._format import (COMMON_FILE, METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, open_regular,
+from ._format import (METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, open_regular,
                       read_small, xxh3)
 from ._paths import inside
 

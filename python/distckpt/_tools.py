@@ -8,7 +8,7 @@ import torch
 
 from . import _index
 from ._errors import CheckpointError, CorruptionError
-from ._format import dtype_of
+from ._format import dtype_of, itemsize, numel
 from ._reader import copy_region
 from ._storage import Checkpoint
 
@@ -66,11 +66,9 @@ def verify(path) -> VerifyReport:
                 except (CheckpointError, OSError) as e:
                     report.problems.append(str(e))
         for t in ckpt.metadata.tensors:
-            stored, numel = sum(c.stored_numel() for c in t.chunks), 1
-            for extent in t.shape:
-                numel *= extent
-            if stored != numel:
-                report.problems.append(f"tensor '{t.key}': its chunks store {stored} elements, the tensor has {numel}")
+            if t.stored_numel() != numel(t.shape):
+                report.problems.append(f"tensor '{t.key}': its chunks store {t.stored_numel()} elements, the tensor "
+                                       f"has {numel(t.shape)}")
         report.bytes_checked = ckpt.bytes_read
     return report
 
@@ -89,26 +87,17 @@ def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, 
         for key in wanted:
             t = records[key]
             dtype = dtype_of(t.dtype)
-            itemsize = torch.empty(0, dtype=dtype).element_size()
-            numel = 1
-            for extent in t.shape:
-                numel *= extent
-            stored = sum(c.stored_numel() for c in t.chunks)
-            if stored != numel:  # before allocating: a damaged shape must not exhaust memory
+            size = itemsize(dtype)
+            if t.stored_numel() != numel(t.shape):  # before allocating: a damaged shape must not exhaust memory
                 raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
-                                      f"store {stored} of its {numel} elements")
+                                      f"store {t.stored_numel()} of its {numel(t.shape)} elements")
             dst = torch.empty(t.shape, dtype=dtype)
-            covered = 0
             for chunk in t.chunks:
-                for piece in _index._pieces(chunk, itemsize):
+                for piece in _index._pieces(chunk, size):
                     view = dst
                     for axis, (o, n) in enumerate(zip(piece.offsets, piece.sizes)):
                         view = view.narrow(axis, o, n)
-                    copy_region(ckpt, piece, itemsize, dtype, [0] * len(piece.sizes), piece.sizes, view,
+                    copy_region(ckpt, piece, size, dtype, [0] * len(piece.sizes), piece.sizes, view,
                                 f"tensor '{key}'")
-                    covered += view.numel()
-            if covered != dst.numel():
-                raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
-                                      f"store {covered} of its {dst.numel()} elements")
             out[key] = dst
         return out

@@ -14,7 +14,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import torch

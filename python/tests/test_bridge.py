@@ -5,7 +5,6 @@ Multi-process cases against the C++ runtime are in tests/e2e/python_bridge_test.
 
     PYTHONPATH=<build>/python /usr/bin/python3 -m unittest discover -s python/tests
 """
-import io
 import itertools
 import os
 import shutil

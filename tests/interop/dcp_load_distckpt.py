@@ -9,7 +9,6 @@ reader checks itself.
     RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. python3 dcp_load_distckpt.py CKPT REFERENCE.pt ITERATION
 Prints "rank R: N sharded, M plain tensors equal" (exit 1 on a difference).
 """
-import os
 import sys
 
 import torch
