@@ -177,5 +177,28 @@ TEST(MegatronParity, PlainTensorsBySelectionAndEveryStoredObject) {
   EXPECT_EQ(objects.at("once/shard__").as_sharded_object().data, "bytes of once");
 }
 
+// A request without data is allocated where its ShardedTensor::device says
+// (the meta device stands in for an accelerator on this CPU build).
+TEST(MegatronParity, RequestsWithoutDataLoadOnTheirDevice) {
+  TempDir tmp("parity-device");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor w = testing::global_tensor("w", {4, 2});
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", w.chunk(2, 0)[comm.rank()].contiguous(), {{0, comm.rank(), 2}});
+    save(sd, dir, comm);
+    StateDict request;
+    ShardedTensor on_meta = sd.at("w").as_sharded_tensor().without_data();
+    on_meta.device = at::kMeta;
+    request["w"] = on_meta;
+    request["cpu"] = sd.at("w").as_sharded_tensor().without_data();
+    request["cpu"].as_sharded_tensor().key = "w";
+    const LoadResult loaded = load(request, dir, comm);
+    EXPECT_EQ(loaded.state_dict.at("w").as_tensor().device().type(), at::kMeta);
+    EXPECT_EQ(loaded.state_dict.at("w").as_tensor().sizes(), (at::IntArrayRef{2, 2}));
+    EXPECT_TRUE(at::equal(loaded.state_dict.at("cpu").as_tensor(), w.chunk(2, 0)[comm.rank()]));
+  });
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -2,10 +2,12 @@
 #include "distckpt/core/dict_utils.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "distckpt/core/errors.h"
+#include "support/throws_with.h"
 
 namespace distckpt {
 namespace {
@@ -59,14 +61,14 @@ TEST(DictUtilsTest, DiffReportsOnlyLeftOnlyRightAndMismatch) {
   const DiffResult d = diff(left, right);
   EXPECT_THAT(paths(d.only_left), ElementsAre("nested/x/1", "only_l"));
   EXPECT_THAT(paths(d.only_right), ElementsAre("model/only_r", "rng/2"));
-  EXPECT_THAT(paths(d.mismatch), ElementsAre("model/b", "step"));
+  EXPECT_THAT(paths(d.mismatch_paths()), ElementsAre("model/b", "step"));
 }
 
 TEST(DictUtilsTest, DiffComparesTensorValues) {
   StateDict left = sample();
   StateDict right = sample();
   right["model"]["b"] = at::zeros({2});
-  EXPECT_THAT(paths(diff(left, right).mismatch), ElementsAre("model/b"));
+  EXPECT_THAT(paths(diff(left, right).mismatch_paths()), ElementsAre("model/b"));
 }
 
 TEST(DictUtilsTest, ExtractMatchingKeepsTreeShapeAndCompactsLists) {
@@ -254,6 +256,104 @@ TEST(DictUtilsTest, ApplyPrefixMappingFirstMatchWins) {
   EXPECT_EQ(sd.at("a").as_sharded_tensor().key, "blocks.0.w");
   EXPECT_EQ(sd.at("b").as_sharded_tensor().key, "dec.final.w");
   EXPECT_EQ(sd.at("c").as_sharded_tensor().key, "embedding.w");
+}
+
+TEST(DictUtilsTest, DiffReportsTheTwoKindsOfAMismatch) {
+  StateDict left = sample();
+  StateDict right = sample();
+  right["step"] = "three";
+  right["model"]["b"] = at::zeros({2});
+  const DiffResult d = diff(left, right);
+  ASSERT_EQ(d.mismatch.size(), 2u);
+  EXPECT_EQ(to_string(d.mismatch[0].path), "model/b");
+  EXPECT_EQ(d.mismatch[0].left, Kind::kTensor);
+  EXPECT_EQ(d.mismatch[0].right, Kind::kTensor);
+  EXPECT_EQ(to_string(d.mismatch[1].path), "step");
+  EXPECT_EQ(d.mismatch[1].left, Kind::kInt);
+  EXPECT_EQ(d.mismatch[1].right, Kind::kString);
+}
+
+TEST(DictUtilsTest, InspectTypes) {
+  EXPECT_EQ(inspect_types(sample()),
+            "model:\n"
+            "  b: tensor\n"
+            "  w: ShardedTensor\n"
+            "rng:\n"
+            "  0: ShardedObject\n"
+            "  1: int\n"
+            "step: int\n");
+  EXPECT_EQ(inspect_types(Value(2.5)), "float\n");
+}
+
+TEST(DictUtilsTest, DictMapTreatsListsAsLeaves) {
+  StateDict sd = sample();
+  std::vector<std::string> seen;
+  dict_map(sd, [&](const Value& v) {
+    seen.push_back(kind_name(v.kind()));
+    return Value(static_cast<int64_t>(seen.size()));
+  });
+  // Key order: model/b, model/w, rng (the whole list), step.
+  EXPECT_THAT(seen, ElementsAre("tensor", "ShardedTensor", "list", "int"));
+  EXPECT_EQ(sd.at("model").at("b").as_int(), 1);
+  EXPECT_EQ(sd.at("rng").as_int(), 3);
+  EXPECT_EQ(sd.at("step").as_int(), 4);
+
+  StateDict keyed = sample();
+  dict_map_with_key(keyed, [](const std::string& key, const Value&) { return Value(key); });
+  EXPECT_EQ(keyed.at("model").at("w").as_string(), "w");
+  EXPECT_EQ(keyed.at("rng").as_string(), "rng");
+  Value list = Value::list();
+  EXPECT_TRUE(
+      throws_with<Error>([&] { dict_map(list, [](const Value& v) { return v; }); }, "the root is a list, not a dict"));
+}
+
+TEST(DictUtilsTest, MapReduceGroupsInOrder) {
+  const std::vector<std::string> words{"apple", "bee", "avocado", "bear", "cat"};
+  const auto first_letters = map_reduce(
+      words, [](const std::string& w) { return w.front(); }, [](const std::string& w) { return w.size(); },
+      [](std::vector<size_t> sizes) { return sizes; });
+  ASSERT_EQ(first_letters.size(), 3u);
+  EXPECT_THAT(first_letters.at('a'), ElementsAre(5u, 7u));
+  EXPECT_THAT(first_letters.at('b'), ElementsAre(3u, 4u));
+  const auto total = map_reduce(
+      words, [](const std::string& w) { return w.size() > 3; }, [](const std::string& w) { return w.size(); },
+      [](const std::vector<size_t>& sizes) {
+        size_t sum = 0;
+        for (size_t s : sizes) sum += s;
+        return sum;
+      });
+  EXPECT_EQ(total.at(true), 16u);
+  EXPECT_EQ(total.at(false), 6u);
+}
+
+TEST(DictUtilsTest, ForEachNestedItemGivesContainerAndKey) {
+  StateDict sd = sample();
+  std::vector<std::string> keys;
+  for_each_nested_item(sd, [&](Value& container, const std::string& key, Value& value) {
+    keys.push_back(fmt::format("{}:{}", container.is_list() ? "list" : "dict", key));
+    if (value.kind() == Kind::kInt) value = Value(value.as_int() * 10);
+  });
+  EXPECT_THAT(keys, ElementsAre("dict:b", "dict:w", "list:0", "list:1", "dict:step"));
+  EXPECT_EQ(sd.at("step").as_int(), 30);
+  EXPECT_EQ(sd.at("rng")[1].as_int(), 10);
+}
+
+TEST(DictUtilsTest, NamedExtractsSplitByLeafKind) {
+  StateDict sd = sample();
+  sd["extra"] = LocalNonPersistentObject(Value(5));
+  sd["fused"] = ShardedTensorFactory{"fused", at::zeros({2}), {}, {}, {0}, std::nullopt};
+  auto keys_of = [](const Value& tree) {
+    std::vector<std::string> out;
+    for (const auto& [path, leaf] : nested_items(tree)) out.push_back(to_string(path));
+    return out;
+  };
+  EXPECT_THAT(keys_of(extract_sharded_tensors(sd).first), ElementsAre("model/w"));
+  EXPECT_THAT(keys_of(extract_sharded_tensors(sd).second),
+              ElementsAre("extra", "fused", "model/b", "rng/0", "rng/1", "step"));
+  EXPECT_THAT(keys_of(extract_sharded_tensors_and_factories(sd).first), ElementsAre("fused", "model/w"));
+  EXPECT_THAT(keys_of(extract_sharded_tensors_or_nonpersistent(sd).first), ElementsAre("extra", "fused", "model/w"));
+  EXPECT_THAT(keys_of(extract_nonpersistent(sd).first), ElementsAre("extra"));
+  EXPECT_THAT(keys_of(extract_sharded_base(sd).first), ElementsAre("fused", "model/w", "rng/0"));
 }
 
 }  // namespace

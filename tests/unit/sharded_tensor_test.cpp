@@ -103,6 +103,83 @@ TEST(ShardedTensorTest, FromRankOffsetsFlat) {
               HasSubstr("flattened_range [0, 5) is not inside [0, 4]"));
 }
 
+// Megatron's accessors on a flat shard of chunk (1, 2) of a [3][4, 6] tensor
+// (one prepended axis): elements 7..11 of the flattened 2x3 local chunk.
+TEST(ShardedTensorTest, CoordinatesOfAFlatShard) {
+  const auto st = ShardedTensor::from_rank_offsets_flat("w", at::zeros({4}), {2, 3}, {{0, 1, 3}, {1, 1, 2}, {2, 1, 2}},
+                                                        {2, 6}, {0}, /*prepend_axis_num=*/1);
+  ASSERT_EQ(st.global_offset, (Shape{1, 2, 3}));
+  const std::vector<at::Tensor> local = st.local_coordinates();
+  ASSERT_EQ(local.size(), 2u);
+  // Flat 2..5 of a 2x3 chunk: (0,2) (1,0) (1,1) (1,2).
+  EXPECT_TRUE(at::equal(local[0], at::tensor({0, 1, 1, 1}, at::kLong)));
+  EXPECT_TRUE(at::equal(local[1], at::tensor({2, 0, 1, 2}, at::kLong)));
+  const std::vector<at::Tensor> global = st.global_coordinates();
+  ASSERT_EQ(global.size(), 3u);
+  EXPECT_TRUE(at::equal(global[0], at::tensor({1, 1, 1, 1}, at::kLong)));
+  EXPECT_TRUE(at::equal(global[1], at::tensor({2, 3, 3, 3}, at::kLong)));
+  EXPECT_TRUE(at::equal(global[2], at::tensor({5, 3, 4, 5}, at::kLong)));
+
+  // Reading the global tensor at those coordinates gives the held elements.
+  const at::Tensor whole = iota({3, 4, 6});
+  const at::Tensor chunk = whole.index(st.global_slice());
+  EXPECT_TRUE(at::equal(whole.index({global[0], global[1], global[2]}), chunk.flatten().slice(0, 2, 6)));
+
+  const auto regular = ShardedTensor::from_rank_offsets("w", at::zeros({2, 3}), {{0, 1, 2}, {1, 1, 2}});
+  EXPECT_THAT(sharding_error([&] { regular.local_coordinates(); }), HasSubstr("only for a flat shard"));
+  EXPECT_THAT(sharding_error([&] { regular.global_coordinates(); }), HasSubstr("only for a flat shard"));
+}
+
+TEST(ShardedTensorTest, GlobalSliceIsAnIndexPerPrependedAxisThenSlices) {
+  const auto st = ShardedTensor::from_rank_offsets("w", iota({2, 3}), {{0, 2, 4}, {1, 1, 2}, {2, 0, 2}}, {0},
+                                                   /*prepend_axis_num=*/1);
+  const std::vector<at::indexing::TensorIndex> slice = st.global_slice();
+  ASSERT_EQ(slice.size(), 3u);
+  EXPECT_TRUE(slice[0].is_integer());
+  EXPECT_EQ(slice[0].integer(), 2);
+  ASSERT_TRUE(slice[1].is_slice());
+  EXPECT_EQ(slice[1].slice().start(), 2);
+  EXPECT_EQ(slice[1].slice().stop(), 4);
+  EXPECT_EQ(slice[2].slice().start(), 0);
+  EXPECT_EQ(slice[2].slice().stop(), 3);
+  // Writing the chunk through the slice puts it where the metadata says.
+  at::Tensor global = at::zeros({4, 4, 6});
+  global.index_put_(st.global_slice(), st.data);
+  EXPECT_TRUE(at::equal(global.index({2, at::indexing::Slice(2, 4), at::indexing::Slice(0, 3)}), st.data));
+  EXPECT_EQ(global.sum().item<float>(), st.data.sum().item<float>());
+}
+
+TEST(ShardedTensorTest, MaxAllowedChunks) {
+  const auto st = ShardedTensor::from_rank_offsets("w", at::zeros({2, 3}), {{0, 1, 4}, {1, 0, 2}});
+  EXPECT_EQ(st.max_allowed_chunks(), (Shape{2, 3}));
+  auto uneven = st;
+  uneven.global_shape = {7, 6};
+  EXPECT_THAT(sharding_error([&] { uneven.max_allowed_chunks(); }),
+              HasSubstr("axis 0 of length 7 does not divide into 4 fragments"));
+  uneven.allow_shape_mismatch = true;
+  EXPECT_EQ(uneven.max_allowed_chunks(), (Shape{1, 3}));
+  const auto irregular = ShardedTensor::from_global_offset("w", at::zeros({3}), {5}, {2});
+  EXPECT_THAT(sharding_error([&] { irregular.max_allowed_chunks(); }), HasSubstr("from_global_offset"));
+}
+
+TEST(ShardedTensorTest, InitDataAllocatesOnlyWhatIsHeld) {
+  auto st = ShardedTensor::from_rank_offsets_flat("w", at::zeros({4}, at::kDouble), {2, 3}, {}, {2, 6}).without_data();
+  st.init_data(at::kCPU);
+  EXPECT_EQ(st.data.sizes(), (at::IntArrayRef{4}));
+  EXPECT_EQ(st.data.scalar_type(), at::kDouble);
+  // An init function decides the values; the meta device allocates nothing.
+  auto meta = ShardedTensor::from_rank_offsets("w", at::zeros({2, 3}), {}).without_data();
+  meta.init_data(at::kMeta,
+                 [](at::IntArrayRef shape, const at::TensorOptions& options) { return at::full(shape, 7, options); });
+  EXPECT_EQ(meta.data.device().type(), at::kMeta);
+  EXPECT_EQ(meta.device.type(), at::kMeta);
+  EXPECT_EQ(meta.data.sizes(), (at::IntArrayRef{2, 3}));
+  // Data already there is kept.
+  auto filled = ShardedTensor::from_rank_offsets("w", at::ones({2}), {});
+  filled.init_data(at::kCPU, [](at::IntArrayRef shape, const at::TensorOptions& o) { return at::zeros(shape, o); });
+  EXPECT_EQ(filled.data.sum().item<float>(), 2.0F);
+}
+
 TEST(ShardedTensorTest, FromGlobalOffsetAllowsIrregularSplits) {
   const auto st = ShardedTensor::from_global_offset("emb", iota({3, 4}), {10, 4}, {7, 0});
   EXPECT_TRUE(st.axis_fragmentations.empty());

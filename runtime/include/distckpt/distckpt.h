@@ -10,6 +10,7 @@
 #include "distckpt/comm/process_group.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/factories.h"
 #include "distckpt/core/log.h"
 #include "distckpt/core/sharded_object.h"
 #include "distckpt/core/sharded_tensor.h"

@@ -51,14 +51,22 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   agree_on_errors(comm, "check keys against the checkpoint", key_error);
 
   std::vector<api::TensorRead> reads;
+  // Requests without data that want another device than the CPU: read on the
+  // CPU (storage reads land in host memory), moved once complete.
+  std::vector<std::pair<Value*, at::Device>> moves;
   run_agreed(comm, "plan the reads", [&] {
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
-      *leaf = leaf->kind() == Kind::kShardedTensor
-                  ? Value(api::plan_tensor_reads(*reader, leaf->as_sharded_tensor(), reads, options.convert_dtype))
-                  : api::load_object(*reader, leaf->as_sharded_object());
+      if (leaf->kind() != Kind::kShardedTensor) {
+        *leaf = api::load_object(*reader, leaf->as_sharded_object());
+        continue;
+      }
+      const ShardedTensor& request = leaf->as_sharded_tensor();
+      if (!request.data.defined() && request.device != at::Device(at::kCPU)) moves.emplace_back(leaf, request.device);
+      *leaf = Value(api::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
     }
   });
   api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
+  for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
 
   Value common;
   run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });

@@ -10,7 +10,7 @@ LoadResult assemble_load_result(Value common, const SplitStateDict& split, const
   result.state_dict = common.is_dict() ? std::move(common) : Value::dict();
   merge(result.state_dict, split.sharded);
   merge(result.state_dict, unwrap_non_persistent(split.non_persistent));
-  apply_factory_merges(result.state_dict, request);
+  apply_factory_merges(result.state_dict, request, /*skip_absent=*/true);
   if (strict == StrictHandling::kReturnUnexpected || strict == StrictHandling::kReturnAll) {
     result.unexpected_keys = std::move(mismatch.unexpected);
     result.missing_keys = std::move(mismatch.missing);

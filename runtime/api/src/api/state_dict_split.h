@@ -4,15 +4,12 @@
 
 #include <vector>
 
+#include "distckpt/core/factories.h"
 #include "distckpt/core/state_dict.h"
 
 namespace distckpt::api {
 
-// Replaces every ShardedTensorFactory by the sub-tree its build function makes.
-Value apply_factories(const Value& sharded_state_dict);
-// After load: wherever `request` had a factory, merges the loaded sub-tree
-// at the same place into one tensor.
-void apply_factory_merges(Value& loaded, const Value& request);
+using distckpt::apply_factories;
 
 struct SplitStateDict {
   Value sharded;         // ShardedTensor / ShardedObject leaves only

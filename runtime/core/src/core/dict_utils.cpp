@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "distckpt/core/errors.h"
 
 namespace distckpt {
@@ -21,7 +23,7 @@ std::string index_step(size_t i) { return std::to_string(i); }
 
 void diff_into(const Value& left, const Value& right, const Path& path, DiffResult& out) {
   if (left.kind() != right.kind()) {
-    out.mismatch.push_back(path);
+    out.mismatch.push_back({path, left.kind(), right.kind()});
     return;
   }
   if (left.is_dict()) {
@@ -54,7 +56,7 @@ void diff_into(const Value& left, const Value& right, const Path& path, DiffResu
     for (size_t i = common; i < b.size(); ++i) out.only_right.push_back(child(path, index_step(i)));
     return;
   }
-  if (!left.equals(right)) out.mismatch.push_back(path);
+  if (!left.equals(right)) out.mismatch.push_back({path, left.kind(), right.kind()});
 }
 
 // One side of a split: absent when nothing of the subtree went to that side.
@@ -219,6 +221,51 @@ void for_each_sharding_key(Value& x, const std::function<void(std::string&)>& f)
   });
 }
 
+void inspect_into(const Value& x, int depth, std::string& out) {
+  const std::string indent(static_cast<size_t>(depth) * 2, ' ');
+  auto entry = [&](const std::string& key, const Value& v) {
+    if (v.is_container()) {
+      out += fmt::format("{}{}:\n", indent, key);
+      inspect_into(v, depth + 1, out);
+    } else {
+      out += fmt::format("{}{}: {}\n", indent, key, kind_name(v.kind()));
+    }
+  };
+  if (x.is_dict()) {
+    for (const auto& [key, v] : x.as_dict()) entry(key, v);
+  } else if (x.is_list()) {
+    for (size_t i = 0; i < x.size(); ++i) entry(index_step(i), x[i]);
+  } else {
+    out += fmt::format("{}{}\n", indent, kind_name(x.kind()));
+  }
+}
+
+void for_each_item(Value& x, const std::function<void(Value& container, const std::string& key, Value& value)>& f) {
+  if (x.is_dict()) {
+    for (auto& [key, v] : x.as_dict()) {
+      if (v.is_container()) {
+        for_each_item(v, f);
+      } else {
+        f(x, key, v);
+      }
+    }
+  } else if (x.is_list()) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].is_container()) {
+        for_each_item(x[i], f);
+      } else {
+        f(x, index_step(i), x[i]);
+      }
+    }
+  }
+}
+
+std::pair<Value, Value> extract_kinds(const Value& x, std::initializer_list<Kind> kinds) {
+  const std::vector<Kind> wanted(kinds);
+  return extract_matching(
+      x, [&](const Value& v) { return std::find(wanted.begin(), wanted.end(), v.kind()) != wanted.end(); });
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 }  // namespace
@@ -241,6 +288,61 @@ std::pair<Value, Value> extract_matching(const Value& x, const std::function<boo
   Value match = split.match ? std::move(*split.match) : empty_root();
   Value rest = split.rest ? std::move(*split.rest) : empty_root();
   return {std::move(match), std::move(rest)};
+}
+
+std::vector<Path> DiffResult::mismatch_paths() const {
+  std::vector<Path> out;
+  out.reserve(mismatch.size());
+  for (const Mismatch& m : mismatch) out.push_back(m.path);
+  return out;
+}
+
+std::string inspect_types(const Value& x) {
+  std::string out;
+  inspect_into(x, 0, out);
+  return out;
+}
+
+void dict_map(Value& x, const std::function<Value(const Value&)>& f) {
+  dict_map_with_key(x, [&](const std::string&, const Value& v) { return f(v); });
+}
+
+void dict_map_with_key(Value& x, const std::function<Value(const std::string& key, const Value&)>& f) {
+  if (!x.is_dict()) {
+    throw Error(fmt::format("dict_map: the root is a {}, not a dict", kind_name(x.kind())));
+  }
+  for (auto& [key, v] : x.as_dict()) {
+    if (v.is_dict()) {
+      dict_map_with_key(v, f);
+    } else {
+      v = f(key, v);
+    }
+  }
+}
+
+void for_each_nested_item(Value& x,
+                          const std::function<void(Value& container, const std::string& key, Value& value)>& f) {
+  for_each_item(x, f);
+}
+
+std::pair<Value, Value> extract_sharded_tensors(const Value& sharded_state_dict) {
+  return extract_kinds(sharded_state_dict, {Kind::kShardedTensor});
+}
+
+std::pair<Value, Value> extract_sharded_tensors_and_factories(const Value& sharded_state_dict) {
+  return extract_kinds(sharded_state_dict, {Kind::kShardedTensor, Kind::kFactory});
+}
+
+std::pair<Value, Value> extract_sharded_tensors_or_nonpersistent(const Value& sharded_state_dict) {
+  return extract_kinds(sharded_state_dict, {Kind::kShardedTensor, Kind::kFactory, Kind::kNonPersistent});
+}
+
+std::pair<Value, Value> extract_nonpersistent(const Value& sharded_state_dict) {
+  return extract_kinds(sharded_state_dict, {Kind::kNonPersistent});
+}
+
+std::pair<Value, Value> extract_sharded_base(const Value& sharded_state_dict) {
+  return extract_kinds(sharded_state_dict, {Kind::kShardedTensor, Kind::kShardedObject, Kind::kFactory});
 }
 
 void merge(Value& dst, const Value& src) { merge_at(dst, src, {}); }

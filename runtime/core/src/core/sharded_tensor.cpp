@@ -1,6 +1,7 @@
 // ShardedTensor: factories, the metadata integrity check and Megatron's narrow.
 #include "distckpt/core/sharded_tensor.h"
 
+#include <ATen/Functions.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -318,6 +319,83 @@ std::string ShardedTensor::describe() const {
       "replica_id={}, flattened_range={})",
       key, dtype_label(dtype), to_string(local_shape), to_string(global_shape), to_string(global_offset),
       to_string(replica_id), flat);
+}
+
+std::vector<at::Tensor> ShardedTensor::local_coordinates() const {
+  if (!flattened_range) {
+    throw ShardingError(fmt::format(
+        "ShardedTensor '{}': local_coordinates is defined only for a flat shard (flattened_range set); for a "
+        "regular chunk every element of local_shape is held",
+        key));
+  }
+  // Unravel the flat indices [start, stop) of the row-major local chunk, last axis first.
+  at::Tensor index = at::arange(flattened_range->start, flattened_range->stop, at::kLong);
+  std::vector<at::Tensor> coords(local_shape.size());
+  for (size_t a = local_shape.size(); a-- > 0;) {
+    coords[a] = index.remainder(local_shape[a]);
+    index = index.div(local_shape[a], "floor");
+  }
+  return coords;
+}
+
+std::vector<at::Tensor> ShardedTensor::global_coordinates() const {
+  const std::vector<at::Tensor> local = local_coordinates();
+  const size_t prepend = static_cast<size_t>(prepend_axis_num);
+  std::vector<at::Tensor> global;
+  global.reserve(global_offset.size());
+  for (size_t a = 0; a < global_offset.size(); ++a) {
+    global.push_back(a < prepend ? at::full({flattened_range->size()}, global_offset[a], at::kLong)
+                                 : local[a - prepend].add(global_offset[a]));
+  }
+  return global;
+}
+
+std::vector<at::indexing::TensorIndex> ShardedTensor::global_slice() const {
+  const size_t prepend = static_cast<size_t>(prepend_axis_num);
+  if (global_offset.size() != local_shape.size() + prepend) {
+    throw ShardingError(fmt::format("ShardedTensor '{}': global_offset has {} axes, local_shape {} plus {} prepended",
+                                    key, global_offset.size(), local_shape.size(), prepend));
+  }
+  std::vector<at::indexing::TensorIndex> slice;
+  slice.reserve(global_offset.size());
+  for (size_t a = 0; a < global_offset.size(); ++a) {
+    if (a < prepend) {
+      slice.emplace_back(global_offset[a]);
+    } else {
+      slice.emplace_back(at::indexing::Slice(global_offset[a], global_offset[a] + local_shape[a - prepend]));
+    }
+  }
+  return slice;
+}
+
+Shape ShardedTensor::max_allowed_chunks() const {
+  if (axis_fragmentations.size() != global_shape.size()) {
+    throw ShardingError(
+        fmt::format("ShardedTensor '{}': max_allowed_chunks needs the chunk grid (axis_fragmentations), which a "
+                    "tensor placed by from_global_offset does not have",
+                    key));
+  }
+  Shape chunks(global_shape.size());
+  for (size_t a = 0; a < chunks.size(); ++a) {
+    if (axis_fragmentations[a] <= 0) {
+      throw ShardingError(fmt::format("ShardedTensor '{}': axis {} has {} fragments; it needs at least one", key, a,
+                                      axis_fragmentations[a]));
+    }
+    if (!allow_shape_mismatch && global_shape[a] % axis_fragmentations[a] != 0) {
+      throw ShardingError(fmt::format("ShardedTensor '{}': axis {} of length {} does not divide into {} fragments", key,
+                                      a, global_shape[a], axis_fragmentations[a]));
+    }
+    chunks[a] = global_shape[a] / axis_fragmentations[a];
+  }
+  return chunks;
+}
+
+void ShardedTensor::init_data(at::Device target, const InitFn& init) {
+  if (data.defined()) return;
+  const Shape shape = flattened_range ? Shape{flattened_range->size()} : local_shape;
+  const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(target);
+  data = init ? init(shape, options) : at::empty(shape, options);
+  device = target;
 }
 
 }  // namespace distckpt

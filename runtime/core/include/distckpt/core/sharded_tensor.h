@@ -2,8 +2,10 @@
 // Megatron-Core's dist_checkpointing.ShardedTensor.
 #pragma once
 
+#include <ATen/TensorIndexing.h>
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +50,9 @@ class ShardedTensor {
   int64_t prepend_axis_num = 0;
   bool allow_shape_mismatch = false;
   std::optional<FlatRange> flattened_range;  // data is this slice of the flattened chunk
+  // Where a load allocates this tensor when the request carries no data
+  // (a request with data is filled where its data lives).
+  at::Device device = at::kCPU;
 
   // Builds a tensor sharded on a regular grid; checks metadata integrity.
   static ShardedTensor from_rank_offsets(std::string key, at::Tensor data, const std::vector<RankOffset>& rank_offsets,
@@ -86,6 +91,25 @@ class ShardedTensor {
   int64_t held_numel() const;
 
   std::string describe() const;  // for messages: key, shapes, offset, replica
+
+  // Megatron's accessors. For a flat (ZeRO) shard: the coordinates of every
+  // held element, one int64 tensor per axis, in the local chunk (prepended
+  // axes excluded) or in the global tensor (included). ShardingError without
+  // a flattened_range.
+  std::vector<at::Tensor> local_coordinates() const;
+  std::vector<at::Tensor> global_coordinates() const;
+  // Where the local chunk sits in the global tensor: an integer for each
+  // prepended axis, then a slice per local axis, so
+  // `global.index(st.global_slice())` is the chunk (a view).
+  std::vector<at::indexing::TensorIndex> global_slice() const;
+  // Chunk length along each axis the fragmentations allow (global shape /
+  // fragments); ShardingError when an axis does not divide, unless
+  // allow_shape_mismatch.
+  Shape max_allowed_chunks() const;
+  // Allocates `data` when it is undefined (kept otherwise): the held elements
+  // (the flat range only, for a flat shard) in `dtype` on `device`.
+  using InitFn = std::function<at::Tensor(at::IntArrayRef shape, const at::TensorOptions& options)>;
+  void init_data(at::Device device, const InitFn& init = {});
 };
 
 }  // namespace distckpt
