@@ -3,6 +3,8 @@
 
 #include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint.h"
+#include "distckpt/api/checkpoint_manager.h"
+#include "distckpt/api/compare.h"
 #include "distckpt/api/convert.h"
 #include "distckpt/api/options.h"
 #include "distckpt/api/plan_cache.h"

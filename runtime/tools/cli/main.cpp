@@ -1,4 +1,5 @@
-// distckpt: inspect, verify, digest and convert checkpoints from the command line.
+// distckpt: inspect, verify, digest, convert, compare and manage checkpoints
+// from the command line.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/format/checkpoint_config.h"
 #include "format/dtype.h"
+#include "manage_commands.h"
 #include "storage/distckpt_storage.h"
 
 namespace {
@@ -244,7 +246,7 @@ int convert(const std::string& src, const ConvertArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"distckpt: inspect, verify, digest and convert checkpoints"};
+  CLI::App app{"distckpt: inspect, verify, digest, convert, compare and manage checkpoints"};
   app.require_subcommand(1);
   std::string dir;
   bool as_json = false;
@@ -273,6 +275,22 @@ int main(int argc, char** argv) {
                           "safetensors: name tensors by this mapping of the layout schema, recorded in SRC "
                           "(NAME or LAYOUT.NAME, e.g. gpt.llama)");
   convert_cmd->add_flag("--quiet", args.quiet, "no progress, no summary");
+  auto* ls_cmd = app.add_subcommand("ls", "the iter_* checkpoints under ROOT: committed or not, which is latest");
+  ls_cmd->add_option("root", dir, "directory holding iter_* checkpoints")->required();
+  ls_cmd->add_flag("--json", as_json, "machine-readable output");
+  std::string second;
+  auto* rm_cmd = app.add_subcommand("rm-tensors", "remove the tensors whose key starts with PREFIX from DIR");
+  rm_cmd->add_option("dir", dir, "checkpoint directory")->required();
+  rm_cmd->add_option("prefix", second, "key prefix")->required();
+  auto* diff_cmd = app.add_subcommand("diff", "per tensor: equal, or where A and B differ; exit 0 equal, 1 different");
+  diff_cmd->add_option("a", dir, "checkpoint")->required();
+  diff_cmd->add_option("b", second, "checkpoint")->required();
+  diff_cmd->add_flag("--json", as_json, "machine-readable output");
+  std::string key;
+  auto* extract_cmd = app.add_subcommand("extract", "write one tensor, whole, to a .safetensors or .pt file");
+  extract_cmd->add_option("dir", dir, "checkpoint")->required();
+  extract_cmd->add_option("key", key, "tensor key")->required();
+  extract_cmd->add_option("--to", second, "FILE.safetensors or FILE.pt (must not exist)")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -283,6 +301,10 @@ int main(int argc, char** argv) {
     if (*inspect_cmd) return inspect(dir, as_json);
     if (*verify_cmd) return verify(dir, as_json);
     if (*convert_cmd) return convert(dir, args);
+    if (*ls_cmd) return distckpt::cli::list_checkpoints(dir, as_json);
+    if (*rm_cmd) return distckpt::cli::remove_tensors(dir, second);
+    if (*diff_cmd) return distckpt::cli::diff_checkpoints(dir, second, as_json);
+    if (*extract_cmd) return distckpt::cli::extract_tensor(dir, key, second);
     return digest(dir);
   } catch (const distckpt::Error& e) {
     fmt::print(stderr, "distckpt: {}\n", e.what());

@@ -1,0 +1,126 @@
+// diff_checkpoints and extract_tensor: whole-checkpoint inspection helpers.
+#include "distckpt/api/compare.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "api/torch_file.h"
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/core/dict_utils.h"
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+#include "format/safetensors.h"
+#include "io/file.h"
+
+namespace distckpt {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Where two tensors of one dtype and shape differ.
+std::string value_difference(const at::Tensor& a, const at::Tensor& b) {
+  // NaN equals NaN here: a checkpoint holding the same NaNs holds the same state.
+  const at::Tensor differs = a.ne(b).logical_and(a.isnan().logical_and(b.isnan()).logical_not());
+  const int64_t count = differs.sum().item<int64_t>();
+  if (count == 0) return "the same values in other bit patterns (-0.0 and 0.0, or NaN payloads)";
+  const at::Tensor first = differs.nonzero()[0];
+  std::vector<int64_t> index(first.data_ptr<int64_t>(), first.data_ptr<int64_t>() + first.numel());
+  std::vector<at::indexing::TensorIndex> at_first(index.begin(), index.end());
+  std::string detail =
+      fmt::format("{} of {} elements differ, first at [{}] ({} vs {})", count, a.numel(), fmt::join(index, ", "),
+                  a.index(at_first).item().toDouble(), b.index(at_first).item().toDouble());
+  if (a.is_floating_point() || a.is_complex()) {
+    detail += fmt::format(", max |difference| {}", (a - b).abs().nan_to_num().max().item().toDouble());
+  }
+  return detail;
+}
+
+void write_safetensors(const std::string& file, const std::string& key, const at::Tensor& tensor) {
+  std::vector<safetensors::Entry> entries{
+      {key, tensor.scalar_type(), Shape(tensor.sizes().begin(), tensor.sizes().end())}};
+  std::string bytes = safetensors::encode_header(entries, {{"format", "pt"}});
+  const at::Tensor contiguous = tensor.contiguous();
+  bytes.append(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes());
+  io::write_file_atomic(file, bytes);
+}
+
+}  // namespace
+
+const char* difference_status_name(TensorDifference::Status status) {
+  switch (status) {
+    case TensorDifference::Status::kEqual:
+      return "equal";
+    case TensorDifference::Status::kOnlyLeft:
+      return "only_left";
+    case TensorDifference::Status::kOnlyRight:
+      return "only_right";
+    case TensorDifference::Status::kDtype:
+      return "dtype";
+    case TensorDifference::Status::kShape:
+      return "shape";
+    case TensorDifference::Status::kValues:
+      return "values";
+  }
+  return "unknown";
+}
+
+bool CheckpointDiff::equal() const {
+  for (const TensorDifference& t : tensors) {
+    if (t.status != TensorDifference::Status::kEqual) return false;
+  }
+  return common_only_left.empty() && common_only_right.empty() && common_differ.empty();
+}
+
+CheckpointDiff diff_checkpoints(const std::string& left, const std::string& right) {
+  std::map<std::string, TensorDigest> a;
+  std::map<std::string, TensorDigest> b;
+  for (TensorDigest& d : digest_checkpoint(left)) a.emplace(d.key, std::move(d));
+  for (TensorDigest& d : digest_checkpoint(right)) b.emplace(d.key, std::move(d));
+  CheckpointDiff out;
+  using Status = TensorDifference::Status;
+  for (const auto& [key, l] : a) {
+    const auto it = b.find(key);
+    if (it == b.end()) {
+      out.tensors.push_back({key, Status::kOnlyLeft, ""});
+    } else if (l.dtype != it->second.dtype) {
+      out.tensors.push_back({key, Status::kDtype, l.dtype + " vs " + it->second.dtype});
+    } else if (l.shape != it->second.shape) {
+      out.tensors.push_back({key, Status::kShape, to_string(l.shape) + " vs " + to_string(it->second.shape)});
+    } else if (l.hash == it->second.hash) {
+      out.tensors.push_back({key, Status::kEqual, ""});
+    } else {
+      const std::string detail = value_difference(load_plain_tensor(left, key), load_plain_tensor(right, key));
+      out.tensors.push_back({key, Status::kValues, detail});
+    }
+  }
+  for (const auto& [key, r] : b) {
+    if (!a.count(key)) out.tensors.push_back({key, Status::kOnlyRight, ""});
+  }
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const auto& x, const auto& y) { return x.key < y.key; });
+  const DiffResult common = diff(load_common_state_dict(left), load_common_state_dict(right));
+  for (const Path& p : common.only_left) out.common_only_left.push_back(to_string(p));
+  for (const Path& p : common.only_right) out.common_only_right.push_back(to_string(p));
+  for (const Path& p : common.mismatch_paths()) out.common_differ.push_back(to_string(p));
+  return out;
+}
+
+void extract_tensor(const std::string& dir, const std::string& key, const std::string& file) {
+  const bool to_safetensors = ends_with(file, ".safetensors");
+  if (!to_safetensors && !ends_with(file, ".pt")) {
+    throw Error(fmt::format("extract: '{}' must end in .safetensors or .pt (the format to write)", file));
+  }
+  if (io::exists(file)) throw Error(fmt::format("extract: '{}' exists; name a new file", file));
+  const at::Tensor tensor = load_plain_tensor(dir, key);
+  if (to_safetensors) {
+    write_safetensors(file, key, tensor);
+  } else {
+    api::write_torch_file(file, Value::dict(), {{key, tensor}});
+  }
+}
+
+}  // namespace distckpt

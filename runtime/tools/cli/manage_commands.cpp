@@ -1,0 +1,81 @@
+// distckpt ls / rm-tensors / diff / extract.
+#include "manage_commands.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "distckpt/api/checkpoint.h"
+#include "distckpt/api/checkpoint_manager.h"
+#include "distckpt/api/compare.h"
+
+namespace distckpt::cli {
+
+int list_checkpoints(const std::string& root, bool as_json) {
+  const CheckpointManager manager(root);
+  const std::vector<CheckpointEntry> entries = manager.list();
+  if (as_json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const CheckpointEntry& e : entries) {
+      j.push_back({{"iteration", e.iteration}, {"path", e.path}, {"committed", e.committed}, {"latest", e.latest}});
+    }
+    std::cout << j.dump(2) << '\n';
+    return 0;
+  }
+  if (entries.empty()) fmt::print("{}: no iter_* checkpoints\n", root);
+  for (const CheckpointEntry& e : entries) {
+    fmt::print("{:>10}  {:<11} {}{}\n", e.iteration, e.committed ? "committed" : "incomplete", e.path,
+               e.latest ? "  (latest)" : "");
+  }
+  return 0;
+}
+
+int remove_tensors(const std::string& dir, const std::string& prefix) {
+  const size_t removed = remove_sharded_tensors(dir, prefix);
+  fmt::print("{}: removed {} tensor(s) starting with '{}'\n", dir, removed, prefix);
+  return 0;
+}
+
+int diff_checkpoints(const std::string& left, const std::string& right, bool as_json) {
+  const CheckpointDiff d = distckpt::diff_checkpoints(left, right);
+  if (as_json) {
+    nlohmann::json j;
+    j["equal"] = d.equal();
+    j["tensors"] = nlohmann::json::array();
+    for (const TensorDifference& t : d.tensors) {
+      j["tensors"].push_back({{"key", t.key}, {"status", difference_status_name(t.status)}, {"detail", t.detail}});
+    }
+    j["common"] = {{"only_left", d.common_only_left}, {"only_right", d.common_only_right}, {"differ", d.common_differ}};
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    return d.equal() ? 0 : 1;
+  }
+  for (const TensorDifference& t : d.tensors) {
+    switch (t.status) {
+      case TensorDifference::Status::kEqual:
+        fmt::print("= {}\n", t.key);
+        break;
+      case TensorDifference::Status::kOnlyLeft:
+        fmt::print("- {} (only in {})\n", t.key, left);
+        break;
+      case TensorDifference::Status::kOnlyRight:
+        fmt::print("+ {} (only in {})\n", t.key, right);
+        break;
+      default:
+        fmt::print("! {}: {} {}\n", t.key, difference_status_name(t.status), t.detail);
+    }
+  }
+  for (const std::string& p : d.common_only_left) fmt::print("- common {} (only in {})\n", p, left);
+  for (const std::string& p : d.common_only_right) fmt::print("+ common {} (only in {})\n", p, right);
+  for (const std::string& p : d.common_differ) fmt::print("! common {}\n", p);
+  fmt::print("{}\n", d.equal() ? "equal" : "different");
+  return d.equal() ? 0 : 1;
+}
+
+int extract_tensor(const std::string& dir, const std::string& key, const std::string& file) {
+  distckpt::extract_tensor(dir, key, file);
+  fmt::print("{}: '{}' from {}\n", file, key, dir);
+  return 0;
+}
+
+}  // namespace distckpt::cli

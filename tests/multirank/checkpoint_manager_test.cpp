@@ -1,0 +1,173 @@
+// CheckpointManager (Megatron's iter_* directories and tracker file) and the
+// commands around it: ls, rm-tensors, diff, extract.
+#include "distckpt/api/checkpoint_manager.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "distckpt/distckpt.h"
+#include "io/file.h"
+#include "multirank/checkpoint_fixtures.h"
+#include "support/process.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+StateDict state(int rank, double value) {
+  StateDict sd;
+  sd["w"] = ShardedTensor::from_rank_offsets("w", at::full({2, 3}, value + rank), {{0, rank, 2}});
+  sd["iteration"] = static_cast<int64_t>(value);
+  return sd;
+}
+
+std::vector<int64_t> iterations(const CheckpointManager& m) {
+  std::vector<int64_t> out;
+  for (const CheckpointEntry& e : m.list()) out.push_back(e.iteration);
+  return out;
+}
+
+TEST(CheckpointManager, TrackerFollowsCommitsAndKeepsTheLastN) {
+  TempDir tmp("manager");
+  const std::string root = tmp.path() + "/run";
+  run_ranks(2, [&](Communicator& comm) {
+    CheckpointManager manager(root, /*keep_last=*/2);
+    for (int64_t it : {10, 20, 30}) manager.save(state(comm.rank(), it), it, comm);
+    save(state(comm.rank(), 1), tmp.path() + "/outside", comm);
+  });
+  CheckpointManager manager(root, 2);
+  EXPECT_EQ(manager.path_for(30), root + "/iter_0000030");
+  EXPECT_EQ(io::read_file(root + "/latest_checkpointed_iteration.txt", 64), "30\n");
+  EXPECT_EQ(manager.latest_iteration(), 30);
+  EXPECT_EQ(iterations(manager), (std::vector<int64_t>{20, 30}));
+  EXPECT_TRUE(manager.list().back().latest);
+  EXPECT_FALSE(manager.list().front().latest);
+
+  // A failed save (overlapping main replicas) moves nothing and removes nothing.
+  run_ranks(2, [&](Communicator& comm) {
+    CheckpointManager m(root, 2);
+    EXPECT_ANY_THROW(m.save(state(0, 40), 40, comm));
+  });
+  EXPECT_EQ(manager.latest_iteration(), 30);
+  EXPECT_EQ(iterations(manager), (std::vector<int64_t>{20, 30}));
+
+  // An incomplete directory is listed, never pruned; a symlink is not followed.
+  io::make_dirs(root + "/iter_0000025");
+  fs::create_directory_symlink(tmp.path() + "/outside", root + "/iter_0000001");
+  run_ranks(2, [&](Communicator& comm) {
+    CheckpointManager m(root, 2);
+    m.save(state(comm.rank(), 50), 50, comm);
+    const LoadResult r = m.load_latest(state(comm.rank(), 0), comm);
+    EXPECT_EQ(r.state_dict.at("iteration").as_int(), 50);
+    EXPECT_TRUE(at::equal(r.state_dict.at("w").as_tensor(), at::full({2, 3}, 50.0 + comm.rank())));
+  });
+  const std::vector<CheckpointEntry> entries = manager.list();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].iteration, 25);
+  EXPECT_FALSE(entries[0].committed);
+  EXPECT_EQ(entries[1].iteration, 30);
+  EXPECT_EQ(entries[2].iteration, 50);
+  EXPECT_TRUE(entries[2].committed && entries[2].latest);
+  EXPECT_FALSE(fs::exists(root + "/iter_0000020"));
+  EXPECT_TRUE(is_distributed_checkpoint(tmp.path() + "/outside"));  // not pruned through the link
+  // ls shows the same.
+  const CommandResult ls = run_command(std::string(DISTCKPT_BIN_DIR) + "/distckpt ls " + root);
+  EXPECT_EQ(ls.exit_code, 0) << ls.output;
+  EXPECT_NE(ls.output.find("25  incomplete  " + root + "/iter_0000025\n"), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find("50  committed   " + root + "/iter_0000050  (latest)\n"), std::string::npos) << ls.output;
+}
+
+TEST(CheckpointManager, DamagedTrackerAndUncommittedIterationsAreErrors) {
+  TempDir tmp("manager-errors");
+  const std::string root = tmp.path() + "/run";
+  CheckpointManager manager(root);
+  EXPECT_FALSE(manager.latest_iteration().has_value());
+  EXPECT_TRUE(manager.list().empty());
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.mark_committed(5); },
+                                           "'" + root + "/iter_0000005' is not a committed checkpoint"));
+  run_ranks(1, [&](Communicator& comm) {
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.load_latest(state(0, 0), comm); },
+                                             "has no latest_checkpointed_iteration.txt"));
+  });
+  io::make_dirs(root);
+  io::write_file_atomic(root + "/latest_checkpointed_iteration.txt", "release\n");
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.latest_iteration(); }, "holds 'release', not an iteration"));
+  io::write_file_atomic(root + "/latest_checkpointed_iteration.txt", "7\n");
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.latest_iteration(); },
+                                           "names iteration 7, but '" + root + "/iter_0000007' is not a committed"));
+  EXPECT_TRUE(throws_with<Error>([&] { manager.path_for(-1); }, "iteration -1 is negative"));
+}
+
+TEST(CheckpointCommands, DiffRemoveAndExtract) {
+  TempDir tmp("commands");
+  const std::string a = tmp.path() + "/a";
+  const std::string b = tmp.path() + "/b";
+  const at::Tensor w = at::arange(12, at::kFloat).reshape({4, 3});
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", w.chunk(2, 0)[r].contiguous(), {{0, r, 2}});
+    sd["layers.0.bias"] = ShardedTensor::from_rank_offsets("layers.0.bias", at::ones({3}), {}, {r});
+    sd["step"] = 3;
+    save(sd, a, comm);
+    // b: saved along the other axis (same values of w), a changed bias, a new tensor.
+    StateDict other;
+    other["w"] =
+        ShardedTensor::from_global_offset("w", w.narrow(1, r * 2, r == 0 ? 2 : 1).contiguous(), {4, 3}, {0, r * 2});
+    at::Tensor bias = at::ones({3});
+    bias[2] = 5;
+    other["layers.0.bias"] = ShardedTensor::from_rank_offsets("layers.0.bias", bias, {}, {r});
+    other["layers.1.bias"] = ShardedTensor::from_rank_offsets("layers.1.bias", at::ones({3}), {}, {r});
+    other["step"] = 4;
+    save(other, b, comm);
+  });
+  const CheckpointDiff d = diff_checkpoints(a, b);
+  ASSERT_EQ(d.tensors.size(), 3u);
+  EXPECT_EQ(d.tensors[0].key, "layers.0.bias");
+  EXPECT_EQ(d.tensors[0].status, TensorDifference::Status::kValues);
+  EXPECT_EQ(d.tensors[0].detail, "1 of 3 elements differ, first at [2] (1 vs 5), max |difference| 4");
+  EXPECT_EQ(d.tensors[1].status, TensorDifference::Status::kOnlyRight);
+  EXPECT_EQ(d.tensors[2].status, TensorDifference::Status::kEqual);  // w: same values, another layout
+  EXPECT_EQ(d.common_differ, (std::vector<std::string>{"step"}));
+  EXPECT_FALSE(d.equal());
+  EXPECT_TRUE(diff_checkpoints(a, a).equal());
+
+  const std::string bin = std::string(DISTCKPT_BIN_DIR) + "/distckpt ";
+  const CommandResult diff = run_command(bin + "diff " + a + " " + b);
+  EXPECT_EQ(diff.exit_code, 1);
+  EXPECT_EQ(diff.output,
+            "! layers.0.bias: values 1 of 3 elements differ, first at [2] (1 vs 5), max |difference| 4\n"
+            "+ layers.1.bias (only in " +
+                b + ")\n= w\n! common step\ndifferent\n");
+  EXPECT_EQ(run_command(bin + "diff " + a + " " + a).exit_code, 0);
+
+  // extract: both file kinds, read back by the real readers.
+  const CommandResult st = run_command(bin + "extract " + b + " w --to " + tmp.path() + "/w.safetensors");
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_TRUE(at::equal(load_plain_tensor(tmp.path() + "/w.safetensors", "w"), w));
+  extract_tensor(a, "w", tmp.path() + "/w.pt");
+  const CommandResult py = run_command("/usr/bin/python3 -c \"import torch; t = torch.load('" + tmp.path() +
+                                       "/w.pt')['w']; print(t.shape, float(t.sum()))\"");
+  EXPECT_EQ(py.output, "torch.Size([4, 3]) 66.0\n");
+  EXPECT_TRUE(throws_with<Error>([&] { extract_tensor(a, "w", tmp.path() + "/w.pt"); }, "exists; name a new file"));
+  EXPECT_TRUE(
+      throws_with<Error>([&] { extract_tensor(a, "w", tmp.path() + "/w.npy"); }, "must end in .safetensors or .pt"));
+  const CommandResult missing = run_command(bin + "extract " + a + " nope --to " + tmp.path() + "/n.pt");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("holds no tensor 'nope'"), std::string::npos) << missing.output;
+
+  const CommandResult rm = run_command(bin + "rm-tensors " + b + " layers.");
+  EXPECT_EQ(rm.exit_code, 0) << rm.output;
+  EXPECT_EQ(rm.output, b + ": removed 2 tensor(s) starting with 'layers.'\n");
+  const CommandResult after = run_command(bin + "diff --json " + a + " " + b);
+  EXPECT_EQ(after.exit_code, 1);
+  EXPECT_NE(after.output.find("\"status\": \"only_left\""), std::string::npos) << after.output;
+}
+
+}  // namespace
+}  // namespace distckpt
