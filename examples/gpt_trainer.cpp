@@ -146,7 +146,10 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       fmt::print("rank {} read {} bytes for {} bytes of shards\n", comm.rank(), result.bytes_read, shard_bytes);
     }
     for (const std::string& key : result.unexpected_keys) {
-      if (key.find("._extra_state/") == std::string::npos) {
+      const std::string extra_state = "._extra_state";
+      const bool is_extra_state = key.size() > extra_state.size() &&
+                                  key.compare(key.size() - extra_state.size(), extra_state.size(), extra_state) == 0;
+      if (!is_extra_state) {
         throw Error(fmt::format("'{}' is not in the checkpoint {}", key, a.load_dir));
       }
     }

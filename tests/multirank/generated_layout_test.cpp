@@ -182,10 +182,9 @@ TEST(GeneratedLayout, SaveUnderOneMeshLoadWithoutAModelUnderAnother) {
       }
     }
     EXPECT_EQ(r.state_dict.at("consumed_samples").as_int(), 160);
-    // extra_state was saved per tp rank of 2, so tp=1 shards of it (one per local layer) are not stored.
-    ASSERT_EQ(r.unexpected_keys.size(), 2u);
-    EXPECT_EQ(r.unexpected_keys.begin()->rfind("decoder.layers.self_attention.core_attention._extra_state/shard_", 0),
-              0u);
+    // extra_state was saved per tp rank of 2, so tp=1 shards of it are not stored.
+    // Reported by key (the shards asked for are on another grid than stored).
+    EXPECT_EQ(r.unexpected_keys, (std::set<std::string>{"decoder.layers.self_attention.core_attention._extra_state"}));
   });
 }
 

@@ -200,5 +200,150 @@ TEST(MegatronParity, RequestsWithoutDataLoadOnTheirDevice) {
   });
 }
 
+// Megatron's content_metadata: a small dict saved with the checkpoint and
+// read back alone.
+TEST(MegatronParity, ContentMetadataIsSavedAndReadAlone) {
+  TempDir tmp("parity-content");
+  StateDict content;
+  content["distrib_optim_sharding_type"] = "fully_sharded_model_space";
+  content["format"]["version"] = 2;
+  content["format"]["chained"] = true;
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", at::ones({2}), {{0, comm.rank(), 2}});
+    sd["iteration"] = 7;
+    SaveOptions options;
+    options.content_metadata = content;
+    save(sd, tmp.path() + "/with", comm, options);
+    save(sd, tmp.path() + "/without", comm);
+
+    options.content_metadata = Value(3);
+    EXPECT_TRUE(throws_with<Error>([&] { save(sd, tmp.path() + "/scalar", comm, options); },
+                                   "SaveOptions::content_metadata must be a dict, not a int"));
+    options.content_metadata = content;
+    options.format = StorageFormat::kSafetensors;
+    EXPECT_TRUE(throws_with<Error>([&] { save(sd, tmp.path() + "/st", comm, options); },
+                                   "a safetensors save has no place for it"));
+  });
+  const std::optional<StateDict> read = load_content_metadata(tmp.path() + "/with");
+  ASSERT_TRUE(read.has_value());
+  EXPECT_TRUE(read->equals(content));
+  // Not part of the common state a load returns.
+  const StateDict common = load_common_state_dict(tmp.path() + "/with");
+  EXPECT_EQ(common.as_dict().size(), 1u);
+  EXPECT_EQ(common.at("iteration").as_int(), 7);
+  EXPECT_FALSE(load_content_metadata(tmp.path() + "/without").has_value());
+  EXPECT_FALSE(is_distributed_checkpoint(tmp.path() + "/scalar"));
+  EXPECT_FALSE(is_distributed_checkpoint(tmp.path() + "/st"));
+  // Checkpoints written before content metadata existed have none.
+  EXPECT_FALSE(load_content_metadata(DISTCKPT_SOURCE_DIR "/tests/data/format_v1").has_value());
+}
+
+// Megatron saves rank 0's common state and warns on the others; distckpt
+// names the key paths that differ, and can refuse the save instead.
+TEST(MegatronParity, CommonStateThatDiffersAcrossRanksIsReported) {
+  TempDir tmp("parity-common");
+  // `like`: whose common values this rank holds.
+  const auto state = [](int rank, int like) {
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", at::ones({2}), {{0, rank, 3}});
+    rank = like;
+    sd["iteration"] = rank == 1 ? 8 : 7;
+    sd["args"]["lr"] = at::full({1}, rank == 2 ? 0.5 : 0.1);
+    sd["args"]["name"] = "gpt";
+    if (rank == 2) sd["only_on_2"] = true;
+    return sd;
+  };
+  testing::LogCapture log;
+  run_ranks(3, [&](Communicator& comm) { save(state(comm.rank(), comm.rank()), tmp.path() + "/warned", comm); });
+  const std::string logged = log.joined();
+  EXPECT_NE(logged.find("the common (non-sharded) state of rank 1 differs from rank 0's at 'iteration'; only rank "
+                        "0's is saved"),
+            std::string::npos)
+      << logged;
+  EXPECT_NE(logged.find("state of rank 2 differs from rank 0's at 'args/lr', 'only_on_2'; only"), std::string::npos)
+      << logged;
+  EXPECT_EQ(logged.find("of rank 0 differs"), std::string::npos) << logged;
+  const StateDict saved = load_common_state_dict(tmp.path() + "/warned");
+  EXPECT_EQ(saved.at("iteration").as_int(), 7);
+  EXPECT_FALSE(saved.contains("only_on_2"));
+
+  // Equal common state: no warning (and no extra collective step).
+  testing::LogCapture quiet;
+  run_ranks(3, [&](Communicator& comm) { save(state(comm.rank(), 0), tmp.path() + "/equal", comm); });
+  EXPECT_EQ(quiet.joined().find("differs"), std::string::npos);
+
+  run_ranks(3, [&](Communicator& comm) {
+    SaveOptions options;
+    options.common_state_check = CommonStateCheck::kError;
+    const auto save_it = [&] { save(state(comm.rank(), comm.rank()), tmp.path() + "/refused", comm, options); };
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<CommError>(save_it, "differs from rank 0's"));
+    } else {
+      EXPECT_TRUE(throws_with<CheckpointError>(save_it, "SaveOptions::common_state_check is kError"));
+    }
+  });
+  EXPECT_FALSE(is_distributed_checkpoint(tmp.path() + "/refused"));
+}
+
+// Megatron's validate_access_integrity: on by default for saves (with an
+// opt-out), on request for loads and for TensorAwareStateDict::to_state_dict.
+TEST(MegatronParity, AccessIntegrityOnSaveLoadAndToStateDict) {
+  TempDir tmp("parity-access");
+  const at::Tensor w = testing::global_tensor("w", {4, 2});
+  run_ranks(2, [&](Communicator& comm) {
+    // Both ranks hold all of w as its main replica.
+    StateDict doubled;
+    doubled["w"] = ShardedTensor::from_rank_offsets("w", w, {});
+    const auto save_doubled = [&](const SaveOptions& options) {
+      save(doubled, tmp.path() + "/doubled", comm, options);
+    };
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<ShardingError>([&] { save_doubled({}); }, "main replicas overlap"));
+    } else {
+      EXPECT_TRUE(throws_with<CommError>([&] { save_doubled({}); }, "main replicas overlap"));
+    }
+    SaveOptions unchecked;
+    unchecked.validate_access_integrity = false;
+    save_doubled(unchecked);  // written once (same box), loadable
+    EXPECT_TRUE(at::equal(load(doubled, tmp.path() + "/doubled", comm).state_dict.at("w").as_tensor(), w));
+
+    // Loads: the same overlapping request passes unless asked to validate.
+    LoadOptions validating;
+    validating.validate_access_integrity = true;
+    const auto load_doubled = [&] { load(doubled, tmp.path() + "/doubled", comm, validating); };
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<ShardingError>(load_doubled, "main replicas overlap"));
+    } else {
+      EXPECT_TRUE(throws_with<CommError>(load_doubled, "validate the access integrity of the load request"));
+    }
+    StateDict replicated;
+    replicated["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({4, 2}), {}, {comm.rank()});
+    EXPECT_TRUE(
+        at::equal(load(replicated, tmp.path() + "/doubled", comm, validating).state_dict.at("w").as_tensor(), w));
+    StateDict half;  // only rank 0 asks (rank 1's request is empty), rows 0..1: rows 2..3 are not covered
+    if (comm.rank() == 0) half["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({2, 2}), {{0, 0, 2}});
+    const auto load_half = [&] { load(half, tmp.path() + "/doubled", comm, validating); };
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<ShardingError>(load_half, "'w'"));
+    } else {
+      EXPECT_TRUE(throws_with<CommError>(load_half, "'w'"));
+    }
+
+    const TensorAwareStateDict tasd = TensorAwareStateDict::from_state_dict(replicated, comm);
+    ToStateDictOptions to_options;
+    to_options.validate_access_integrity = true;
+    StateDict again;
+    again["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({4, 2}), {}, {comm.rank()});
+    EXPECT_NO_THROW(tasd.to_state_dict(again, comm, to_options));
+    again["w"].as_sharded_tensor().replica_id = {0};
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<ShardingError>([&] { tasd.to_state_dict(again, comm, to_options); }, "overlap"));
+    } else {
+      EXPECT_TRUE(throws_with<CommError>([&] { tasd.to_state_dict(again, comm, to_options); }, "overlap"));
+    }
+  });
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -4,6 +4,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "distckpt/comm/process_group.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
 #include "multirank/checkpoint_fixtures.h"
@@ -62,7 +66,8 @@ void expect_model_values(const LoadResult& r, int rank) {
 
 TEST(TensorAware, AtomicKeepsEverythingAndFillsTheRequest) {
   run_ranks(4, [](Communicator& comm) {
-    const TensorAwareStateDict tasd = TensorAwareStateDict::from_state_dict(model(comm.rank()), comm);
+    const TensorAwareStateDict tasd =
+        TensorAwareStateDict::from_state_dict(model(comm.rank()), comm, TensorAwareAlgo::kAtomic);
     for (const LocalTensorEntry& e : tasd.state().tensors) EXPECT_TRUE(e.held) << e.meta.key;
     const StateDict request = model(comm.rank(), /*with_data=*/false);
     const LoadResult r = tasd.to_state_dict(request, comm);
@@ -160,6 +165,52 @@ TEST(TensorAware, StrictHandlingAndLayoutChecks) {
     StateDict other = Value::dict();
     other["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({1, 3}), {{0, comm.rank(), 4}});
     EXPECT_TRUE(throws_with<ShardingError>([&] { tasd.to_state_dict(other, comm); }, "layout they were saved with"));
+  });
+}
+
+// Megatron's defaults and knobs: fully parallel unless asked otherwise, the
+// distribution within a parallelization group (here two data-parallel groups
+// {0, 1} and {2, 3}), and the algorithm chosen again at to_state_dict.
+TEST(TensorAware, FullyParallelByDefaultWithinAParallelizationGroup) {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  const at::Tensor w = at::arange(6, at::kFloat).reshape({2, 3});
+  std::vector<int> held(4, 0);
+  run_ranks(4, [&](Communicator& comm) {
+    const int rank = comm.rank();
+    const auto group = communicator_from_store(
+        c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(rank / 2), store), rank % 2, 2);
+    const auto replicated = [&](bool with_data) {
+      StateDict sd;
+      sd["w"] = ShardedTensor::from_rank_offsets("w", with_data ? w.clone() : at::zeros({2, 3}), {}, {rank});
+      return sd;
+    };
+    const TensorAwareStateDict plain = TensorAwareStateDict::from_state_dict(replicated(true), comm);
+    EXPECT_EQ(plain.algorithm(), TensorAwareAlgo::kFullyParallel);
+    const TensorAwareStateDict grouped = TensorAwareStateDict::from_state_dict(
+        replicated(true), comm, TensorAwareAlgo::kFullyParallel, nullptr, group.get());
+    held[rank] = grouped.state().tensors[0].held ? 1 : 0;
+    comm.barrier();
+    EXPECT_EQ(held[0] + held[1], 1);  // one copy per group
+    EXPECT_EQ(held[2] + held[3], 1);
+
+    ToStateDictOptions options;
+    options.parallelization_group = group.get();
+    const LoadResult r = grouped.to_state_dict(replicated(false), comm, options);
+    EXPECT_TRUE(at::equal(r.state_dict.at("w").as_tensor(), w));
+
+    // Atomic at to_state_dict: only what this rank kept.
+    options.algo = TensorAwareAlgo::kAtomic;
+    const auto atomic_load = [&] { grouped.to_state_dict(replicated(false), comm, options); };
+    if (held[rank]) {
+      EXPECT_TRUE(throws_with<CommError>(atomic_load, "did not keep"));
+    } else {
+      EXPECT_TRUE(throws_with<ShardingError>(atomic_load, "this rank did not keep ShardedTensor(key='w'"));
+    }
+    const TensorAwareStateDict atomic =
+        TensorAwareStateDict::from_state_dict(replicated(true), comm, TensorAwareAlgo::kAtomic);
+    EXPECT_TRUE(at::equal(atomic.to_state_dict(replicated(false), comm, options).state_dict.at("w").as_tensor(), w));
+    options.algo = TensorAwareAlgo::kFullyParallel;  // nothing to exchange: every shard is here
+    EXPECT_TRUE(at::equal(atomic.to_state_dict(replicated(false), comm, options).state_dict.at("w").as_tensor(), w));
   });
 }
 

@@ -11,6 +11,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/optim/optimizer_state.h"
 #include "distckpt/optim/torch_optim.h"
+#include "multirank/checkpoint_fixtures.h"
 #include "support/throws_with.h"
 
 namespace distckpt {
@@ -217,6 +218,23 @@ TEST(OptimizerHelpersShardedState, ParamIdsMatchModelEntriesByIdentity) {
   EXPECT_EQ(partial.count(1), 0u);  // b is not in the model: absent, like Megatron
 }
 
+TEST(OptimizerHelpersShardedState, ParamToIdMapAndTheEmptyMapWarning) {
+  const auto params = make_params();
+  std::vector<at::Tensor> listed = params;
+  listed.push_back(params[0]);  // listed twice: keeps its first id
+  const auto ids = get_optim_param_to_id_map(listed);
+  ASSERT_EQ(ids.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(ids.at(params[i].unsafeGetTensorImpl()), int64_t(i));
+
+  testing::LogCapture log;
+  std::vector<at::Tensor> copies;
+  for (const at::Tensor& p : params) copies.push_back(p.detach().clone());
+  EXPECT_TRUE(param_id_to_sharded_param(model_state(params), copies).empty());
+  EXPECT_NE(log.joined().find("none of the optimizer's 3 parameters is held by the model sharded state dict"),
+            std::string::npos)
+      << log.joined();
+}
+
 TEST(OptimizerHelpersShardedState, MakeShardedOptimizerTensor) {
   const auto params = make_params();
   const StateDict model = model_state(params);
@@ -255,11 +273,15 @@ TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
   EXPECT_EQ(exp_avg.local_shape, (Shape{4, 3}));
   EXPECT_EQ(exp_avg.global_shape, (Shape{8, 3}));
   EXPECT_TRUE(exp_avg.data.is_same(state_of<torch::optim::AdamParamState>(opt, params[0]).exp_avg()));
-  EXPECT_EQ(w.at("step").as_int(), 2);                  // scalars stay common state
-  EXPECT_EQ(w.at("exp_avg_sq").kind(), Kind::kTensor);  // excluded: stays plain
+  EXPECT_EQ(w.at("step").as_int(), 2);     // scalars stay common state
+  EXPECT_FALSE(w.contains("exp_avg_sq"));  // excluded: dropped, as in Megatron
   EXPECT_EQ(sd.at("state").at("1").at("exp_avg").as_sharded_tensor().key, "optimizer.state.exp_avg.layer.b");
   EXPECT_EQ(sd.at("state").at("2").at("exp_avg").as_factory().key, "optimizer.state.exp_avg.emb");
-  EXPECT_TRUE(sd.at("param_groups").equals(groups_before));
+  // The params lists are per rank: non-persistent; the hyper-parameters stay.
+  const Value& group = sd.at("param_groups")[0];
+  ASSERT_EQ(group.at("params").kind(), Kind::kNonPersistent);
+  EXPECT_TRUE(group.at("params").as_non_persistent().unwrap().equals(groups_before[0].at("params")));
+  EXPECT_TRUE(group.at("lr").equals(groups_before[0].at("lr")));
 
   // b has optimizer state but no model entry: an error naming its id, nothing changed.
   StateDict plain = optimizer_state_dict(opt);

@@ -21,6 +21,10 @@ namespace distckpt {
 
 StateDict load_common_state_dict(const std::string& dir) { return api::CheckpointReader(dir).read_common_state(); }
 
+std::optional<StateDict> load_content_metadata(const std::string& dir) {
+  return api::CheckpointReader(dir).storage().read_content_metadata();
+}
+
 StateDict load_tensors_metadata(const std::string& dir) {
   const api::CheckpointReader reader(dir);
   StateDict out = Value::dict();

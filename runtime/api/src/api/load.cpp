@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 
+#include "api/access_integrity.h"
 #include "api/checkpoint_reader.h"
 #include "api/load_requests.h"
 #include "api/load_result.h"
@@ -49,6 +50,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     key_error = std::current_exception();
   }
   agree_on_errors(comm, "check keys against the checkpoint", key_error);
+  if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
 
   std::vector<api::TensorRead> reads;
   // Requests without data that want another device than the CPU: read on the

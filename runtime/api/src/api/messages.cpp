@@ -7,13 +7,13 @@ namespace distckpt::api {
 
 std::string encode_plan_announcement(const PlanAnnouncement& a) {
   flatbuffers::FlatBufferBuilder b(64);
-  b.Finish(fb::CreatePlanAnnouncement(b, a.structure_hash, a.cached_plan));
+  b.Finish(fb::CreatePlanAnnouncement(b, a.structure_hash, a.cached_plan, a.common_hash));
   return plan::message_bytes(b);
 }
 
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin) {
   const auto& m = plan::verified_message<fb::PlanAnnouncement>(bytes, "plan announcement", origin);
-  return PlanAnnouncement{m.structure_hash(), m.cached_plan()};
+  return PlanAnnouncement{m.structure_hash(), m.cached_plan(), m.common_hash()};
 }
 
 std::string encode_write_assignment(const std::vector<uint32_t>& items) {
@@ -65,6 +65,27 @@ std::string encode_host_name(const std::string& name) {
 
 std::string decode_host_name(std::string_view bytes, const std::string& origin) {
   return plan::string_or_empty(plan::verified_message<fb::HostName>(bytes, "host name", origin).name());
+}
+
+std::string encode_common_leaf_hashes(const CommonLeafHashes& h) {
+  flatbuffers::FlatBufferBuilder b(256);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> paths;
+  paths.reserve(h.paths.size());
+  for (const std::string& p : h.paths) paths.push_back(b.CreateString(p));
+  b.Finish(fb::CreateCommonLeafHashes(b, b.CreateVector(paths), b.CreateVector(h.hashes)));
+  return plan::message_bytes(b);
+}
+
+CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::string& origin) {
+  const auto& m = plan::verified_message<fb::CommonLeafHashes>(bytes, "common leaf hashes", origin);
+  CommonLeafHashes out;
+  out.paths = plan::strings(m.paths());
+  if (m.hashes()) out.hashes.assign(m.hashes()->begin(), m.hashes()->end());
+  if (out.hashes.size() != out.paths.size()) {
+    plan::malformed("common leaf hashes", origin,
+                    fmt::format("{} paths but {} hashes", out.paths.size(), out.hashes.size()));
+  }
+  return out;
 }
 
 }  // namespace distckpt::api

@@ -13,6 +13,7 @@ namespace distckpt::api {
 struct PlanAnnouncement {
   uint64_t structure_hash = 0;
   uint64_t cached_plan = 0;  // digest of the cached plan; 0: none
+  uint64_t common_hash = 0;  // CommonLeafHashes::digest of the rank's common state
 };
 std::string encode_plan_announcement(const PlanAnnouncement& a);
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin);
@@ -23,6 +24,15 @@ std::vector<uint32_t> decode_write_assignment(std::string_view bytes, size_t ite
 
 std::string encode_save_progress(uint64_t done);
 uint64_t decode_save_progress(std::string_view bytes, const std::string& origin);
+
+// One hash per leaf of a common state, in path order ("a/b/0").
+struct CommonLeafHashes {
+  std::vector<std::string> paths;
+  std::vector<uint64_t> hashes;
+  uint64_t digest() const;  // of the whole list (api/common_check.cpp)
+};
+std::string encode_common_leaf_hashes(const CommonLeafHashes& h);
+CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::string& origin);
 
 std::string encode_requested_keys(const std::set<std::string>& keys);
 std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "api/common_check.h"
 #include "api/distckpt_writer.h"
 #include "api/messages.h"
 #include "comm/agreement.h"
@@ -46,7 +49,11 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
       local.objects.push_back(plan::plan_of(o));
     }
   }
-  if (coordinator) p.common_state = encode_common_state(p.split.common);
+  const std::optional<StateDict>& content = p.options.content_metadata;
+  if (content && !content->is_dict()) {
+    throw Error(fmt::format("SaveOptions::content_metadata must be a dict, not a {}", kind_name(content->kind())));
+  }
+  if (coordinator) p.common_state = encode_common_state(p.split.common, content);
   return local;
 }
 
@@ -60,7 +67,8 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
     for (size_t r = 0; r < plans.size(); ++r) {
       decoded.push_back(plan::decode_local_plan(plans[r], fmt::format("rank {}", r)));
     }
-    auto global = std::make_shared<plan::GlobalSavePlan>(plan::make_global_save_plan(decoded, p.options.writers));
+    auto global = std::make_shared<plan::GlobalSavePlan>(
+        plan::make_global_save_plan(decoded, p.options.writers, p.options.validate_access_integrity));
     assignments.reserve(global->assignments.size());
     for (const auto& a : global->assignments) assignments.push_back(encode_write_assignment(a));
     p.global = std::move(global);
@@ -91,6 +99,11 @@ std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
     case StorageFormat::kDistckpt:
       return std::make_unique<DistckptWriter>(p);
     case StorageFormat::kSafetensors:
+      if (p.options.content_metadata) {
+        throw Error(
+            "SaveOptions::content_metadata is stored with distckpt's common state; a safetensors save has no place "
+            "for it (save in the distckpt format, or leave it empty)");
+      }
       return make_safetensors_writer(p.paths.target, p.options.safetensors);
   }
   throw Error("SaveOptions::format names no known format");
@@ -119,6 +132,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   p->rank = comm.rank();
   p->world_size = comm.size();
   plan::LocalPlan local;
+  CommonLeafHashes common_hashes;
   SavePlanCacheAccess::State* cache = options.plan_cache ? &SavePlanCacheAccess::state(*options.plan_cache) : nullptr;
   // One collective carries every rank's checks, its structure hash and what
   // its cache holds; the coordinator prepares the staging directory in the
@@ -132,7 +146,9 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       p->paths = io::staging_paths(dir);
       if (!p->writer) p->writer = (p->owned_writer = make_writer(*p)).get();
       local = describe_local(*p, state_dict, comm.is_coordinator());
-      const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0};
+      common_hashes = hash_common_leaves(p->split.common);
+      const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0,
+                                  common_hashes.digest()};
       if (comm.is_coordinator()) {
         p->claim = std::make_shared<InFlightClaim>(p->paths.target);
         p->writer->claim();
@@ -145,15 +161,21 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   }
   bool same_cached_plan = true;
   uint64_t first_cached = 0;
+  std::vector<uint64_t> common_digests;
   for (size_t r = 0; r < announced.size(); ++r) {
     const PlanAnnouncement a = decode_plan_announcement(announced[r], fmt::format("rank {}", r));
     p->plan_hashes.push_back(a.structure_hash);
+    common_digests.push_back(a.common_hash);
     if (r == 0) first_cached = a.cached_plan;
     same_cached_plan = same_cached_plan && a.cached_plan == first_cached;
   }
   p->plan_reused = same_cached_plan && first_cached != 0 && first_cached == plan_digest(p->plan_hashes);
 
   try {
+    // Every rank sees the same digests, so all of them take this step or none.
+    const bool common_differs =
+        std::any_of(common_digests.begin(), common_digests.end(), [&](uint64_t d) { return d != common_digests[0]; });
+    if (common_differs) check_common_state(common_hashes, common_digests, options.common_state_check, comm);
     if (p->plan_reused) {
       plan_from_cache(*p, local, *cache, comm);
     } else {

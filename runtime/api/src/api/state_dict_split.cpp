@@ -9,6 +9,13 @@ namespace distckpt::api {
 
 SplitStateDict split_state_dict(const Value& state_dict) {
   SplitStateDict out;
+  if (state_dict.is_none()) {  // a rank with nothing to save or load (StateDict{})
+    out.sharded = out.common = out.non_persistent = Value::dict();
+    return out;
+  }
+  if (!state_dict.is_container()) {
+    throw Error(fmt::format("a state dict is a dict (or list), not a {}", kind_name(state_dict.kind())));
+  }
   auto [sharded, common] = extract_matching(state_dict, [](const Value& v) { return v.is_sharded(); });
   auto [non_persistent, rest] =
       extract_matching(sharded, [](const Value& v) { return v.kind() == Kind::kNonPersistent; });

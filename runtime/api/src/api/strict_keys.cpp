@@ -10,9 +10,9 @@
 namespace distckpt::api {
 namespace {
 
-// Tensors are matched by key, objects by unique key (key + shard position).
-std::string match_key(const Value& leaf) {
-  return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().unique_key();
+// The key a leaf is reported under: objects by key, not by shard.
+const std::string& report_key(const Value& leaf) {
+  return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().key;
 }
 
 std::string list_keys(const std::set<std::string>& keys) {
@@ -46,7 +46,7 @@ KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, 
   StoredKeys stored;
   stored.where = fmt::format("the checkpoint '{}'", reader.dir());
   for (const TensorRecord& t : reader.index().tensors) stored.tensors.insert(t.key);
-  for (const ObjectRecord& o : reader.index().objects) stored.objects.insert(o.unique_key());
+  for (const ObjectRecord& o : reader.index().objects) stored.add_object(o.key, o.unique_key());
   return handle_key_mismatch(sharded, stored, comm, mode);
 }
 
@@ -55,18 +55,22 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
   if (mode == StrictHandling::kAssumeOkUnexpected) return found;
   auto is_stored = [&](const Value& leaf) {
     return leaf.kind() == Kind::kShardedTensor ? stored.tensors.count(leaf.as_sharded_tensor().key) > 0
-                                               : stored.objects.count(leaf.as_sharded_object().unique_key()) > 0;
+                                               : stored.object_shards.count(leaf.as_sharded_object().unique_key()) > 0;
   };
   std::set<std::string> requested;
+  bool skip = false;
   for (const Value* leaf : nested_values(sharded)) {
-    requested.insert(match_key(*leaf));
-    if (!is_stored(*leaf)) found.unexpected.insert(match_key(*leaf));
+    requested.insert(report_key(*leaf));
+    if (!is_stored(*leaf)) {
+      found.unexpected.insert(report_key(*leaf));
+      skip = true;
+    }
   }
   const bool check_missing =
       mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
   if (check_missing) {
     const std::set<std::string> everywhere = global_requested_keys(requested, comm);
-    for (const auto* keys : {&stored.tensors, &stored.objects}) {
+    for (const auto* keys : {&stored.tensors, &stored.object_keys}) {
       for (const std::string& k : *keys) {
         if (!everywhere.count(k)) found.missing.insert(k);
       }
@@ -100,10 +104,7 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
     default:
       break;
   }
-  if (!found.unexpected.empty()) {
-    sharded =
-        extract_matching(sharded, [&](const Value& leaf) { return !found.unexpected.count(match_key(leaf)); }).first;
-  }
+  if (skip) sharded = extract_matching(sharded, is_stored).first;
   return found;
 }
 

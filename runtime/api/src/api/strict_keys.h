@@ -16,14 +16,23 @@ struct KeyMismatch {
   std::set<std::string> missing;     // stored, requested by no rank (only computed by *_ALL modes)
 };
 
-// What a checkpoint stores, for the checks: tensor keys, object unique keys,
-// and how messages name the checkpoint ("the checkpoint 'DIR'").
+// What a checkpoint stores, for the checks: tensor keys, object keys and
+// unique keys (which shards), and how messages name the checkpoint ("the
+// checkpoint 'DIR'").
 struct StoredKeys {
   std::set<std::string> tensors;
-  std::set<std::string> objects;
+  std::set<std::string> object_keys;
+  std::set<std::string> object_shards;  // ShardedObject::unique_key()
   std::string where;
+  void add_object(const std::string& key, std::string unique_key) {
+    object_keys.insert(key);
+    object_shards.insert(std::move(unique_key));
+  }
 };
 
+// Keys are reported as Megatron does: tensor and object keys, not shards. A
+// requested shard that is not stored is skipped (where the mode skips) and
+// its key reported unexpected; a stored key no rank requests is missing.
 // Collective for the *_ALL modes (one all-gather of requested keys). Applies
 // `mode`: raises KeyMismatchError, logs, and removes unexpected entries from
 // `sharded` where the mode says to skip them. Returns what was found.

@@ -39,9 +39,14 @@ std::string join_path(const std::vector<std::string>& path) {
 
 class CommonEncoder {
  public:
-  std::string encode(const Value& root) {
+  std::string encode(const Value& root, const std::optional<Value>& content_metadata) {
     const auto node = encode_node(root, nullptr);
-    const auto state = fb::CreateCommonState(fbb_, kFormatVersion, node);
+    flatbuffers::Offset<fb::Node> content;
+    if (content_metadata) {
+      path_ = {"<content_metadata>"};
+      content = encode_node(*content_metadata, nullptr);
+    }
+    const auto state = fb::CreateCommonState(fbb_, kFormatVersion, node, content);
     fbb_.Finish(state, kCommonIdentifier);
     return std::string(reinterpret_cast<const char*>(fbb_.GetBufferPointer()), fbb_.GetSize());
   }
@@ -159,6 +164,20 @@ class CommonDecoder {
   CommonDecoder(size_t buffer_size, const std::string& origin) : origin_(origin), budget_(buffer_size, origin) {}
 
   Value decode(const fb::CommonState& state) {
+    check_version(state);
+    if (state.root() == nullptr) fail("the root node is missing");
+    return decode_node(*state.root());
+  }
+
+  std::optional<Value> decode_content_metadata(const fb::CommonState& state) {
+    check_version(state);
+    if (state.content_metadata() == nullptr) return std::nullopt;
+    path_ = {"<content_metadata>"};
+    return decode_node(*state.content_metadata());
+  }
+
+ private:
+  void check_version(const fb::CommonState& state) const {
     if (state.format_version() > kFormatVersion) {
       throw CheckpointError(
           fmt::format("{}: written by a newer distckpt (version {}); this build reads version "
@@ -168,11 +187,8 @@ class CommonDecoder {
     if (state.format_version() < kOldestFormatVersion) {
       fail(fmt::format("format_version {} is not a valid version", state.format_version()));
     }
-    if (state.root() == nullptr) fail("the root node is missing");
-    return decode_node(*state.root());
   }
 
- private:
   [[noreturn]] void fail(const std::string& what) const {
     throw CorruptionError(
         fmt::format("{}: common state at '{}': {}; the file is corrupted", origin_, join_path(path_), what));
@@ -268,9 +284,15 @@ class CommonDecoder {
 
 }  // namespace
 
-std::string encode_common_state(const Value& common) { return CommonEncoder().encode(common); }
+std::string encode_common_state(const Value& common, const std::optional<Value>& content_metadata) {
+  return CommonEncoder().encode(common, content_metadata);
+}
 
-Value decode_common_state(std::string_view bytes, const std::string& origin) {
+namespace {
+
+// Verifies the buffer and hands its root to `decode`.
+template <typename Decode>
+auto decode_verified(std::string_view bytes, const std::string& origin, const Decode& decode) {
   const auto invalid = [&] {
     return CorruptionError(
         fmt::format("{}: not a valid distckpt common state buffer (failed FlatBuffers verification)", origin));
@@ -280,7 +302,21 @@ Value decode_common_state(std::string_view bytes, const std::string& origin) {
   flatbuffers::Verifier verifier(aligned.data(), aligned.size(),
                                  fb_support::verifier_options(aligned.size(), kMaxVerifierDepth));
   if (!verifier.VerifyBuffer<fb::CommonState>(kCommonIdentifier)) throw invalid();
-  return CommonDecoder(aligned.size(), origin).decode(*flatbuffers::GetRoot<fb::CommonState>(aligned.data()));
+  CommonDecoder decoder(aligned.size(), origin);
+  return decode(decoder, *flatbuffers::GetRoot<fb::CommonState>(aligned.data()));
+}
+
+}  // namespace
+
+Value decode_common_state(std::string_view bytes, const std::string& origin) {
+  return decode_verified(bytes, origin,
+                         [](CommonDecoder& decoder, const fb::CommonState& state) { return decoder.decode(state); });
+}
+
+std::optional<Value> decode_content_metadata(std::string_view bytes, const std::string& origin) {
+  return decode_verified(bytes, origin, [](CommonDecoder& decoder, const fb::CommonState& state) {
+    return decoder.decode_content_metadata(state);
+  });
 }
 
 }  // namespace distckpt

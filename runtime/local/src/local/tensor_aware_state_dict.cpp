@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "api/access_integrity.h"
 #include "api/load_result.h"
 #include "api/state_dict_split.h"
 #include "api/strict_keys.h"
@@ -25,14 +26,22 @@ namespace {
 // Fully parallel: which of this rank's tensors it keeps. Every rank's plan is
 // gathered, the global sharding validated, and each replicated shard given to
 // the holder with the fewest bytes so far (the save's balanced writers).
-std::vector<bool> distribute(const plan::LocalPlan& local, Communicator& comm) {
+// With a parallelization group only its members are gathered: they hold part
+// of the sharding, so only dtype and shape agreement can be checked.
+std::vector<bool> distribute(plan::LocalPlan local, Communicator& comm, bool whole_world) {
+  local.rank = comm.rank();
+  // Replica ids are global: a group may hold no main replica of a shard its
+  // members replicate. Within a group every holder is a candidate keeper.
+  if (!whole_world) {
+    for (plan::ShardPlan& s : local.tensors) s.replica_id = ReplicaId(std::vector<int64_t>(s.replica_id.size(), 0));
+  }
   const std::vector<std::string> encoded = comm.all_gather_bytes(plan::encode_local_plan(local));
   std::vector<plan::LocalPlan> plans;
   plans.reserve(encoded.size());
   for (size_t r = 0; r < encoded.size(); ++r) {
     plans.push_back(plan::decode_local_plan(encoded[r], fmt::format("rank {}", r)));
   }
-  plan::validate_global_plan(plans);
+  plan::validate_global_plan(plans, /*check_access=*/whole_world);
   std::vector<bool> kept(local.tensors.size(), false);
   const std::vector<std::vector<uint32_t>> writers = plan::distribute_writers(plans, WriterPolicy::kBalanced);
   for (uint32_t item : writers[static_cast<size_t>(comm.rank())]) {
@@ -49,7 +58,7 @@ uint64_t digest(const std::vector<uint64_t>& hashes) {
 
 // nullopt: every rank's cache holds the distribution of exactly these
 // structures (decided from gathered values, so identically on every rank).
-std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Communicator& comm,
+std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Communicator& comm, bool whole_world,
                                              const std::vector<uint64_t>* cached_hashes,
                                              std::vector<uint64_t>* hashes_out) {
   const std::vector<std::string> gathered = comm.all_gather_bytes(
@@ -65,7 +74,7 @@ std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Commu
   bool reuse = true;
   for (uint64_t c : cached) reuse = reuse && c == now;
   if (reuse) return std::nullopt;
-  return distribute(local, comm);
+  return distribute(local, comm, whole_world);
 }
 
 // to_state_dict, the steps.
@@ -84,7 +93,7 @@ api::StoredKeys stored_keys(const LocalState& state, int rank) {
   api::StoredKeys stored;
   stored.where = fmt::format("the local checkpoint of rank {}", rank);
   for (const LocalTensorEntry& e : state.tensors) stored.tensors.insert(e.meta.key);
-  for (const ShardedObject& o : state.objects) stored.objects.insert(o.unique_key());
+  for (const ShardedObject& o : state.objects) stored.add_object(o.key, o.unique_key());
   return stored;
 }
 
@@ -198,7 +207,9 @@ TensorAwareStateDict::TensorAwareStateDict(LocalState state, std::vector<at::Ten
 
 TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
                                                            TensorAwareAlgo algo,
-                                                           const std::shared_ptr<ShardDistributionCache>& cache) {
+                                                           const std::shared_ptr<ShardDistributionCache>& cache,
+                                                           Communicator* parallelization_group) {
+  Communicator& group = parallelization_group ? *parallelization_group : comm;
   TensorAwareStateDict out;
   plan::LocalPlan local;
   run_agreed(comm, "build the tensor-aware state dict", [&] {
@@ -228,11 +239,12 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
       local.tensors.push_back(plan::plan_of(t));
     }
   });
-  if (algo == TensorAwareAlgo::kFullyParallel && comm.size() > 1) {
+  if (algo == TensorAwareAlgo::kFullyParallel && group.size() > 1) {
     std::vector<bool> kept;
     std::vector<uint64_t> hashes;
     run_agreed(comm, "distribute the replicated shards", [&] {
-      std::optional<std::vector<bool>> fresh = kept_shards(local, comm, cache ? &cache->hashes_ : nullptr, &hashes);
+      std::optional<std::vector<bool>> fresh =
+          kept_shards(local, group, &group == &comm, cache ? &cache->hashes_ : nullptr, &hashes);
       if (!fresh) {
         kept = cache->kept_;
         ++cache->reused_;
@@ -362,12 +374,27 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
     stored = stored_keys(state_, comm.rank());
   });
   api::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict);
+  if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
   ShardRequests requests;
   run_agreed(comm, "match the requested shards",
              [&] { requests = match_requests(state_, tensors_, split, stored.where, comm.tensor_device()); });
-  run_agreed(comm, "exchange the shards kept by other ranks", [&] {
-    local::exchange_kept_shards(requests.kept, requests.needed, comm, options.exchange, options.exchange_batch_bytes);
-  });
+  const TensorAwareAlgo algo = options.algo.value_or(algorithm());
+  if (algo == TensorAwareAlgo::kAtomic) {
+    run_agreed(comm, "match the requested shards", [&] {
+      if (!requests.needed.empty()) {
+        throw ShardingError(
+            fmt::format("to_state_dict with the atomic algorithm: this rank did not keep {} (kept by "
+                        "another rank: load with the fully_parallel algorithm)",
+                        requests.needed.front().description));
+      }
+    });
+  } else {
+    Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
+    run_agreed(comm, "exchange the shards kept by other ranks", [&] {
+      local::exchange_kept_shards(requests.kept, requests.needed, group, options.exchange,
+                                  options.exchange_batch_bytes);
+    });
+  }
   for (size_t i = 0; i < requests.needed.size(); ++i) *requests.needed_leaves[i] = Value(requests.needed[i].dest);
   return api::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
 }

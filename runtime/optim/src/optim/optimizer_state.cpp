@@ -11,6 +11,7 @@
 
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 
 namespace distckpt {
 namespace {
@@ -80,19 +81,26 @@ std::string known_ids(const std::map<int64_t, Value>& id_to_sharded_param) {
 
 }  // namespace
 
+std::map<const c10::TensorImpl*, int64_t> get_optim_param_to_id_map(const std::vector<at::Tensor>& optimizer_params) {
+  std::map<const c10::TensorImpl*, int64_t> by_impl;
+  for (size_t i = 0; i < optimizer_params.size(); ++i) {
+    if (optimizer_params[i].defined())
+      by_impl.emplace(optimizer_params[i].unsafeGetTensorImpl(), static_cast<int64_t>(i));
+  }
+  return by_impl;
+}
+
 std::map<int64_t, Value> param_id_to_sharded_param(const StateDict& model_sharded_state_dict,
                                                    const std::vector<at::Tensor>& optimizer_params) {
   // Index the optimizer's parameters once (O(n log n)) instead of comparing
   // every model entry with every parameter. A parameter listed twice keeps its
   // first id, the one PyTorch's state dict would use.
-  std::map<const c10::TensorImpl*, int64_t> by_impl;
+  const std::map<const c10::TensorImpl*, int64_t> by_impl = get_optim_param_to_id_map(optimizer_params);
   std::map<ViewKey, int64_t> by_view;
   for (size_t i = 0; i < optimizer_params.size(); ++i) {
     const at::Tensor& p = optimizer_params[i];
     if (!p.defined()) continue;
-    const auto id = static_cast<int64_t>(i);
-    by_impl.emplace(p.unsafeGetTensorImpl(), id);
-    if (auto key = view_key(p)) by_view.emplace(std::move(*key), id);
+    if (auto key = view_key(p)) by_view.emplace(std::move(*key), static_cast<int64_t>(i));
   }
 
   std::map<int64_t, Value> result;
@@ -111,6 +119,13 @@ std::map<int64_t, Value> param_id_to_sharded_param(const StateDict& model_sharde
     // Not every model entry is optimized (buffers, frozen weights): skip those.
     // Assignment, not emplace: a later entry of a tied parameter wins, as in Megatron.
     if (id) result[*id] = *leaf;
+  }
+  if (result.empty() && !optimizer_params.empty()) {
+    log_message(LogLevel::kWarning,
+                fmt::format("param_id_to_sharded_param: none of the optimizer's {} parameters is held by the model "
+                            "sharded state dict (matched by identity, not value); the optimizer state cannot be "
+                            "sharded. Build the optimizer over the model's own parameter tensors",
+                            optimizer_params.size()));
   }
   return result;
 }
@@ -175,13 +190,35 @@ void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64
       throw Error(fmt::format("optimizer state of param id {} is a {}, expected a dict of named values", id,
                               kind_name(param_state.kind())));
     }
-    for (auto& [name, value] : param_state.as_dict()) {
+    Dict& named = param_state.as_dict();
+    for (auto it = named.begin(); it != named.end();) {
+      if (exclude_keys.count(it->first) != 0) {
+        it = named.erase(it);
+        continue;
+      }
       // Scalars such as "step" have no sharding: they stay common state.
-      if (value.kind() != Kind::kTensor || exclude_keys.count(name) != 0) continue;
-      value = make_sharded_optimizer_tensor(model->second, value.as_tensor(), "optimizer.state." + name);
+      if (it->second.kind() == Kind::kTensor) {
+        it->second =
+            make_sharded_optimizer_tensor(model->second, it->second.as_tensor(), "optimizer.state." + it->first);
+      }
+      ++it;
+    }
+  }
+  std::optional<Value> groups;
+  if (optim_state_dict.contains("param_groups")) {
+    groups = optim_state_dict.at("param_groups");
+    if (!groups->is_list()) {
+      throw Error(fmt::format("optim_state_to_sharding_state: \"param_groups\" is a {}, expected a list of dicts",
+                              kind_name(groups->kind())));
+    }
+    for (Value& group : groups->as_list()) {
+      if (group.is_dict() && group.contains("params")) {
+        group.at("params") = Value(LocalNonPersistentObject(group.at("params")));
+      }
     }
   }
   optim_state_dict.at("state") = Value(std::move(converted));
+  if (groups) optim_state_dict.at("param_groups") = std::move(*groups);
 }
 
 }  // namespace distckpt

@@ -177,9 +177,10 @@ void load_into(Optimizer& opt, const StateDict& sd) {
   for (const auto& [id_text, entry] : state.as_dict()) {
     const int64_t id = parse_id(id_text);
     const auto found = params_by_id.find(id);
-    if (found == params_by_id.end()) {
-      throw Error(fmt::format("optimizer state dict: \"state\" has param id {} but no param group lists it", id));
-    }
+    // State of an id no group lists belongs to no parameter here; PyTorch
+    // keeps it unused. It happens after a load under pipeline parallelism:
+    // the common per-parameter values (step) of stage 0 reach every stage.
+    if (found == params_by_id.end()) continue;
     const at::Tensor& param = *found->second.first;
     const bool amsgrad = found->second.second;
     auto s = std::make_unique<ParamState>();

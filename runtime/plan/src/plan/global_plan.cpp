@@ -225,8 +225,8 @@ std::vector<std::vector<uint32_t>> distribute_writers(const std::vector<LocalPla
   return assignments_of(plans, g, choose_writers(plans, g, policy));
 }
 
-GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, WriterPolicy policy) {
-  validate_global_plan(plans);
+GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, WriterPolicy policy, bool check_access) {
+  validate_global_plan(plans, check_access);
   const Grouping g = group_items(plans);
   const std::vector<int64_t> writer = choose_writers(plans, g, policy);
 

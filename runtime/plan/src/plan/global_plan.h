@@ -49,7 +49,8 @@ std::vector<std::vector<uint32_t>> distribute_writers(const std::vector<LocalPla
 
 // validate_global_plan + distribute_writers + the skeleton. Throws
 // ShardingError for an invalid global sharding.
-GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, WriterPolicy policy);
+GlobalSavePlan make_global_save_plan(const std::vector<LocalPlan>& plans, WriterPolicy policy,
+                                     bool check_access = true);
 
 // The same plan recovered from a committed checkpoint's metadata, for reuse
 // after a restart: the writer of each chunk is its file's writer_rank.

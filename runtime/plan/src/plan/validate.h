@@ -9,7 +9,10 @@
 
 namespace distckpt::plan {
 
-// Throws ShardingError with the key, ranks and boxes at fault.
-void validate_global_plan(const std::vector<LocalPlan>& plans);
+// Throws ShardingError with the key, ranks and boxes at fault. Without
+// `check_access`, only dtype and shape agreement is checked (Megatron's
+// validate_access_integrity=False): not the main replicas' cover of each
+// tensor, nor each object's shards.
+void validate_global_plan(const std::vector<LocalPlan>& plans, bool check_access = true);
 
 }  // namespace distckpt::plan

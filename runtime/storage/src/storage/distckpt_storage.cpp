@@ -48,12 +48,25 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
   ranges_ = std::make_unique<FileRanges>(dir_, metadata_, verify_checksums);
 }
 
+std::string DistckptStorage::common_bytes(std::string& path) const {
+  path = io::safe_join(dir_, metadata_.common_file);
+  std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
+  if (config_.common) check_recorded_file(*config_.common, bytes, path);
+  return bytes;
+}
+
 Value DistckptStorage::read_common_state() const {
   if (metadata_.common_file.empty()) return Value::dict();
-  const std::string path = io::safe_join(dir_, metadata_.common_file);
-  const std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
-  if (config_.common) check_recorded_file(*config_.common, bytes, path);
+  std::string path;
+  const std::string bytes = common_bytes(path);
   return decode_common_state(bytes, path);
+}
+
+std::optional<Value> DistckptStorage::read_content_metadata() const {
+  if (metadata_.common_file.empty()) return std::nullopt;
+  std::string path;
+  const std::string bytes = common_bytes(path);
+  return decode_content_metadata(bytes, path);
 }
 
 void DistckptStorage::verify(VerifyReport& report, const VerifyProgress& progress) {

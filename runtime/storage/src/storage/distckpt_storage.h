@@ -29,9 +29,13 @@ class DistckptStorage final : public FileBackedStorage {
   const std::string& location() const override { return dir_; }
   const StorageIndex& index() const override { return metadata_; }
   Value read_common_state() const override;
+  std::optional<Value> read_content_metadata() const override;
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
 
  private:
+  // common.fb's bytes, checked against the commit marker; empty without one.
+  std::string common_bytes(std::string& path) const;
+
   std::string dir_;
   CheckpointConfig config_;
   CheckpointMetadata metadata_;

@@ -52,6 +52,7 @@ class MappedStorage final : public StorageReader {
     throw Error(fmt::format("object '{}' is not in the mapped index of '{}'", object.key, location()));
   }
   Value read_common_state() const override { return external_->read_common_state(); }
+  std::optional<Value> read_content_metadata() const override { return external_->read_content_metadata(); }
   void verify(VerifyReport& report, const VerifyProgress& progress) override { external_->verify(report, progress); }
   uint64_t bytes_read() const override { return external_->bytes_read(); }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Com
 
 // The common (non-sharded) state saved by rank 0. No communication.
 StateDict load_common_state_dict(const std::string& dir);
+
+// The dict saved as SaveOptions::content_metadata; nullopt when the save
+// gave none (or DIR is another format). Reads only the small common file.
+std::optional<StateDict> load_content_metadata(const std::string& dir);
 
 // Every stored tensor as a metadata-only ShardedTensor covering the whole
 // global shape (key, dtype, global shape), keyed by tensor key. No data read.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/core/state_dict.h"
 #include "distckpt/format/name_mapping.h"
 #include "distckpt/plan/writer_policy.h"
 #include "distckpt/storage/storage_reader.h"
@@ -36,6 +37,8 @@ WriterPolicy parse_writer_policy(const std::string& name);  // "balanced", "lowe
 const char* writer_policy_name(WriterPolicy policy);
 
 class SavePlanCache;  // distckpt/api/plan_cache.h
+
+enum class CommonStateCheck { kWarn, kError };
 
 struct SaveOptions {
   // What to write: distckpt's own format (kAuto means the same), or Hugging
@@ -68,6 +71,21 @@ struct SaveOptions {
   // The schema's name mappings under this config (metadata; `distckpt
   // convert --map` exports under them).
   std::vector<NameMapping> name_mappings{};
+  // A small dict describing the content (Megatron's content_metadata, e.g.
+  // the distributed optimizer's sharding type), stored with the common state
+  // and read back alone by load_content_metadata. Plain values only (dicts,
+  // lists, None/bool/int/float/string); taken from the coordinator (rank 0).
+  // distckpt format only.
+  std::optional<StateDict> content_metadata{};
+  // What to do when the common (non-sharded) state differs between ranks:
+  // rank 0's is saved either way. kWarn logs on every differing rank the key
+  // paths that differ; kError refuses the save, naming them.
+  CommonStateCheck common_state_check = CommonStateCheck::kWarn;
+  // Megatron's validate_access_integrity: the main replicas must cover every
+  // tensor exactly once and every object shard must be saved once. Off skips
+  // that check (dtype and shape agreement stay): planning at huge scale gets
+  // cheaper, and a wrong sharding then makes a checkpoint a load refuses.
+  bool validate_access_integrity = true;
 };
 
 // How a stored piece that several ranks need reaches them.
@@ -107,6 +125,12 @@ struct LoadOptions {
   // Bytes of stored data in flight per reading rank (slab of a piece being
   // read and exchanged; one all-gather round's contribution).
   uint64_t exchange_batch_bytes = uint64_t{32} << 20;
+  // Megatron's validate_access_integrity on load (one gather of every rank's
+  // request): the requested main replicas must tile each requested tensor
+  // exactly once, as a save's would; ShardingError naming the tensor, ranks
+  // and boxes otherwise. Off by default (Megatron's is on): a load may ask
+  // for any part on any rank, overlapping or not.
+  bool validate_access_integrity = false;
 };
 
 // The I/O threads a rank uses for `requested` (SaveOptions/LoadOptions::io_threads):

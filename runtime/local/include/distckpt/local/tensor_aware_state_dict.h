@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,22 +54,40 @@ class ShardDistributionCache {
 };
 
 struct ToStateDictOptions {
+  // How the shards reach this rank: kFullyParallel receives those another
+  // rank kept (over `parallelization_group`); kAtomic uses only what this rank
+  // kept (a ShardingError names a shard it did not keep). Unset: the
+  // algorithm the dict was made with (TensorAwareStateDict::algorithm()).
+  std::optional<TensorAwareAlgo> algo{};
+  // The group the shards were distributed over in from_state_dict (e.g. the
+  // data-parallel group): kept shards are looked up and exchanged in it.
+  // Null: the communicator passed to to_state_dict.
+  Communicator* parallelization_group = nullptr;
   // How shards kept by another rank (fully parallel) arrive: kBroadcast sends
   // each point to point, kAllGather batches them into all-gather rounds.
   LoadExchange exchange = LoadExchange::kBroadcast;
   uint64_t exchange_batch_bytes = uint64_t{32} << 20;  // kAllGather: bytes per round
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  // As LoadOptions::validate_access_integrity: all ranks' requested main
+  // replicas must tile each tensor exactly once (one gather).
+  bool validate_access_integrity = false;
 };
 
 class TensorAwareStateDict {
  public:
   // Factories applied, non-persistent entries dropped (they come back from
-  // the request in to_state_dict). Collective for kFullyParallel (validates
-  // the global sharding and distributes replicated shards); local otherwise.
-  // The tensors are referenced, not copied: copy_tensors_to_cpu() stages them.
+  // the request in to_state_dict). kFullyParallel (the default, as in
+  // Megatron) is collective: it validates the global sharding and gives each
+  // replicated shard to one of its holders, within `parallelization_group`
+  // when given (e.g. the data-parallel group: each group keeps one copy of
+  // what its members replicate; the global sharding is then not validated,
+  // only each group's members gathered). kAtomic is local: every rank keeps
+  // all of its shards. The tensors are referenced, not copied:
+  // copy_tensors_to_cpu() stages them.
   static TensorAwareStateDict from_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
-                                              TensorAwareAlgo algo = TensorAwareAlgo::kAtomic,
-                                              const std::shared_ptr<ShardDistributionCache>& cache = nullptr);
+                                              TensorAwareAlgo algo = TensorAwareAlgo::kFullyParallel,
+                                              const std::shared_ptr<ShardDistributionCache>& cache = nullptr,
+                                              Communicator* parallelization_group = nullptr);
   // From a decoded local checkpoint (hollow or not: see LocalState).
   explicit TensorAwareStateDict(LocalState state, std::vector<at::Tensor> tensors = {});
 

@@ -23,7 +23,16 @@
 
 #include "distckpt/core/state_dict.h"
 
+namespace c10 {
+struct TensorImpl;
+}
+
 namespace distckpt {
+
+// Megatron's get_optim_param_to_id_map: each parameter (by TensorImpl) to its
+// id, the position over all param groups in order; a parameter listed twice
+// keeps its first id.
+std::map<const c10::TensorImpl*, int64_t> get_optim_param_to_id_map(const std::vector<at::Tensor>& optimizer_params);
 
 // Maps optimizer param ids (positions in `optimizer_params`, the parameters of
 // all param groups in order) to the model's ShardedTensor or
@@ -32,7 +41,9 @@ namespace distckpt {
 // pointer, sizes, strides and dtype). Parameters with no sharded entry in the
 // model are absent from the map, like in Megatron; when several model entries
 // hold the same parameter (tied weights), the last one in key order wins, also
-// like Megatron. O(n log n) in the number of parameters and entries.
+// like Megatron. O(n log n) in the number of parameters and entries. Logs a
+// warning when no parameter matches (the optimizer was built over other
+// tensors than the model state dict holds, e.g. copies).
 std::map<int64_t, Value> param_id_to_sharded_param(const StateDict& model_sharded_state_dict,
                                                    const std::vector<at::Tensor>& optimizer_params);
 
@@ -47,10 +58,15 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
                                     const std::string& prefix);
 
 // Turns a PyTorch-format optimizer state dict into a sharded state dict, in
-// place: every tensor in state["<id>"] whose name is not in `exclude_keys`
-// becomes make_sharded_optimizer_tensor(model entry of <id>, tensor,
-// "optimizer.state." + name). Non-tensors (e.g. "step") and excluded names
-// stay plain values, i.e. common state; "param_groups" is left untouched.
+// place, as Megatron does: every tensor in state["<id>"] becomes
+// make_sharded_optimizer_tensor(model entry of <id>, tensor,
+// "optimizer.state." + name); names in `exclude_keys` are dropped; non-tensors
+// (e.g. "step") stay plain values, i.e. common state (rank 0's is saved; under
+// pipeline parallelism every stage loads stage 0's by id, which is right for
+// optimizers that step all parameters together, like Adam). Each
+// param_groups[i]["params"] becomes a LocalNonPersistentObject: ids are
+// per-rank (pipeline stages hold different parameters), so a load puts back
+// the requesting rank's own lists while the hyper-parameters are common.
 // Throws Error naming the id when a param id in "state" has no entry in
 // `id_to_sharded_param`; the state dict is unchanged when anything throws.
 void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64_t, Value>& id_to_sharded_param,

@@ -28,7 +28,8 @@ StateDict optimizer_state_dict(const torch::optim::AdamW& opt);
 // Restores every parameter's state (a tensor with the parameter's dtype, device
 // and strides is adopted as PyTorch does, others are copied into that layout; step) and the group hyper-parameters
 // (lr, betas, eps, weight_decay). Parameters are matched by position, like
-// PyTorch's load_state_dict; state the dict has no entry for is dropped.
+// PyTorch's load_state_dict; state the dict has no entry for is dropped, and
+// state of an id no group lists is ignored.
 // Throws Error, leaving the optimizer untouched, when the number of groups or
 // of parameters differs, a tensor's shape differs from its parameter's (naming
 // the id and both shapes), or amsgrad differs between a group and the dict.

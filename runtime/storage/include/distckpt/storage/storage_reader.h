@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ class StorageReader {
   // Values saved outside tensors: distckpt's common state; for safetensors
   // the file's "__metadata__" strings. An empty dict when there are none.
   virtual Value read_common_state() const = 0;
+  // The small dict saved with SaveOptions::content_metadata; nullopt when
+  // none was (or the format has no place for one).
+  virtual std::optional<Value> read_content_metadata() const { return std::nullopt; }
   // Re-reads every stored byte and checks it against what the format
   // records, adding one line to `report.problems` per damaged range.
   virtual void verify(VerifyReport& report, const VerifyProgress& progress) = 0;

@@ -1,0 +1,119 @@
+#include "api/common_check.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "comm/agreement.h"
+#include "distckpt/core/dict_utils.h"
+#include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
+#include "io/checksum.h"
+
+namespace distckpt::api {
+namespace {
+
+uint64_t hash_leaf(const Value& leaf) {
+  io::StreamingHash h;
+  const auto kind = static_cast<uint8_t>(leaf.kind());
+  h.update(&kind, 1);
+  switch (leaf.kind()) {
+    case Kind::kBool: {
+      const uint8_t v = leaf.as_bool();
+      h.update(&v, 1);
+      break;
+    }
+    case Kind::kInt: {
+      const int64_t v = leaf.as_int();
+      h.update(&v, sizeof v);
+      break;
+    }
+    case Kind::kFloat: {
+      const double v = leaf.as_float();
+      h.update(&v, sizeof v);
+      break;
+    }
+    case Kind::kString:
+      h.update(leaf.as_string().data(), leaf.as_string().size());
+      break;
+    case Kind::kTensor: {
+      const at::Tensor t = leaf.as_tensor().detach().to(at::kCPU).contiguous();
+      const auto dtype = static_cast<int8_t>(t.scalar_type());
+      h.update(&dtype, 1);
+      h.update(t.sizes().data(), t.sizes().size() * sizeof(int64_t));
+      h.update(t.data_ptr(), t.nbytes());
+      break;
+    }
+    default:
+      break;  // None; sharded entries never reach the common state
+  }
+  return h.digest();
+}
+
+std::string list_paths(const std::vector<std::string>& paths) {
+  constexpr size_t kShown = 20;
+  std::string out;
+  for (size_t i = 0; i < paths.size() && i < kShown; ++i) out += (i ? ", '" : "'") + paths[i] + "'";
+  if (paths.size() > kShown) out += fmt::format(", ... and {} more", paths.size() - kShown);
+  return out;
+}
+
+}  // namespace
+
+uint64_t CommonLeafHashes::digest() const {
+  io::StreamingHash h;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    h.update(paths[i].data(), paths[i].size() + 1);  // with the terminator: "a" + "bc" != "ab" + "c"
+    h.update(&hashes[i], sizeof hashes[i]);
+  }
+  return h.digest();
+}
+
+CommonLeafHashes hash_common_leaves(const Value& common) {
+  CommonLeafHashes out;
+  for (const auto& [path, leaf] : nested_items(common)) {
+    out.paths.push_back(to_string(path));
+    out.hashes.push_back(hash_leaf(*leaf));
+  }
+  return out;
+}
+
+std::vector<std::string> differing_paths(const CommonLeafHashes& mine, const CommonLeafHashes& coordinator) {
+  // Both lists are in path order (nested_items walks sorted dicts): one merge-walk.
+  std::vector<std::string> out;
+  size_t i = 0;
+  size_t j = 0;
+  while (i < mine.paths.size() || j < coordinator.paths.size()) {
+    if (j == coordinator.paths.size() || (i < mine.paths.size() && mine.paths[i] < coordinator.paths[j])) {
+      out.push_back(mine.paths[i++]);
+    } else if (i == mine.paths.size() || coordinator.paths[j] < mine.paths[i]) {
+      out.push_back(coordinator.paths[j++]);
+    } else {
+      if (mine.hashes[i] != coordinator.hashes[j]) out.push_back(mine.paths[i]);
+      ++i;
+      ++j;
+    }
+  }
+  return out;
+}
+
+void check_common_state(const CommonLeafHashes& mine, const std::vector<uint64_t>& digests, CommonStateCheck mode,
+                        Communicator& comm) {
+  const std::string coordinator_bytes =
+      comm.broadcast_bytes(comm.is_coordinator() ? encode_common_leaf_hashes(mine) : std::string(), 0);
+  run_agreed(comm, "compare the common state with rank 0's", [&] {
+    if (digests[static_cast<size_t>(comm.rank())] == digests[0]) return;
+    const std::vector<std::string> paths =
+        differing_paths(mine, decode_common_leaf_hashes(coordinator_bytes, "rank 0"));
+    const std::string message =
+        fmt::format("the common (non-sharded) state of rank {} differs from rank 0's at {}; only rank 0's is saved",
+                    comm.rank(), list_paths(paths));
+    if (mode == CommonStateCheck::kError) {
+      throw CheckpointError(message +
+                            " (SaveOptions::common_state_check is kError): make the values agree, or "
+                            "shard them (ShardedObject) if each rank's matters");
+    }
+    log_message(LogLevel::kWarning, message);
+  });
+}
+
+}  // namespace distckpt::api

@@ -1,0 +1,28 @@
+// Common (non-sharded) state that differs between ranks: only rank 0's is
+// saved, so the others learn which key paths of theirs are lost.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/messages.h"
+#include "distckpt/api/options.h"
+#include "distckpt/comm/communicator.h"
+#include "distckpt/core/state_dict.h"
+
+namespace distckpt::api {
+
+CommonLeafHashes hash_common_leaves(const Value& common);
+
+// Paths where `mine` differs from `coordinator`'s (a value, or present on one side only).
+std::vector<std::string> differing_paths(const CommonLeafHashes& mine, const CommonLeafHashes& coordinator);
+
+// Collective, called by every rank once `digests` (every rank's
+// CommonLeafHashes::digest) are known to differ: rank 0 broadcasts its leaf
+// hashes, every differing rank warns or (kError) fails naming its paths; the
+// outcome is agreed.
+void check_common_state(const CommonLeafHashes& mine, const std::vector<uint64_t>& digests, CommonStateCheck mode,
+                        Communicator& comm);
+
+}  // namespace distckpt::api
