@@ -203,5 +203,54 @@ TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 1); });
 }
 
+// Explicit groups of unequal sizes, as in nvidia-resiliency-ext's tests:
+// ranks 6, 3 and 4 are lost and come back from their groups' survivors; a
+// rank whose whole group is gone is a clear error naming the group.
+TEST(LocalCheckpoint, ExplicitReplicationGroupsOfUnequalSizes) {
+  TempDir tmp("local-groups");
+  LocalCheckpointOptions options;
+  options.replication_groups = {{2, 6, 7}, {3, 1}, {5}, {0, 4}};
+  run_ranks(8, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 6); });
+  // Each rank's file is on every member of its group, and nowhere else.
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 6, 6, 2)));
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 7, 6, 2)));
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 1, 6, 3)));
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 0, 6, 4)));
+  EXPECT_FALSE(io::exists(file_of(tmp.path(), 3, 6, 2)));
+  EXPECT_FALSE(io::exists(file_of(tmp.path(), 0, 6, 5)));
+  for (const int lost : {6, 3, 4}) io::remove_tree(tmp.path() + "/rank_" + std::to_string(lost));
+  run_ranks(8, [&](Communicator& comm) {
+    EXPECT_EQ(load_and_check(tmp.path(), comm, options, 6).recovered_ranks, (std::vector<int>{3, 4, 6}));
+  });
+  EXPECT_TRUE(io::exists(file_of(tmp.path(), 6, 6, 6)));  // restored from rank 2 or 7
+
+  // Rank 5 replicates only to itself: losing it loses its checkpoint.
+  io::remove_tree(tmp.path() + "/rank_5");
+  run_ranks(8, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    EXPECT_EQ(manager.find_latest(), std::nullopt);
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { manager.load(6); }, "no intact copy of the local checkpoint of rank(s) 5 at iteration 6 under '" +
+                                      tmp.path() +
+                                      "' (rank 5 replicates within [5]; rank 5's own copy: open for reading"));
+  });
+
+  // Groups that do not partition the ranks are refused, saying how.
+  run_ranks(2, [&](Communicator& comm) {
+    LocalCheckpointOptions bad;
+    bad.replication_groups = {{0, 1}, {1}};
+    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                   "rank 1 is in group [0, 1] and in group [1]"));
+    bad.replication_groups = {{0}};
+    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "rank 1 is in no group"));
+    bad.replication_groups = {{0, 2}, {1}};
+    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                   "group [0, 2] names rank 2, outside a world of 2 ranks"));
+    bad.replication_groups = {{0}, {1}};
+    bad.replication = CliqueReplication{1, 2};
+    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "not both"));
+  });
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -36,6 +37,53 @@ const std::regex& file_pattern() {
 
 std::string list_ranks(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
 
+// Who holds each rank's files, from the clique strategy or explicit groups.
+std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& options, int world_size) {
+  std::vector<std::vector<int>> peers(static_cast<size_t>(world_size));
+  if (options.replication && !options.replication_groups.empty()) {
+    throw Error("LocalCheckpointOptions: set either replication (cliques) or replication_groups, not both");
+  }
+  if (options.replication) {
+    for (int r = 0; r < world_size; ++r) peers[static_cast<size_t>(r)] = options.replication->clique_of(r, world_size);
+    return peers;
+  }
+  if (options.replication_groups.empty()) {
+    for (int r = 0; r < world_size; ++r) peers[static_cast<size_t>(r)] = {r};
+    return peers;
+  }
+  std::vector<int> group_of(static_cast<size_t>(world_size), -1);
+  for (size_t g = 0; g < options.replication_groups.size(); ++g) {
+    std::vector<int> members = options.replication_groups[g];
+    std::sort(members.begin(), members.end());
+    for (int r : members) {
+      if (r < 0 || r >= world_size) {
+        throw Error(
+            fmt::format("LocalCheckpointOptions::replication_groups: group [{}] names rank {}, outside a "
+                        "world of {} ranks",
+                        list_ranks(options.replication_groups[g]), r, world_size));
+      }
+      if (group_of[static_cast<size_t>(r)] >= 0) {
+        throw Error(
+            fmt::format("LocalCheckpointOptions::replication_groups: rank {} is in group [{}] and in group "
+                        "[{}]; each rank belongs to one group",
+                        r, list_ranks(options.replication_groups[static_cast<size_t>(group_of[r])]),
+                        list_ranks(options.replication_groups[g])));
+      }
+      group_of[static_cast<size_t>(r)] = static_cast<int>(g);
+      peers[static_cast<size_t>(r)] = members;
+    }
+  }
+  for (int r = 0; r < world_size; ++r) {
+    if (group_of[static_cast<size_t>(r)] < 0) {
+      throw Error(
+          fmt::format("LocalCheckpointOptions::replication_groups: rank {} is in no group; list every rank "
+                      "(a group of one keeps no replica)",
+                      r));
+    }
+  }
+  return peers;
+}
+
 // The background half of an asynchronous local save.
 struct BackgroundWrite {
   std::thread thread;
@@ -54,8 +102,7 @@ LocalCheckpointManager::LocalCheckpointManager(std::string root, Communicator& c
     : root_(std::move(root)), comm_(comm), options_(std::move(options)) {
   if (root_.empty()) throw Error("LocalCheckpointManager: the root directory is empty");
   if (options_.transfer_slab_bytes == 0) throw Error("LocalCheckpointOptions::transfer_slab_bytes must be positive");
-  clique_ = options_.replication ? options_.replication->clique_of(comm_.rank(), comm_.size())
-                                 : std::vector<int>{comm_.rank()};
+  peers_ = replication_peers(options_, comm_.size());
 }
 
 LocalCheckpointManager::~LocalCheckpointManager() = default;
@@ -180,14 +227,13 @@ void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr w
 }
 
 void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::string>& created) {
-  if (!options_.replication || options_.replication->factor < 2) return;
   const int me = comm_.rank();
   std::exception_ptr error;
   int tag = 0;
   // Global order: owner ascending, then its peers ascending; each rank takes
   // part in its own transfers only, in that order.
   for (int owner = 0; owner < comm_.size(); ++owner) {
-    for (int holder : options_.replication->clique_of(owner, comm_.size())) {
+    for (int holder : peers_[static_cast<size_t>(owner)]) {
       if (holder == owner) continue;
       ++tag;
       if (me == owner) {
@@ -312,10 +358,16 @@ void LocalCheckpointManager::recover(int64_t it, std::vector<int> failed, const 
       if (round >= holders[static_cast<size_t>(owner)].size()) exhausted.push_back(owner);
     }
     if (!exhausted.empty()) {
+      std::vector<std::string> groups;
+      for (int owner : exhausted) {
+        groups.push_back(
+            fmt::format("rank {} replicates within [{}]", owner, list_ranks(peers_[static_cast<size_t>(owner)])));
+      }
       throw CheckpointError(fmt::format(
-          "no intact copy of the local checkpoint of rank(s) {} at iteration {} under '{}' ({}); fall back to the "
-          "global checkpoint",
-          list_ranks(exhausted), it, root_, fmt::join(recovery_.notes, "; ")));
+          "no intact copy of the local checkpoint of rank(s) {} at iteration {} under '{}' ({}{}{}); fall back to "
+          "the global checkpoint",
+          list_ranks(exhausted), it, root_, fmt::join(groups, ", "), recovery_.notes.empty() ? "" : "; ",
+          fmt::join(recovery_.notes, "; ")));
     }
     std::string problem;
     for (int owner : failed) {

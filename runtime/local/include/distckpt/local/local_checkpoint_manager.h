@@ -44,6 +44,11 @@ struct CliqueReplication {
 
 struct LocalCheckpointOptions {
   std::optional<CliqueReplication> replication;  // none: each rank keeps only its own
+  // Or explicit groups of any sizes (nvidia-resiliency-ext's tests use
+  // {{2, 6, 7}, {3, 1}, {5}, {0, 4}} on 8 ranks): every rank's checkpoint is
+  // replicated on each member of its group, so a rank can be recovered while
+  // one member survives. The groups must cover every rank exactly once.
+  std::vector<std::vector<int>> replication_groups;
   // Bytes in flight when a file travels to a peer (save replicas, recovery).
   uint64_t transfer_slab_bytes = uint64_t{32} << 20;
 };
@@ -105,7 +110,8 @@ class LocalCheckpointManager {
   std::string root_;
   Communicator& comm_;
   LocalCheckpointOptions options_;
-  std::vector<int> clique_;  // ranks whose files this rank holds, itself included
+  // peers_[owner]: the ranks holding owner's files (owner included), ascending.
+  std::vector<std::vector<int>> peers_;
   int64_t last_complete_ = -1;
   LocalRecovery recovery_;
 };
