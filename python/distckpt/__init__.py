@@ -8,8 +8,9 @@
 """
 from ._errors import CheckpointError, CorruptionError
 from ._reader import FileSystemReader
-from ._tools import inspect, load_plain_tensors, verify
+from ._tools import inspect, load_content_metadata, load_plain_tensors, verify
 from ._writer import FileSystemWriter, __version__
 
-__all__ = ["FileSystemReader", "FileSystemWriter", "inspect", "verify", "load_plain_tensors", "CheckpointError",
+__all__ = ["FileSystemReader", "FileSystemWriter", "inspect", "verify", "load_plain_tensors", "load_content_metadata",
+           "CheckpointError",
            "CorruptionError", "__version__"]

@@ -3,6 +3,7 @@ None, bool, int (int64), float, str, CPU tensors, dicts with string keys and
 lists (tuples are stored as lists). See the "common state" section of
 schema/checkpoint.fbs; format/common_state.cpp is the C++ side."""
 import struct
+from typing import Optional
 
 import flatbuffers
 import numpy as np
@@ -40,12 +41,16 @@ def representable(value, depth=0) -> bool:
     return False
 
 
-def encode(root: dict) -> bytes:
+def encode(root: dict, content_metadata: Optional[dict] = None) -> bytes:
+    """ROOT (and the save's CONTENT_METADATA dict, when given) as common.fb."""
     b = flatbuffers.Builder(1 << 12)
     node = _encode(b, root, None, [])
+    content = None if content_metadata is None else _encode(b, content_metadata, None, ["<content_metadata>"])
     _State.Start(b)
     _State.AddFormatVersion(b, FORMAT_VERSION)
     _State.AddRoot(b, node)
+    if content is not None:
+        _State.AddContentMetadata(b, content)
     b.Finish(_State.End(b), file_identifier=_IDENTIFIER)
     return bytes(b.Output())
 
@@ -102,8 +107,10 @@ def _encode(b, value, key, path):
     return _Node.End(b)
 
 
-def decode(buf: bytes, origin: str):
-    """The tree in BUF; a damaged buffer is a CorruptionError naming ORIGIN."""
+def decode(buf: bytes, origin: str, content_metadata: bool = False):
+    """The tree in BUF (or, with CONTENT_METADATA, the content metadata dict
+    a save stored, None without one); a damaged buffer is a CorruptionError
+    naming ORIGIN."""
     try:
         # (The generated CommonStateBufferHasIdentifier checks the schema-wide "DCKP".)
         if len(buf) < 8 or buf[4:8] != _IDENTIFIER:
@@ -115,6 +122,9 @@ def decode(buf: bytes, origin: str):
                                   f"{FORMAT_VERSION}. Upgrade distckpt to load this checkpoint")
         if version < OLDEST_VERSION:
             raise CorruptionError(f"{origin}: format_version {version} is not a valid version")
+        if content_metadata:
+            content = state.ContentMetadata()
+            return None if content is None else _Decoder(buf, origin).node(content, ["<content_metadata>"])
         root = state.Root()
         if root is None:
             raise CorruptionError(f"{origin}: the root node is missing")

@@ -34,21 +34,30 @@ class Checkpoint:
 
     # -- the common state, read on first use --
 
+    def _common_bytes(self):
+        """common.fb's bytes, checked against the marker, and its path."""
+        raw = read_small(self.path, self.metadata.common_file, _MAX_METADATA)
+        origin = os.path.join(self.path, self.metadata.common_file)
+        if self.marker.common:
+            check_recorded(self.marker.common, raw, origin)
+        return raw, origin
+
     def common_state(self) -> dict:
         if self._common is None:
-            m = self.metadata
-            if not m.common_file:
+            if not self.metadata.common_file:
                 self._common = {}
             else:
-                raw = read_small(self.path, m.common_file, _MAX_METADATA)
-                origin = os.path.join(self.path, m.common_file)
-                if self.marker.common:
-                    check_recorded(self.marker.common, raw, origin)
-                value = _common.decode(raw, origin)
+                value = _common.decode(*self._common_bytes())
                 if not isinstance(value, dict):
-                    raise CorruptionError(f"{origin}: the root of the common state is not a dict")
+                    raise CorruptionError(f"{self.path}: the root of the common state is not a dict")
                 self._common = value
         return self._common
+
+    def content_metadata(self):
+        """The dict the save stored as its content metadata; None without one."""
+        if not self.metadata.common_file:
+            return None
+        return _common.decode(*self._common_bytes(), content_metadata=True)
 
     # -- stored bytes --
 

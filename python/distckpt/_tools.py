@@ -30,6 +30,14 @@ def inspect(path) -> dict:
         }
 
 
+def load_content_metadata(path) -> Optional[dict]:
+    """The small dict a save stored with the checkpoint (C++
+    SaveOptions::content_metadata, FileSystemWriter(content_metadata=...));
+    None when it has none. Reads the marker, metadata and common file only."""
+    with Checkpoint(path) as ckpt:
+        return ckpt.content_metadata()
+
+
 @dataclass
 class VerifyReport:
     problems: List[str] = field(default_factory=list)

@@ -14,7 +14,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -63,10 +63,14 @@ class FileSystemWriter(_dcp.StorageWriter):
     distckpt checkpoint. An existing checkpoint is refused unless
     OVERWRITE, and then replaced only once the new one is committed."""
 
-    def __init__(self, path, overwrite: bool = False, block_size: int = DEFAULT_BLOCK_SIZE):
+    def __init__(self, path, overwrite: bool = False, block_size: int = DEFAULT_BLOCK_SIZE,
+                 content_metadata: Optional[dict] = None):
         super().__init__()
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, not {block_size}")
+        if content_metadata is not None and not isinstance(content_metadata, dict):
+            raise ValueError(f"content_metadata must be a dict, not a {type(content_metadata).__name__}")
+        self.content_metadata = content_metadata
         self.path = os.fspath(path)
         self.overwrite = overwrite
         self.block_size = block_size
@@ -145,7 +149,7 @@ class FileSystemWriter(_dcp.StorageWriter):
         files = [FileRecord(rank_file(r), sizes[r], r) for r in range(world)]
         m = Metadata(world_size=world, block_size=self.block_size, tensors=list(tensors.values()), objects=objects,
                      files=files, common_file=COMMON_FILE)
-        common_bytes, metadata_bytes = _common.encode(common), encode_metadata(m)
+        common_bytes, metadata_bytes = _common.encode(common, self.content_metadata), encode_metadata(m)
         write_file_atomic(os.path.join(staging, COMMON_FILE), common_bytes)
         write_file_atomic(os.path.join(staging, METADATA_FILE), metadata_bytes)
         fsync_dir(os.path.join(staging, "data"))

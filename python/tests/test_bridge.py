@@ -115,6 +115,17 @@ class Bridge(unittest.TestCase):
         with self.assertRaisesRegex(distckpt.CheckpointError, "has no tensor 'nope'"):
             distckpt.load_plain_tensors(self.ckpt, keys=["nope"])
 
+    def test_content_metadata_is_saved_and_read_alone(self):
+        content = {"distrib_optim_sharding_type": "fully_sharded_model_space", "format": {"version": 2}}
+        save(state(), self.ckpt, content_metadata=content)
+        self.assertEqual(distckpt.load_content_metadata(self.ckpt), content)
+        self.assertNotIn("distrib_optim_sharding_type", distckpt.inspect(self.ckpt)["common"])
+        other = os.path.join(self.tmp, "plain")
+        save(state(), other)
+        self.assertIsNone(distckpt.load_content_metadata(other))
+        with self.assertRaisesRegex(ValueError, "content_metadata must be a dict, not a list"):
+            distckpt.FileSystemWriter(other, content_metadata=[1])
+
     def test_common_paths_are_dcp_entries(self):
         save(state(), self.ckpt)
         md = distckpt.FileSystemReader(self.ckpt).read_metadata().state_dict_metadata

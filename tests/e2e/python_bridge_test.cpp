@@ -165,5 +165,34 @@ TEST(PythonBridge, DamagedBytesAreClearPythonErrors) {
       << r.output;
 }
 
+// content_metadata written by one side is read by the other.
+TEST(PythonBridge, ContentMetadataCrossesBothWays) {
+  TempDir tmp("py-content");
+  StateDict content;
+  content["sharding_type"] = "dp_zero_gather_scatter";
+  content["flags"]["chained"] = true;
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", at::ones({2}), {});
+    SaveOptions options;
+    options.content_metadata = content;
+    save(sd, tmp.path() + "/cpp", comm, options);
+  });
+  CommandResult r = run_command(
+      fmt::format("{} -c \"import distckpt; print(sorted(distckpt.load_content_metadata('{}').items()))\" 2>&1",
+                  kPython, tmp.path() + "/cpp"));
+  EXPECT_EQ(r.output, "[('flags', {'chained': True}), ('sharding_type', 'dp_zero_gather_scatter')]\n");
+
+  r = run_command(fmt::format(
+      "{} -c \"import torch, distckpt; from distckpt import _dcp; _dcp.save({{'w': torch.ones(2)}}, "
+      "storage_writer=distckpt.FileSystemWriter('{}', content_metadata={{'sharding_type': 'dp_zero_gather_scatter', "
+      "'flags': {{'chained': True}}}}), no_dist=True)\" 2>&1",
+      kPython, tmp.path() + "/py"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::optional<StateDict> read = load_content_metadata(tmp.path() + "/py");
+  ASSERT_TRUE(read.has_value());
+  EXPECT_TRUE(read->equals(content));
+}
+
 }  // namespace
 }  // namespace distckpt

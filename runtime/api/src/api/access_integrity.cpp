@@ -1,6 +1,5 @@
+// One gather of every rank's requested shards, validated as a save's would be.
 #include "api/access_integrity.h"
-
-#include <fmt/format.h>
 
 #include "comm/agreement.h"
 #include "distckpt/core/dict_utils.h"
@@ -18,13 +17,7 @@ void validate_access_integrity(const Value& sharded, Communicator& comm) {
   }
   const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), 0);
   run_agreed(comm, "validate the access integrity of the load request", [&] {
-    if (!comm.is_coordinator()) return;
-    std::vector<plan::LocalPlan> decoded;
-    decoded.reserve(plans.size());
-    for (size_t r = 0; r < plans.size(); ++r) {
-      decoded.push_back(plan::decode_local_plan(plans[r], fmt::format("rank {}", r)));
-    }
-    plan::validate_global_plan(decoded);
+    if (comm.is_coordinator()) plan::validate_global_plan(plan::decode_local_plans(plans));
   });
 }
 

@@ -1,3 +1,4 @@
+// Common state compared across ranks: leaf hashes, the differing paths, the warning or refusal.
 #include "api/common_check.h"
 
 #include <ATen/ATen.h>

@@ -62,11 +62,7 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
   std::vector<std::string> assignments;
   run_agreed(comm, "validate the global sharding", [&] {
     if (!comm.is_coordinator()) return;
-    std::vector<plan::LocalPlan> decoded;
-    decoded.reserve(plans.size());
-    for (size_t r = 0; r < plans.size(); ++r) {
-      decoded.push_back(plan::decode_local_plan(plans[r], fmt::format("rank {}", r)));
-    }
+    const std::vector<plan::LocalPlan> decoded = plan::decode_local_plans(plans);
     auto global = std::make_shared<plan::GlobalSavePlan>(
         plan::make_global_save_plan(decoded, p.options.writers, p.options.validate_access_integrity));
     assignments.reserve(global->assignments.size());

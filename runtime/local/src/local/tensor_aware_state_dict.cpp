@@ -35,12 +35,8 @@ std::vector<bool> distribute(plan::LocalPlan local, Communicator& comm, bool who
   if (!whole_world) {
     for (plan::ShardPlan& s : local.tensors) s.replica_id = ReplicaId(std::vector<int64_t>(s.replica_id.size(), 0));
   }
-  const std::vector<std::string> encoded = comm.all_gather_bytes(plan::encode_local_plan(local));
-  std::vector<plan::LocalPlan> plans;
-  plans.reserve(encoded.size());
-  for (size_t r = 0; r < encoded.size(); ++r) {
-    plans.push_back(plan::decode_local_plan(encoded[r], fmt::format("rank {}", r)));
-  }
+  const std::vector<plan::LocalPlan> plans =
+      plan::decode_local_plans(comm.all_gather_bytes(plan::encode_local_plan(local)));
   plan::validate_global_plan(plans, /*check_access=*/whole_world);
   std::vector<bool> kept(local.tensors.size(), false);
   const std::vector<std::vector<uint32_t>> writers = plan::distribute_writers(plans, WriterPolicy::kBalanced);

@@ -159,4 +159,12 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
   return plan;
 }
 
+std::vector<LocalPlan> decode_local_plans(const std::vector<std::string>& gathered) {
+  std::vector<LocalPlan> plans;
+  plans.reserve(gathered.size());
+  for (size_t r = 0; r < gathered.size(); ++r)
+    plans.push_back(decode_local_plan(gathered[r], fmt::format("rank {}", r)));
+  return plans;
+}
+
 }  // namespace distckpt::plan

@@ -66,5 +66,7 @@ ObjectPlan plan_of(const ShardedObject& object);
 std::string encode_local_plan(const LocalPlan& plan);
 // Verifies the buffer; `origin` names the sender in messages.
 LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin);
+// Every rank's plan from a gather, by rank (each named "rank R" in messages).
+std::vector<LocalPlan> decode_local_plans(const std::vector<std::string>& gathered);
 
 }  // namespace distckpt::plan
