@@ -57,7 +57,11 @@ class Checkpoint:
         """The dict the save stored as its content metadata; None without one."""
         if not self.metadata.common_file:
             return None
-        return _common.decode(*self._common_bytes(), content_metadata=True)
+        raw, origin = self._common_bytes()
+        value = _common.decode(raw, origin, content_metadata=True)
+        if value is not None and not isinstance(value, dict):
+            raise CorruptionError(f"{origin}: the content metadata is a {type(value).__name__}, not a dict")
+        return value
 
     # -- stored bytes --
 

@@ -82,6 +82,22 @@ TEST(CheckpointManager, TrackerFollowsCommitsAndKeepsTheLastN) {
   EXPECT_NE(ls.output.find("50  committed   " + root + "/iter_0000050  (latest)\n"), std::string::npos) << ls.output;
 }
 
+// After a rollback (resumed from 20, saving 25 while 30 exists) the tracker
+// names 25, as Megatron's would, and only older checkpoints are pruned.
+TEST(CheckpointManager, PruningNeverRemovesNewerIterations) {
+  TempDir tmp("manager-rollback");
+  const std::string root = tmp.path() + "/run";
+  run_ranks(2, [&](Communicator& comm) {
+    CheckpointManager manager(root, /*keep_last=*/2);
+    for (int64_t it : {10, 20, 30, 25, 27}) manager.save(state(comm.rank(), it), it, comm);
+    const LoadResult r = manager.load_latest(state(comm.rank(), 0), comm);
+    EXPECT_EQ(r.state_dict.at("iteration").as_int(), 27);
+  });
+  const CheckpointManager manager(root, 2);
+  EXPECT_EQ(manager.latest_iteration(), 27);
+  EXPECT_EQ(iterations(manager), (std::vector<int64_t>{25, 27, 30}));
+}
+
 TEST(CheckpointManager, DamagedTrackerAndUncommittedIterationsAreErrors) {
   TempDir tmp("manager-errors");
   const std::string root = tmp.path() + "/run";
@@ -114,6 +130,7 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
     sd["w"] = ShardedTensor::from_rank_offsets("w", w.chunk(2, 0)[r].contiguous(), {{0, r, 2}});
     sd["layers.0.bias"] = ShardedTensor::from_rank_offsets("layers.0.bias", at::ones({3}), {}, {r});
     sd["step"] = 3;
+    sd["rng"] = ShardedObject{"rng", "state a", {}, {}, {r}};
     save(sd, a, comm);
     // b: saved along the other axis (same values of w), a changed bias, a new tensor.
     StateDict other;
@@ -124,6 +141,7 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
     other["layers.0.bias"] = ShardedTensor::from_rank_offsets("layers.0.bias", bias, {}, {r});
     other["layers.1.bias"] = ShardedTensor::from_rank_offsets("layers.1.bias", at::ones({3}), {}, {r});
     other["step"] = 4;
+    other["rng"] = ShardedObject{"rng", "state b", {}, {}, {r}};
     save(other, b, comm);
   });
   const CheckpointDiff d = diff_checkpoints(a, b);
@@ -134,6 +152,8 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   EXPECT_EQ(d.tensors[1].status, TensorDifference::Status::kOnlyRight);
   EXPECT_EQ(d.tensors[2].status, TensorDifference::Status::kEqual);  // w: same values, another layout
   EXPECT_EQ(d.common_differ, (std::vector<std::string>{"step"}));
+  EXPECT_EQ(d.objects_differ, (std::vector<std::string>{"rng/shard__"}));
+  EXPECT_FALSE(d.content_metadata_differs);
   EXPECT_FALSE(d.equal());
   EXPECT_TRUE(diff_checkpoints(a, a).equal());
 
@@ -143,7 +163,7 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   EXPECT_EQ(diff.output,
             "! layers.0.bias: values 1 of 3 elements differ, first at [2] (1 vs 5), max |difference| 4\n"
             "+ layers.1.bias (only in " +
-                b + ")\n= w\n! common step\ndifferent\n");
+                b + ")\n= w\n! common step\n! object rng/shard__\ndifferent\n");
   EXPECT_EQ(run_command(bin + "diff " + a + " " + a).exit_code, 0);
 
   // extract: both file kinds, read back by the real readers.
@@ -161,6 +181,7 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("holds no tensor 'nope'"), std::string::npos) << missing.output;
 
+  EXPECT_TRUE(throws_with<Error>([&] { remove_sharded_tensors(b, ""); }, "an empty prefix would remove every tensor"));
   const CommandResult rm = run_command(bin + "rm-tensors " + b + " layers.");
   EXPECT_EQ(rm.exit_code, 0) << rm.output;
   EXPECT_EQ(rm.output, b + ": removed 2 tensor(s) starting with 'layers.'\n");

@@ -241,6 +241,9 @@ TEST(LocalCheckpoint, ExplicitReplicationGroupsOfUnequalSizes) {
     bad.replication_groups = {{0, 1}, {1}};
     EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
                                    "rank 1 is in group [0, 1] and in group [1]"));
+    bad.replication_groups = {{0, 1, 0}};
+    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                   "group [0, 1, 0] lists rank 0 twice"));
     bad.replication_groups = {{0}};
     EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "rank 1 is in no group"));
     bad.replication_groups = {{0, 2}, {1}};

@@ -214,5 +214,28 @@ TEST(TensorAware, FullyParallelByDefaultWithinAParallelizationGroup) {
   });
 }
 
+// Groups of unequal sizes ({0, 1} and {2}): every rank reaches the same
+// steps; the rank alone in its group keeps everything it holds.
+TEST(TensorAware, ParallelizationGroupsOfUnequalSizes) {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  const at::Tensor w = at::arange(6, at::kFloat).reshape({2, 3});
+  run_ranks(3, [&](Communicator& comm) {
+    const int rank = comm.rank();
+    const int group_size = rank < 2 ? 2 : 1;
+    const auto group = communicator_from_store(
+        c10::make_intrusive<c10d::PrefixStore>("g" + std::to_string(rank / 2), store), rank % 2, group_size);
+    StateDict sd;
+    sd["w"] = ShardedTensor::from_rank_offsets("w", w.clone(), {}, {rank});
+    const TensorAwareStateDict tasd =
+        TensorAwareStateDict::from_state_dict(sd, comm, TensorAwareAlgo::kFullyParallel, nullptr, group.get());
+    if (rank == 2) EXPECT_TRUE(tasd.state().tensors[0].held);
+    ToStateDictOptions options;
+    options.parallelization_group = group.get();
+    StateDict request;
+    request["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({2, 3}), {}, {rank});
+    EXPECT_TRUE(at::equal(tasd.to_state_dict(request, comm, options).state_dict.at("w").as_tensor(), w));
+  });
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -54,6 +54,8 @@ TEST(FormatCommitTest, MarkerRoundTrip) {
   EXPECT_EQ(loaded->version, 2);
   EXPECT_EQ(loaded->sharded_backend, "distckpt-fb");
   EXPECT_EQ(loaded->common_backend, "distckpt-fb");
+  EXPECT_EQ(loaded->sharded_backend_version, 2);  // the format version versions both backends
+  EXPECT_EQ(loaded->common_backend_version, 2);
   EXPECT_EQ(loaded->world_size, 4);
   EXPECT_EQ(loaded->created_by, created_by);
   ASSERT_TRUE(loaded->metadata && loaded->common);

@@ -72,6 +72,21 @@ TEST(FormatCommonStateTest, RoundTripOfEveryKind) {
   EXPECT_TRUE(decoded.at("nested").at("empty_list").is_list());
 }
 
+TEST(FormatCommonStateTest, ContentMetadataTravelsBesideTheRootAndMustBeADict) {
+  StateDict common;
+  common["iteration"] = 3;
+  StateDict content;
+  content["type"] = "fully_sharded";
+  const std::string both = encode_common_state(common, content);
+  EXPECT_TRUE(decode_common_state(both, "c").equals(common));
+  const std::optional<Value> read = decode_content_metadata(both, "c");
+  ASSERT_TRUE(read.has_value());
+  EXPECT_TRUE(read->equals(content));
+  EXPECT_FALSE(decode_content_metadata(encode_common_state(common), "c").has_value());
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_content_metadata(encode_common_state(common, Value(3)), "c"); },
+                                           "the content metadata is a int, not a dict"));
+}
+
 TEST(FormatCommonStateTest, ConjugateViewsAreStoredResolved) {
   const at::Tensor z = at::complex(at::tensor({1.f, 2.f}), at::tensor({3.f, -4.f}));
   const Value decoded = decode_common_state(encode_common_state(Value(z.conj())), "common.fb");

@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     if (*diff_cmd) return distckpt::cli::diff_checkpoints(dir, second, as_json);
     if (*extract_cmd) return distckpt::cli::extract_tensor(dir, key, second);
     return digest(dir);
-  } catch (const distckpt::Error& e) {
+  } catch (const std::exception& e) {  // distckpt errors, and file system or LibTorch ones on the way
     fmt::print(stderr, "distckpt: {}\n", e.what());
     return 2;
   }

@@ -47,6 +47,9 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
       j["tensors"].push_back({{"key", t.key}, {"status", difference_status_name(t.status)}, {"detail", t.detail}});
     }
     j["common"] = {{"only_left", d.common_only_left}, {"only_right", d.common_only_right}, {"differ", d.common_differ}};
+    j["objects"] = {
+        {"only_left", d.objects_only_left}, {"only_right", d.objects_only_right}, {"differ", d.objects_differ}};
+    j["content_metadata_differs"] = d.content_metadata_differs;
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return d.equal() ? 0 : 1;
   }
@@ -68,6 +71,10 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
   for (const std::string& p : d.common_only_left) fmt::print("- common {} (only in {})\n", p, left);
   for (const std::string& p : d.common_only_right) fmt::print("+ common {} (only in {})\n", p, right);
   for (const std::string& p : d.common_differ) fmt::print("! common {}\n", p);
+  for (const std::string& k : d.objects_only_left) fmt::print("- object {} (only in {})\n", k, left);
+  for (const std::string& k : d.objects_only_right) fmt::print("+ object {} (only in {})\n", k, right);
+  for (const std::string& k : d.objects_differ) fmt::print("! object {}\n", k);
+  if (d.content_metadata_differs) fmt::print("! content metadata\n");
   fmt::print("{}\n", d.equal() ? "equal" : "different");
   return d.equal() ? 0 : 1;
 }

@@ -9,13 +9,17 @@
 namespace distckpt::api {
 
 void validate_access_integrity(const Value& sharded, Communicator& comm) {
-  plan::LocalPlan local;
-  local.rank = comm.rank();
-  for (const Value* leaf : nested_values(sharded)) {
-    if (leaf->kind() == Kind::kShardedTensor) local.tensors.push_back(plan::plan_of(leaf->as_sharded_tensor()));
-    if (leaf->kind() == Kind::kShardedObject) local.objects.push_back(plan::plan_of(leaf->as_sharded_object()));
-  }
-  const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), 0);
+  std::string mine;
+  run_agreed(comm, "describe the load request", [&] {
+    plan::LocalPlan local;
+    local.rank = comm.rank();
+    for (const Value* leaf : nested_values(sharded)) {
+      if (leaf->kind() == Kind::kShardedTensor) local.tensors.push_back(plan::plan_of(leaf->as_sharded_tensor()));
+      if (leaf->kind() == Kind::kShardedObject) local.objects.push_back(plan::plan_of(leaf->as_sharded_object()));
+    }
+    mine = plan::encode_local_plan(local);
+  });
+  const std::vector<std::string> plans = comm.gather_bytes(mine, 0);
   run_agreed(comm, "validate the access integrity of the load request", [&] {
     if (comm.is_coordinator()) plan::validate_global_plan(plan::decode_local_plans(plans));
   });

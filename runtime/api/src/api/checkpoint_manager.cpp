@@ -8,6 +8,7 @@
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 #include "distckpt/format/checkpoint_config.h"
 #include "format/commit.h"
 #include "io/file.h"
@@ -42,7 +43,9 @@ std::string CheckpointManager::path_for(int64_t iteration) const {
 SaveReport CheckpointManager::save(const StateDict& sharded_state_dict, int64_t iteration, Communicator& comm,
                                    const SaveOptions& options) {
   const std::string dir = path_for(iteration);
-  if (comm.is_coordinator()) io::make_dirs(root_);
+  run_agreed(comm, "create the checkpoint root", [&] {
+    if (comm.is_coordinator()) io::make_dirs(root_);
+  });
   const SaveReport report = distckpt::save(sharded_state_dict, dir, comm, options);
   run_agreed(comm, "update the latest-checkpoint tracker", [&] {
     if (comm.is_coordinator()) mark_committed(iteration);
@@ -59,7 +62,14 @@ void CheckpointManager::mark_committed(int64_t iteration) {
                     dir, root_));
   }
   io::write_file_atomic(root_ + "/" + kTrackerFile, std::to_string(iteration) + "\n");
-  prune(iteration);
+  // The new checkpoint and the tracker are durable: a failed removal of an
+  // old one is worth a warning, not a failed save.
+  try {
+    prune(iteration);
+  } catch (const std::exception& e) {
+    log_message(LogLevel::kWarning,
+                fmt::format("CheckpointManager: removing old checkpoints under '{}' failed: {}", root_, e.what()));
+  }
 }
 
 std::optional<int64_t> CheckpointManager::latest_iteration() const {
@@ -83,13 +93,18 @@ std::optional<int64_t> CheckpointManager::latest_iteration() const {
 
 LoadResult CheckpointManager::load_latest(const StateDict& sharded_state_dict, Communicator& comm,
                                           const LoadOptions& options) const {
+  // Rank 0 reads the tracker and tells the others, so every rank loads the
+  // same iteration even if the file changes (or a cache is stale) meanwhile.
   std::optional<int64_t> latest;
   run_agreed(comm, "read the latest-checkpoint tracker", [&] {
+    if (!comm.is_coordinator()) return;
     latest = latest_iteration();
-    if (!latest)
+    if (!latest) {
       throw CheckpointError(fmt::format("'{}' has no {}: no checkpoint was committed there", root_, kTrackerFile));
+    }
   });
-  return load(sharded_state_dict, path_for(*latest), comm, options);
+  const std::string chosen = comm.broadcast_bytes(latest ? std::to_string(*latest) : std::string(), 0);
+  return load(sharded_state_dict, path_for(std::stoll(chosen)), comm, options);
 }
 
 std::vector<CheckpointEntry> CheckpointManager::list() const {
@@ -122,9 +137,11 @@ std::vector<CheckpointEntry> CheckpointManager::list() const {
 
 void CheckpointManager::prune(int64_t kept_iteration) const {
   if (keep_last_ == 0) return;
+  // Only iterations older than the one just committed are candidates: newer
+  // ones (left by a run that was resumed from an earlier checkpoint) stay.
   std::vector<CheckpointEntry> committed;
   for (CheckpointEntry& e : list()) {
-    if (e.committed && e.iteration != kept_iteration) committed.push_back(std::move(e));
+    if (e.committed && e.iteration < kept_iteration) committed.push_back(std::move(e));
   }
   // Newest first; the one just committed counts as one of keep_last.
   std::sort(committed.begin(), committed.end(), [](const auto& a, const auto& b) { return a.iteration > b.iteration; });

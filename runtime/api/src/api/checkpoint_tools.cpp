@@ -124,6 +124,12 @@ StateDict load_all_sharded_objects(const std::string& dir) {
 }
 
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix) {
+  if (key_prefix.empty()) {
+    throw Error(
+        fmt::format("remove_sharded_tensors: an empty prefix would remove every tensor of '{}'; name the "
+                    "prefix of the tensors to remove",
+                    dir));
+  }
   const storage::DistckptStorage stored(dir);
   CheckpointMetadata metadata = stored.metadata();
   CheckpointConfig config = stored.config();

@@ -4,6 +4,10 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
 #include "comm/agreement.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
@@ -37,7 +41,9 @@ uint64_t hash_leaf(const Value& leaf) {
       h.update(leaf.as_string().data(), leaf.as_string().size());
       break;
     case Kind::kTensor: {
-      const at::Tensor t = leaf.as_tensor().detach().to(at::kCPU).contiguous();
+      const at::Tensor& original = leaf.as_tensor();
+      if (!original.defined() || original.is_sparse()) break;  // rank 0's encoder names these; hash the kind only
+      const at::Tensor t = original.detach().resolve_conj().resolve_neg().to(at::kCPU).contiguous();
       const auto dtype = static_cast<int8_t>(t.scalar_type());
       h.update(&dtype, 1);
       h.update(t.sizes().data(), t.sizes().size() * sizeof(int64_t));
@@ -79,20 +85,19 @@ CommonLeafHashes hash_common_leaves(const Value& common) {
 }
 
 std::vector<std::string> differing_paths(const CommonLeafHashes& mine, const CommonLeafHashes& coordinator) {
-  // Both lists are in path order (nested_items walks sorted dicts): one merge-walk.
+  // By path, not by order: joined path strings do not sort as the tree walks.
+  std::unordered_map<std::string_view, uint64_t> theirs;
+  theirs.reserve(coordinator.paths.size());
+  for (size_t i = 0; i < coordinator.paths.size(); ++i) theirs.emplace(coordinator.paths[i], coordinator.hashes[i]);
   std::vector<std::string> out;
-  size_t i = 0;
-  size_t j = 0;
-  while (i < mine.paths.size() || j < coordinator.paths.size()) {
-    if (j == coordinator.paths.size() || (i < mine.paths.size() && mine.paths[i] < coordinator.paths[j])) {
-      out.push_back(mine.paths[i++]);
-    } else if (i == mine.paths.size() || coordinator.paths[j] < mine.paths[i]) {
-      out.push_back(coordinator.paths[j++]);
-    } else {
-      if (mine.hashes[i] != coordinator.hashes[j]) out.push_back(mine.paths[i]);
-      ++i;
-      ++j;
-    }
+  std::unordered_set<std::string_view> seen;
+  for (size_t i = 0; i < mine.paths.size(); ++i) {
+    seen.insert(mine.paths[i]);
+    const auto it = theirs.find(mine.paths[i]);
+    if (it == theirs.end() || it->second != mine.hashes[i]) out.push_back(mine.paths[i]);
+  }
+  for (const std::string& path : coordinator.paths) {
+    if (!seen.count(path)) out.push_back(path);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
@@ -73,7 +74,8 @@ bool CheckpointDiff::equal() const {
   for (const TensorDifference& t : tensors) {
     if (t.status != TensorDifference::Status::kEqual) return false;
   }
-  return common_only_left.empty() && common_only_right.empty() && common_differ.empty();
+  return common_only_left.empty() && common_only_right.empty() && common_differ.empty() && objects_only_left.empty() &&
+         objects_only_right.empty() && objects_differ.empty() && !content_metadata_differs;
 }
 
 CheckpointDiff diff_checkpoints(const std::string& left, const std::string& right) {
@@ -106,6 +108,22 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
   for (const Path& p : common.only_left) out.common_only_left.push_back(to_string(p));
   for (const Path& p : common.only_right) out.common_only_right.push_back(to_string(p));
   for (const Path& p : common.mismatch_paths()) out.common_differ.push_back(to_string(p));
+  const StateDict left_objects = load_all_sharded_objects(left);
+  const StateDict right_objects = load_all_sharded_objects(right);
+  for (const auto& [key, object] : left_objects.as_dict()) {
+    if (!right_objects.contains(key)) {
+      out.objects_only_left.push_back(key);
+    } else if (object.as_sharded_object().data != right_objects.at(key).as_sharded_object().data) {
+      out.objects_differ.push_back(key);
+    }
+  }
+  for (const auto& [key, object] : right_objects.as_dict()) {
+    if (!left_objects.contains(key)) out.objects_only_right.push_back(key);
+  }
+  const std::optional<StateDict> a_content = load_content_metadata(left);
+  const std::optional<StateDict> b_content = load_content_metadata(right);
+  out.content_metadata_differs =
+      a_content.has_value() != b_content.has_value() || (a_content && !a_content->equals(*b_content));
   return out;
 }
 

@@ -68,7 +68,9 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     }
   });
   api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
-  for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
+  run_agreed(comm, "move the loaded tensors to their devices", [&] {
+    for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
+  });
 
   Value common;
   run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });

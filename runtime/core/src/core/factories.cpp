@@ -72,6 +72,9 @@ void merge_at(Value& loaded, const Value& factories, Path& path, MergeWalk walk)
       path.pop_back();
     }
   } else if (factories.is_list() && loaded.is_list()) {
+    // A lenient load that skipped list elements compacts the list: positions
+    // no longer match, so nothing in it can be merged by position.
+    if (factories.size() != loaded.size() && walk.skip_absent) return;
     if (factories.size() != loaded.size()) {
       throw Error(fmt::format("apply_factory_merges: lists at '{}' have different lengths ({} loaded, {} requested)",
                               to_string(path), loaded.size(), factories.size()));

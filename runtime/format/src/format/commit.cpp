@@ -164,6 +164,7 @@ CheckpointConfig parse_commit_marker(std::string_view text, const std::string& o
   }
   config.sharded_backend = string_field(doc, "sharded_backend", origin);
   config.common_backend = string_field(doc, "common_backend", origin);
+  config.sharded_backend_version = config.common_backend_version = config.version;
   config.world_size = int_field(doc, "world_size", origin);
   if (config.world_size < 1) reject(origin, fmt::format("world_size {} is not valid", config.world_size));
   if (config.version == 1) {

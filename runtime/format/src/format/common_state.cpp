@@ -173,7 +173,9 @@ class CommonDecoder {
     check_version(state);
     if (state.content_metadata() == nullptr) return std::nullopt;
     path_ = {"<content_metadata>"};
-    return decode_node(*state.content_metadata());
+    Value content = decode_node(*state.content_metadata());
+    if (!content.is_dict()) fail(fmt::format("the content metadata is a {}, not a dict", kind_name(content.kind())));
+    return content;
   }
 
  private:

@@ -55,6 +55,11 @@ std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& op
   for (size_t g = 0; g < options.replication_groups.size(); ++g) {
     std::vector<int> members = options.replication_groups[g];
     std::sort(members.begin(), members.end());
+    const auto twice = std::adjacent_find(members.begin(), members.end());
+    if (twice != members.end()) {
+      throw Error(fmt::format("LocalCheckpointOptions::replication_groups: group [{}] lists rank {} twice",
+                              list_ranks(options.replication_groups[g]), *twice));
+    }
     for (int r : members) {
       if (r < 0 || r >= world_size) {
         throw Error(

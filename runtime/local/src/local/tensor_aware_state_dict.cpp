@@ -235,10 +235,16 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
       local.tensors.push_back(plan::plan_of(t));
     }
   });
-  if (algo == TensorAwareAlgo::kFullyParallel && group.size() > 1) {
+  // Decided on comm's size (the same everywhere), not the group's: groups may
+  // differ in size, and every rank must reach the same agreed steps.
+  if (algo == TensorAwareAlgo::kFullyParallel && comm.size() > 1) {
     std::vector<bool> kept;
     std::vector<uint64_t> hashes;
     run_agreed(comm, "distribute the replicated shards", [&] {
+      if (group.size() == 1) {  // nobody to share with: keep everything
+        kept.assign(local.tensors.size(), true);
+        return;
+      }
       std::optional<std::vector<bool>> fresh =
           kept_shards(local, group, &group == &comm, cache ? &cache->hashes_ : nullptr, &hashes);
       if (!fresh) {
@@ -363,7 +369,9 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
                                                const ToStateDictOptions& options) const {
   api::SplitStateDict split;
   api::StoredKeys stored;
+  TensorAwareAlgo algo = TensorAwareAlgo::kAtomic;
   run_agreed(comm, "prepare the tensor-aware state dict for loading", [&] {
+    algo = options.algo.value_or(algorithm());
     check_not_hollow("to_state_dict");
     check_loadable(state_, comm, options);
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
@@ -374,9 +382,8 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
   ShardRequests requests;
   run_agreed(comm, "match the requested shards",
              [&] { requests = match_requests(state_, tensors_, split, stored.where, comm.tensor_device()); });
-  const TensorAwareAlgo algo = options.algo.value_or(algorithm());
   if (algo == TensorAwareAlgo::kAtomic) {
-    run_agreed(comm, "match the requested shards", [&] {
+    run_agreed(comm, "check that every requested shard was kept here", [&] {
       if (!requests.needed.empty()) {
         throw ShardingError(
             fmt::format("to_state_dict with the atomic algorithm: this rank did not keep {} (kept by "

@@ -35,8 +35,10 @@ class CheckpointManager {
   std::string path_for(int64_t iteration) const;  // ROOT/iter_0000100
 
   // Collective: saves into path_for(iteration); once it is committed, rank 0
-  // points the tracker at it (written atomically) and only then removes the
-  // checkpoints beyond keep_last. A failed save changes neither.
+  // points the tracker at it (written atomically; as Megatron, the iteration
+  // just saved, even an earlier one after a rollback) and only then removes
+  // older committed checkpoints beyond keep_last (newer ones stay; a failed
+  // removal is a warning). A failed save changes neither.
   SaveReport save(const StateDict& sharded_state_dict, int64_t iteration, Communicator& comm,
                   const SaveOptions& options = {});
   // For a save made otherwise (an async save, once finalized): the tracker
@@ -47,7 +49,8 @@ class CheckpointManager {
   // The tracker's iteration; nullopt without a tracker. CheckpointError for
   // a tracker that is not an iteration number or names no committed checkpoint.
   std::optional<int64_t> latest_iteration() const;
-  // Collective load of the latest checkpoint; CheckpointError when there is none.
+  // Collective load of the latest checkpoint (rank 0 reads the tracker and
+  // tells the others); CheckpointError when there is none.
   LoadResult load_latest(const StateDict& sharded_state_dict, Communicator& comm,
                          const LoadOptions& options = {}) const;
 

@@ -23,6 +23,11 @@ struct CheckpointDiff {
   std::vector<std::string> common_only_left;
   std::vector<std::string> common_only_right;
   std::vector<std::string> common_differ;
+  // Sharded objects, by unique key (KEY/shard_OFFSET_SHAPE), compared by bytes.
+  std::vector<std::string> objects_only_left;
+  std::vector<std::string> objects_only_right;
+  std::vector<std::string> objects_differ;
+  bool content_metadata_differs = false;  // SaveOptions::content_metadata
   bool equal() const;
 };
 

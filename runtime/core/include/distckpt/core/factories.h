@@ -19,7 +19,8 @@ Value apply_factories(const Value& sharded_state_dict);
 // length, or a leaf where a container should be is an Error naming the path
 // (raised before anything is merged),
 // unless `skip_absent`: then a factory whose whole sub-tree is absent (a lenient
-// load skipped it as unexpected) is left out.
+// load skipped it as unexpected), or that sits in a list the load shortened,
+// is left out.
 void apply_factory_merges(Value& loaded, const Value& factories, bool skip_absent = false);
 
 }  // namespace distckpt

@@ -22,6 +22,11 @@ struct CheckpointConfig {
   int version = 0;              // format version
   std::string sharded_backend;  // "distckpt-fb"
   std::string common_backend;   // "distckpt-fb"
+  // Megatron's per-backend versions. distckpt versions its backends with the
+  // format (one number covers every file's layout), so both equal `version`;
+  // they are not separate fields of the marker.
+  int sharded_backend_version = 0;
+  int common_backend_version = 0;
   int world_size = 0;
   std::string created_by;  // library version that wrote it
   // Version 2 on (absent in version 1): the global metadata and the common state.
