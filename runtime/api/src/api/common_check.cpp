@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "api/quoted_list.h"
 #include "comm/agreement.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
@@ -54,14 +55,6 @@ uint64_t hash_leaf(const Value& leaf) {
       break;  // None; sharded entries never reach the common state
   }
   return h.digest();
-}
-
-std::string list_paths(const std::vector<std::string>& paths) {
-  constexpr size_t kShown = 20;
-  std::string out;
-  for (size_t i = 0; i < paths.size() && i < kShown; ++i) out += (i ? ", '" : "'") + paths[i] + "'";
-  if (paths.size() > kShown) out += fmt::format(", ... and {} more", paths.size() - kShown);
-  return out;
 }
 
 }  // namespace
@@ -112,7 +105,7 @@ void check_common_state(const CommonLeafHashes& mine, const std::vector<uint64_t
         differing_paths(mine, decode_common_leaf_hashes(coordinator_bytes, "rank 0"));
     const std::string message =
         fmt::format("the common (non-sharded) state of rank {} differs from rank 0's at {}; only rank 0's is saved",
-                    comm.rank(), list_paths(paths));
+                    comm.rank(), quoted_list(paths));
     if (mode == CommonStateCheck::kError) {
       throw CheckpointError(message +
                             " (SaveOptions::common_state_check is kError): make the values agree, or "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "api/messages.h"
+#include "api/quoted_list.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
@@ -13,20 +14,6 @@ namespace {
 // The key a leaf is reported under: objects by key, not by shard.
 const std::string& report_key(const Value& leaf) {
   return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().key;
-}
-
-std::string list_keys(const std::set<std::string>& keys) {
-  constexpr size_t kShown = 20;
-  std::string out;
-  size_t n = 0;
-  for (const std::string& k : keys) {
-    if (n++ == kShown) {
-      out += fmt::format(", ... and {} more", keys.size() - kShown);
-      break;
-    }
-    out += (out.empty() ? "'" : ", '") + k + "'";
-  }
-  return out;
 }
 
 std::set<std::string> global_requested_keys(const std::set<std::string>& local, Communicator& comm) {
@@ -80,11 +67,11 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
   const std::string unexpected_msg = found.unexpected.empty()
                                          ? ""
                                          : fmt::format("unexpected keys (requested on rank {} but not in {}): {}",
-                                                       comm.rank(), stored.where, list_keys(found.unexpected));
+                                                       comm.rank(), stored.where, quoted_list(found.unexpected));
   const std::string missing_msg =
       found.missing.empty()
           ? ""
-          : fmt::format("missing keys (in {} but requested by no rank): {}", stored.where, list_keys(found.missing));
+          : fmt::format("missing keys (in {} but requested by no rank): {}", stored.where, quoted_list(found.missing));
   switch (mode) {
     case StrictHandling::kRaiseAll:
       if (!found.missing.empty() || !found.unexpected.empty()) {

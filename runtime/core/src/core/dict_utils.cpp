@@ -240,26 +240,6 @@ void inspect_into(const Value& x, int depth, std::string& out) {
   }
 }
 
-void for_each_item(Value& x, const std::function<void(Value& container, const std::string& key, Value& value)>& f) {
-  if (x.is_dict()) {
-    for (auto& [key, v] : x.as_dict()) {
-      if (v.is_container()) {
-        for_each_item(v, f);
-      } else {
-        f(x, key, v);
-      }
-    }
-  } else if (x.is_list()) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (x[i].is_container()) {
-        for_each_item(x[i], f);
-      } else {
-        f(x, index_step(i), x[i]);
-      }
-    }
-  }
-}
-
 std::pair<Value, Value> extract_kinds(const Value& x, std::initializer_list<Kind> kinds) {
   const std::vector<Kind> wanted(kinds);
   return extract_matching(
@@ -322,7 +302,23 @@ void dict_map_with_key(Value& x, const std::function<Value(const std::string& ke
 
 void for_each_nested_item(Value& x,
                           const std::function<void(Value& container, const std::string& key, Value& value)>& f) {
-  for_each_item(x, f);
+  if (x.is_dict()) {
+    for (auto& [key, v] : x.as_dict()) {
+      if (v.is_container()) {
+        for_each_nested_item(v, f);
+      } else {
+        f(x, key, v);
+      }
+    }
+  } else if (x.is_list()) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].is_container()) {
+        for_each_nested_item(x[i], f);
+      } else {
+        f(x, index_step(i), x[i]);
+      }
+    }
+  }
 }
 
 std::pair<Value, Value> extract_sharded_tensors(const Value& sharded_state_dict) {
