@@ -197,6 +197,8 @@ class _Decoder:
             dtype = dtype_of(n.Dtype().decode("utf-8"))
         except CorruptionError as e:
             self.fail(path, str(e))
+        except CheckpointError as e:  # a valid dtype this torch lacks: not damage
+            raise CheckpointError(f"a tensor of the common state at {'/'.join(path) or '<root>'}: {e}") from None
         shape = [int(x) for x in n.ShapeAsNumpy()] if n.ShapeLength() else []
         if any(extent < 0 for extent in shape):
             self.fail(path, f"tensor shape {shape} has a negative extent")

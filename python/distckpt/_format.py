@@ -45,21 +45,53 @@ DEFAULT_BLOCK_SIZE = 1 << 20
 _MAX_COMMIT_BYTES = 1 << 20
 _MAX_BUFFER = (1 << 31) - 1  # FlatBuffers' own limit
 
-# The dtype names written to disk (format/dtype.cpp): never renamed, only added.
-DTYPES = {
-    "float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-    "bool": torch.bool, "complex64": torch.complex64, "complex128": torch.complex128,
+# The dtype names written to disk (format/dtype.cpp): never renamed, only
+# added. Each with its element size; its torch type where this torch has one
+# (float8 since 2.1, uint16/32/64 since 2.3).
+ELEMENT_SIZES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+    "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "uint16": 2, "uint32": 4, "uint64": 8,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
 }
+DTYPES = {name: getattr(torch, name) for name in ELEMENT_SIZES if isinstance(getattr(torch, name, None), torch.dtype)}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype of a stored name: CorruptionError for a name this
+    version does not know, CheckpointError for one this torch lacks."""
     try:
         return DTYPES[name]
     except KeyError:
-        raise CorruptionError(f"unknown dtype '{name}' (known: {', '.join(DTYPES)}); the checkpoint is corrupted "
-                              "or was written by a newer distckpt") from None
+        if name in ELEMENT_SIZES:
+            raise CheckpointError(unrepresentable_reason(name)) from None
+        raise CorruptionError(f"unknown dtype '{name}' (known: {', '.join(ELEMENT_SIZES)}); the checkpoint is "
+                              "corrupted or was written by a newer distckpt") from None
+
+
+def unrepresentable_reason(name: str) -> str:
+    """Why a stored dtype name has no torch type here ('' when it has one)."""
+    if name in DTYPES:
+        return ""
+    if name in ELEMENT_SIZES:
+        return f"this torch has no {name} type (a newer torch has)"
+    return f"{name} is a dtype this version of distckpt does not know (a newer one wrote it)"
+
+
+def element_size_of(name: str, recorded: int) -> int:
+    """Bytes per element of a stored dtype name: known names must match what
+    the metadata recorded (0: not recorded); unknown ones take it."""
+    known = ELEMENT_SIZES.get(name)
+    if known is None:
+        if recorded not in (1, 2, 4, 8, 16):
+            what = "no element size recorded" if recorded == 0 else f"element size {recorded}"
+            raise CorruptionError(f"unknown dtype '{name}' with {what} (known: {', '.join(ELEMENT_SIZES)}); the "
+                                  "checkpoint is corrupted")
+        return recorded
+    if recorded not in (0, known):
+        raise CorruptionError(f"dtype {name} is recorded with element size {recorded}, but its elements take "
+                              f"{known} bytes")
+    return known
 
 
 def name_of(dtype: torch.dtype) -> str:
@@ -104,9 +136,10 @@ class ChunkRecord:
 @dataclass
 class TensorRecord:
     key: str
-    dtype: str
+    dtype: str  # the stored name, which this torch may have no type for (dtype_of raises then)
     shape: Tuple[int, ...]
     chunks: List[ChunkRecord] = field(default_factory=list)
+    element_size: int = 0
 
     def stored_numel(self) -> int:
         """Elements its chunks store: the tensor's own count when they tile it."""
@@ -403,14 +436,14 @@ class _Decoder:
             self.fail("a tensor record has an empty key")
         dtype = self.text(r.Dtype())
         try:
-            size = itemsize(dtype_of(dtype))
+            size = element_size_of(dtype, r.ElementSize())
         except CorruptionError as e:
             self.fail(f"tensor '{key}': {e}")
         shape = self.longs(r, "GlobalShape")
         if any(x < 0 for x in shape) or numel(shape) >= 1 << 63:
             self.fail(f"tensor '{key}' has global shape {list(shape)}: extents must be non-negative and the "
                       "element count must fit in int64")
-        t = TensorRecord(key, dtype, shape)
+        t = TensorRecord(key, dtype, shape, element_size=size)
         for i in range(self.count(r.ChunksLength(), 4, f"tensor '{key}' chunks")):
             self.charge(1, f"tensor '{key}' chunks")
             c = r.Chunks(i)
@@ -511,6 +544,7 @@ def encode_metadata(m: Metadata) -> bytes:
         _Tensor.AddDtype(b, dtype)
         _Tensor.AddGlobalShape(b, shape)
         _Tensor.AddChunks(b, chunk_vector)
+        _Tensor.AddElementSize(b, element_size_of(t.dtype, t.element_size))
         tensors.append(_Tensor.End(b))
     objects = []
     for o in sorted(m.objects, key=lambda o: o.unique_key.encode()):

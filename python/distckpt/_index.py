@@ -16,10 +16,12 @@ Names taken by a sharded tensor are never shadowed by a common path.
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+import warnings
+
 import torch
 
 from . import _dcp
-from ._format import ChunkRecord, ObjectRecord, dtype_of, itemsize
+from ._format import DTYPES, ChunkRecord, ObjectRecord, dtype_of, itemsize
 
 
 @dataclass
@@ -97,7 +99,11 @@ def _walk(value, path, out):
 def build(ckpt) -> Index:
     m = ckpt.metadata
     md, pieces, sizes, dtypes = {}, {}, {}, {}
+    skipped = []
     for t in m.tensors:
+        if t.dtype not in DTYPES:  # a dtype this torch lacks: listed by inspect, not loadable
+            skipped.append(t.key)
+            continue
         dtype = dtype_of(t.dtype)
         size = itemsize(dtype)
         ps = [p for c in t.chunks for p in _pieces(c, size)]
@@ -105,17 +111,18 @@ def build(ckpt) -> Index:
             properties=_dcp.tensor_properties(dtype), size=torch.Size(t.shape),
             chunks=[_dcp.ChunkStorageMetadata(offsets=torch.Size(p.offsets), sizes=torch.Size(p.sizes)) for p in ps])
         pieces[t.key], sizes[t.key], dtypes[t.key] = ps, size, dtype
+    reserved = set(skipped)  # their names stay theirs, loadable or not
     objects = {}
     for o in m.objects:
         names = [o.unique_key] + ([o.key] if all(n == 1 for n in o.global_shape) else [])
         for name in names:
-            if name not in md:
+            if name not in md and name not in reserved:
                 objects[name] = o
                 md[name] = _dcp.BytesStorageMetadata()
     nodes, values = {}, {}
     _walk(ckpt.common_state(), [], nodes)
     for name, value in nodes.items():
-        if name in md:
+        if name in md or name in reserved:
             continue
         if isinstance(value, torch.Tensor):
             shape = tuple(value.shape)
@@ -127,4 +134,8 @@ def build(ckpt) -> Index:
         else:
             md[name] = _dcp.BytesStorageMetadata()
             values[name] = value
+    if skipped:
+        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        warnings.warn(f"{ckpt.path}: {', '.join(repr(k) for k in skipped[:20])}{more} left out: their dtypes have "
+                      "no type in this torch (distckpt.inspect lists them)", stacklevel=3)
     return Index(_dcp.Metadata(state_dict_metadata=md), pieces, sizes, dtypes, objects, values)

@@ -8,7 +8,7 @@ import torch
 
 from . import _index
 from ._errors import CheckpointError, CorruptionError
-from ._format import dtype_of, itemsize, numel
+from ._format import dtype_of, itemsize, numel, unrepresentable_reason
 from ._reader import copy_region
 from ._storage import Checkpoint
 
@@ -94,6 +94,9 @@ def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, 
         out = {}
         for key in wanted:
             t = records[key]
+            reason = unrepresentable_reason(t.dtype)
+            if reason:
+                raise CheckpointError(f"'{key}' in {path} cannot be loaded: {reason}; pass keys= to read the others")
             dtype = dtype_of(t.dtype)
             size = itemsize(dtype)
             if t.stored_numel() != numel(t.shape):  # before allocating: a damaged shape must not exhaust memory

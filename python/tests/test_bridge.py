@@ -115,6 +115,41 @@ class Bridge(unittest.TestCase):
         with self.assertRaisesRegex(distckpt.CheckpointError, "has no tensor 'nope'"):
             distckpt.load_plain_tensors(self.ckpt, keys=["nope"])
 
+    def test_a_dtype_this_torch_lacks_is_listed_verified_and_left_out(self):
+        # What a newer writer produces: "mask" (1 byte per element) under a
+        # dtype name this build does not know, with its element size.
+        sd = state()
+        save(sd, self.ckpt)
+        marker = _format.load_commit_marker(self.ckpt)
+        with open(os.path.join(self.ckpt, marker.metadata.path), "rb") as f:
+            m = _format.decode_metadata(f.read(), "metadata")
+        for t in m.tensors:
+            if t.key == "mask":
+                t.dtype, t.element_size = "float4_e2m1fn_x2", 1
+        raw = _format.encode_metadata(m)
+        _format.write_file_atomic(os.path.join(self.ckpt, "metadata-newer.fb"), raw)
+        with open(os.path.join(self.ckpt, marker.common.path), "rb") as f:
+            common = f.read()
+        text = _format.commit_marker_text(
+            1, _format.RecordedFile("metadata-newer.fb", len(raw), _format.xxh3(raw)),
+            _format.RecordedFile(marker.common.path, len(common), _format.xxh3(common)), "a newer distckpt")
+        _format.write_file_atomic(os.path.join(self.ckpt, _format.COMMIT_FILE), text)
+
+        self.assertEqual(distckpt.inspect(self.ckpt)["tensors"]["mask"]["dtype"], "float4_e2m1fn_x2")
+        self.assertTrue(distckpt.verify(self.ckpt).intact)
+        with self.assertRaisesRegex(distckpt.CheckpointError, "'mask' in .* cannot be loaded: float4_e2m1fn_x2 is a "
+                                    "dtype this version of distckpt does not know"):
+            distckpt.load_plain_tensors(self.ckpt)
+        self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt, keys=["w"])["w"], sd["w"]))
+        # Through DCP the other entries load; mask is left out with a warning.
+        wanted = empty_like(sd)
+        del wanted["mask"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = load(wanted, self.ckpt)
+        self.assertTrue(torch.equal(got["w"], sd["w"]))
+        self.assertTrue(any("'mask' left out" in str(w.message) for w in caught), [str(w.message) for w in caught])
+
     def test_content_metadata_is_saved_and_read_alone(self):
         content = {"distrib_optim_sharding_type": "fully_sharded_model_space", "format": {"version": 2}}
         save(state(), self.ckpt, content_metadata=content)

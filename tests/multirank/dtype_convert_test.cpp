@@ -69,7 +69,7 @@ TEST(DtypeConvert, OnlyFloatingPointAndOnlyWhenAsked) {
     sd["w"] = ShardedTensor::from_rank_offsets("w", at::empty({8, 6}), {});
     EXPECT_TRUE(throws_with<ShardingError>([&] { load(sd, dir, comm); },
                                            "'w' is stored as bfloat16 in '" + dir +
-                                               "' but requested as float32; request the stored dtype, or set "
+                                               "' but requested as float32; request the stored dtype, set "
                                                "LoadOptions::convert_dtype"));
     StateDict ids = Value::dict();
     ids["ids"] = ShardedTensor::from_rank_offsets("ids", at::empty({4}, at::kInt), {});

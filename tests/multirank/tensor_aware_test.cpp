@@ -228,7 +228,9 @@ TEST(TensorAware, ParallelizationGroupsOfUnequalSizes) {
     sd["w"] = ShardedTensor::from_rank_offsets("w", w.clone(), {}, {rank});
     const TensorAwareStateDict tasd =
         TensorAwareStateDict::from_state_dict(sd, comm, TensorAwareAlgo::kFullyParallel, nullptr, group.get());
-    if (rank == 2) EXPECT_TRUE(tasd.state().tensors[0].held);
+    if (rank == 2) {
+      EXPECT_TRUE(tasd.state().tensors[0].held);
+    }
     ToStateDictOptions options;
     options.parallelization_group = group.get();
     StateDict request;

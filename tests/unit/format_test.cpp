@@ -1,6 +1,7 @@
 // format layer: dtype names, metadata.fb (round trip and every semantic
 // check of the decoder) and check_files.
 #include <gtest/gtest.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <functional>
@@ -123,6 +124,64 @@ TEST(FormatDtypeTest, NamesRoundTripAndSizes) {
   EXPECT_EQ(dtype_from_name("bfloat16"), at::kBFloat16);
   EXPECT_TRUE(throws_with<CorruptionError>([] { dtype_from_name("float8"); }, "unknown dtype 'float8'"));
   EXPECT_TRUE(throws_with<Error>([] { dtype_name(at::kQInt8); }, "cannot be stored"));
+}
+
+// Issue 21 item 11: newer dtypes by name, where this LibTorch has them, and
+// known by name and size where it does not.
+TEST(FormatDtypeTest, UnsignedAndFloat8DtypesResolveByNameWhereLibTorchHasThem) {
+  const std::vector<std::pair<std::string, uint32_t>> newer = {
+      {"uint16", 2},      {"uint32", 4},          {"uint64", 8},          {"float8_e4m3fn", 1},
+      {"float8_e5m2", 1}, {"float8_e4m3fnuz", 1}, {"float8_e5m2fnuz", 1}, {"float8_e8m0fnu", 1}};
+  for (const auto& [name, size] : newer) {
+    const ResolvedDtype r = resolve_stored_dtype(name, 0);
+    if (r.unrepresentable) {
+      // This LibTorch lacks the type: the record keeps the name and size.
+      EXPECT_EQ(r.type, at::ScalarType::Undefined) << name;
+      EXPECT_EQ(r.unrepresentable->name, name);
+      EXPECT_EQ(r.unrepresentable->element_size, size) << name;
+      EXPECT_TRUE(throws_with<CheckpointError>([&] { dtype_from_name(name); },
+                                               "this LibTorch has no " + name + " type; a newer LibTorch has"));
+    } else {
+      EXPECT_EQ(dtype_name(r.type), name);
+      EXPECT_EQ(dtype_size(r.type), size) << name;
+      EXPECT_TRUE(is_storable_dtype(r.type));
+    }
+  }
+#if TORCH_VERSION_MAJOR < 2
+  // LibTorch 1.x has none of them.
+  for (const auto& [name, size] : newer) EXPECT_TRUE(resolve_stored_dtype(name, 0).unrepresentable) << name;
+#endif
+  // A dtype only a newer distckpt knows: its recorded size stands in.
+  const ResolvedDtype future = resolve_stored_dtype("float4_e2m1fn_x2", 1);
+  ASSERT_TRUE(future.unrepresentable);
+  EXPECT_EQ(future.unrepresentable->element_size, 1u);
+  EXPECT_TRUE(throws_with<CorruptionError>([] { resolve_stored_dtype("float4_e2m1fn_x2", 0); },
+                                           "unknown dtype 'float4_e2m1fn_x2' with no element size recorded"));
+  EXPECT_TRUE(throws_with<CorruptionError>([] { resolve_stored_dtype("float4_e2m1fn_x2", 3); },
+                                           "unknown dtype 'float4_e2m1fn_x2' with element size 3"));
+  EXPECT_TRUE(throws_with<CorruptionError>([] { resolve_stored_dtype("float32", 2); },
+                                           "dtype float32 is recorded with element size 2, but its elements take 4"));
+  EXPECT_EQ(resolve_stored_dtype("float32", 4).type, at::kFloat);
+}
+
+TEST(FormatMetadataTest, UnrepresentableDtypesRoundTripByNameAndSize) {
+  CheckpointMetadata m = sample_metadata();
+  m.tensors[1].dtype = at::ScalarType::Undefined;  // "embedding": 8 elements, 16 bytes
+  m.tensors[1].unrepresentable = UnrepresentableDtype{"float9_future", 2};
+  const CheckpointMetadata decoded = decode_metadata(encode_metadata(m), kOrigin);
+  ASSERT_TRUE(decoded.tensors[1].unrepresentable);
+  EXPECT_EQ(decoded.tensors[1].unrepresentable->name, "float9_future");
+  EXPECT_EQ(decoded.tensors[1].element_size(), 2u);
+  EXPECT_EQ(stored_dtype_name(decoded.tensors[1]), "float9_future");
+  EXPECT_EQ(carrier_dtype(decoded.tensors[1]), at::kShort);
+  EXPECT_EQ(unrepresentable_reason(decoded.tensors[1]),
+            "float9_future is a dtype this version of distckpt does not know (a newer one wrote it)");
+  EXPECT_FALSE(decoded.tensors[0].unrepresentable);
+  EXPECT_EQ(decoded.tensors[0].element_size(), 8u);
+  // Byte lengths are still checked, with the recorded size.
+  m.tensors[1].unrepresentable->element_size = 4;
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(encode_metadata(m), kOrigin); },
+                                           "byte length is 16, but 8 elements of float9_future take 32 bytes"));
 }
 
 TEST(FormatMetadataTest, RoundTripKeepsEveryField) {

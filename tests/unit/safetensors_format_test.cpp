@@ -5,6 +5,7 @@
 #include <string>
 
 #include "distckpt/core/errors.h"
+#include "format/dtype.h"
 #include "format/safetensors.h"
 #include "support/throws_with.h"
 
@@ -97,12 +98,30 @@ TEST(SafetensorsHeader, RejectsDamagedHeadersNamingTheTensor) {
   EXPECT_TRUE(rejects(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "a tensor has an empty name"));
 }
 
-TEST(SafetensorsHeader, DtypesThisLibTorchLacksAreRefusedClearly) {
-  EXPECT_TRUE(
-      throws_with<CheckpointError>([] { parse(R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1); },
-                                   "tensor 'a' has dtype F8_E4M3, which this LibTorch has no type for"));
-  EXPECT_TRUE(
-      throws_with<CheckpointError>([] { safetensors::dtype_name(at::kComplexFloat); }, "safetensors has no dtype for"));
+// FP8 checkpoints (DeepSeek-V3 style): listed by name whatever the LibTorch,
+// loadable where it has the type; packed sub-byte dtypes are refused.
+TEST(SafetensorsHeader, Float8AndUnsignedDtypesAreKnownByNameAndSize) {
+  const safetensors::Header h = parse(
+      R"({"a":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[0,3]},"b":{"dtype":"U16","shape":[2],"data_offsets":[3,7]},)"
+      R"("c":{"dtype":"C64","shape":[1],"data_offsets":[7,15]}})",
+      15);
+  ASSERT_EQ(h.tensors.size(), 3u);
+  const std::pair<const char*, uint32_t> expected[] = {{"float8_e4m3fn", 1}, {"uint16", 2}};
+  for (size_t i = 0; i < 2; ++i) {
+    const safetensors::Entry& e = h.tensors[i];
+    if (e.unrepresentable) {
+      EXPECT_EQ(e.unrepresentable->name, expected[i].first);
+      EXPECT_EQ(e.unrepresentable->element_size, expected[i].second);
+    } else {
+      EXPECT_EQ(dtype_name(e.dtype), expected[i].first);
+    }
+  }
+  EXPECT_EQ(h.tensors[2].dtype, at::kComplexFloat);
+  EXPECT_STREQ(safetensors::dtype_name(at::kComplexFloat), "C64");
+  EXPECT_TRUE(throws_with<CheckpointError>([] { parse(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", 1); },
+                                           "tensor 'a' has dtype F4, whose packed elements distckpt cannot address"));
+  EXPECT_TRUE(throws_with<CheckpointError>([] { safetensors::dtype_name(at::kComplexDouble); },
+                                           "safetensors has no dtype for"));
 }
 
 TEST(SafetensorsIndex, ParsesTheWeightMapAndRefusesPathsOutOfTheDirectory) {

@@ -60,7 +60,7 @@ int inspect(const std::string& dir, bool as_json) {
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : md.tensors) {
       j["tensors"].push_back({{"key", t.key},
-                              {"dtype", distckpt::dtype_name(t.dtype)},
+                              {"dtype", distckpt::stored_dtype_name(t)},
                               {"shape", t.global_shape},
                               {"chunks", t.chunks.size()},
                               {"bytes", stored_bytes(t)}});
@@ -91,7 +91,7 @@ int inspect(const std::string& dir, bool as_json) {
   }
   fmt::print("\ntensors:\n  {:<48} {:<9} {:<20} {:>6} {:>14}\n", "key", "dtype", "shape", "chunks", "bytes");
   for (const auto& t : md.tensors) {
-    fmt::print("  {:<48} {:<9} {:<20} {:>6} {:>14}\n", t.key, distckpt::dtype_name(t.dtype),
+    fmt::print("  {:<48} {:<9} {:<20} {:>6} {:>14}\n", t.key, distckpt::stored_dtype_name(t),
                distckpt::to_string(t.global_shape), t.chunks.size(), stored_bytes(t));
   }
   fmt::print("\nobjects:\n");
@@ -210,9 +210,12 @@ int convert(const std::string& src, const ConvertArgs& args) {
   if (!args.dtype.empty()) {
     try {
       options.dtype = distckpt::dtype_from_name(args.dtype);
-    } catch (const distckpt::Error&) {
+    } catch (const distckpt::CorruptionError&) {
       fmt::print(stderr, "distckpt convert: --dtype '{}' is not a dtype (e.g. bfloat16, float16, float32)\n",
                  args.dtype);
+      return 2;
+    } catch (const distckpt::Error& e) {
+      fmt::print(stderr, "distckpt convert: --dtype {}: {}\n", args.dtype, e.what());
       return 2;
     }
   }

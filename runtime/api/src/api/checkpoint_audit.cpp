@@ -123,7 +123,7 @@ std::vector<TensorDigest> digest_checkpoint(const std::string& dir) {
     api::read_in_windows(reader, record, kDigestWindowBytes, [&](int64_t, const at::Tensor& values) {
       hash.update(values.data_ptr(), static_cast<size_t>(values.nbytes()));
     });
-    out.push_back(TensorDigest{record.key, dtype_name(record.dtype), record.global_shape, hash.digest()});
+    out.push_back(TensorDigest{record.key, stored_dtype_name(record), record.global_shape, hash.digest()});
   }
   return out;
 }

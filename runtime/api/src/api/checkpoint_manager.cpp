@@ -43,12 +43,14 @@ std::string CheckpointManager::path_for(int64_t iteration) const {
 SaveReport CheckpointManager::save(const StateDict& sharded_state_dict, int64_t iteration, Communicator& comm,
                                    const SaveOptions& options) {
   const std::string dir = path_for(iteration);
+  // The save's coordinator, which committed it, also updates the tracker.
+  const bool coordinator = comm.rank() == options.coordinator_rank;
   run_agreed(comm, "create the checkpoint root", [&] {
-    if (comm.is_coordinator()) io::make_dirs(root_);
+    if (coordinator) io::make_dirs(root_);
   });
   const SaveReport report = distckpt::save(sharded_state_dict, dir, comm, options);
   run_agreed(comm, "update the latest-checkpoint tracker", [&] {
-    if (comm.is_coordinator()) mark_committed(iteration);
+    if (coordinator) mark_committed(iteration);
   });
   return report;
 }

@@ -46,13 +46,13 @@ void read_in_windows(CheckpointReader& reader, const TensorRecord& record, const
                      const std::function<void(int64_t flat_start, const at::Tensor& values)>& visit,
                      const at::Tensor& scratch) {
   const int64_t total = region.numel();
-  const uint64_t element = dtype_size(record.dtype);
+  const uint64_t element = record.element_size();
   const auto window = static_cast<int64_t>(std::max<uint64_t>(1, window_bytes / element));
   const int64_t n = std::min(window, total);
   const auto bytes = static_cast<int64_t>(static_cast<uint64_t>(n) * element);
   at::Tensor buffer = scratch.defined() && scratch.scalar_type() == at::kByte && scratch.numel() >= bytes
-                          ? scratch.narrow(0, 0, bytes).view(record.dtype)
-                          : at::empty({n}, at::TensorOptions().dtype(record.dtype));
+                          ? scratch.narrow(0, 0, bytes).view(carrier_dtype(record))
+                          : at::empty({n}, at::TensorOptions().dtype(carrier_dtype(record)));
   for (int64_t start = 0; start < total; start += window) {
     const FlatRange range{start, std::min(start + window, total)};
     at::Tensor part = buffer.narrow(0, 0, range.size());
@@ -102,12 +102,12 @@ const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) 
 
 void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                                             at::Tensor dest) {
-  const uint64_t element = dtype_size(record.dtype);
+  const uint64_t element = record.element_size();
   const auto [first, last] = element_span(piece.box, part);
   const uint64_t begin = piece.byte_in_chunk + static_cast<uint64_t>(first) * element;
   const uint64_t end = piece.byte_in_chunk + static_cast<uint64_t>(last) * element;
   const bool dense = static_cast<int64_t>(last - first) == part.numel();
-  if (dense && dest.is_contiguous() && dest.device().is_cpu() && dest.scalar_type() == record.dtype) {
+  if (dense && dest.is_contiguous() && dest.device().is_cpu() && dest.scalar_type() == carrier_dtype(record)) {
     // The stored bytes are the destination's bytes: read straight into it.
     read_chunk_bytes(record, piece.chunk, begin, end, static_cast<uint8_t*>(dest.data_ptr()));
     return;
@@ -116,13 +116,14 @@ void CheckpointReader::copy_contiguous_span(const TensorRecord& record, const pl
   scratch.resize(end - begin);
   read_chunk_bytes(record, piece.chunk, begin, end, scratch.data());
   const Shape strides = contiguous_strides(piece.box.length);
-  at::Tensor source = at::from_blob(scratch.data(), part.length, strides, at::TensorOptions().dtype(record.dtype));
+  at::Tensor source =
+      at::from_blob(scratch.data(), part.length, strides, at::TensorOptions().dtype(carrier_dtype(record)));
   dest.copy_(source);
 }
 
 void CheckpointReader::copy_piece(const TensorRecord& record, const plan::StoredPiece& piece, const Box& part,
                                   at::Tensor dest) {
-  const uint64_t element = dtype_size(record.dtype);
+  const uint64_t element = record.element_size();
   const auto [first, last] = element_span(piece.box, part);
   const bool dense = static_cast<int64_t>(last - first) == part.numel();
   if (dense || static_cast<uint64_t>(last - first) * element <= kCopyBatchBytes || part.ndim() == 0) {

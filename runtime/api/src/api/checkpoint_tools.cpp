@@ -8,11 +8,14 @@
 
 #include "api/checkpoint_reader.h"
 #include "api/load_requests.h"
+#include "api/quoted_list.h"
 #include "api/state_dict_split.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 #include "format/commit.h"
+#include "format/dtype.h"
 #include "io/checksum.h"
 #include "io/file.h"
 #include "storage/distckpt_storage.h"
@@ -28,7 +31,12 @@ std::optional<StateDict> load_content_metadata(const std::string& dir) {
 StateDict load_tensors_metadata(const std::string& dir) {
   const api::CheckpointReader reader(dir);
   StateDict out = Value::dict();
+  std::vector<std::string> skipped;
   for (const TensorRecord& record : reader.index().tensors) {
+    if (record.unrepresentable) {
+      skipped.push_back(record.key);
+      continue;
+    }
     ShardedTensor t;
     t.key = record.key;
     t.dtype = record.dtype;
@@ -37,6 +45,12 @@ StateDict load_tensors_metadata(const std::string& dir) {
     t.global_offset = Shape(record.global_shape.size(), 0);
     t.axis_fragmentations = Shape(record.global_shape.size(), 1);
     out[record.key] = Value(std::move(t));
+  }
+  if (!skipped.empty()) {
+    log_message(LogLevel::kWarning,
+                fmt::format("load_tensors_metadata('{}') leaves out {}: their dtypes have no type in this "
+                            "build (`distckpt inspect` lists them)",
+                            dir, api::quoted_list(skipped)));
   }
   return out;
 }
@@ -53,6 +67,10 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
 namespace {
 
 at::Tensor read_whole(api::CheckpointReader& reader, const TensorRecord& record) {
+  if (record.unrepresentable) {
+    throw CheckpointError(fmt::format("'{}' in '{}' cannot be loaded: {}; select the other tensors (TensorSelection)",
+                                      record.key, reader.dir(), unrepresentable_reason(record)));
+  }
   at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
   reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
   return whole;

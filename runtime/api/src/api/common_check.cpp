@@ -96,16 +96,17 @@ std::vector<std::string> differing_paths(const CommonLeafHashes& mine, const Com
 }
 
 void check_common_state(const CommonLeafHashes& mine, const std::vector<uint64_t>& digests, CommonStateCheck mode,
-                        Communicator& comm) {
+                        int coordinator, Communicator& comm) {
+  const bool is_coordinator = comm.rank() == coordinator;
   const std::string coordinator_bytes =
-      comm.broadcast_bytes(comm.is_coordinator() ? encode_common_leaf_hashes(mine) : std::string(), 0);
-  run_agreed(comm, "compare the common state with rank 0's", [&] {
-    if (digests[static_cast<size_t>(comm.rank())] == digests[0]) return;
-    const std::vector<std::string> paths =
-        differing_paths(mine, decode_common_leaf_hashes(coordinator_bytes, "rank 0"));
+      comm.broadcast_bytes(is_coordinator ? encode_common_leaf_hashes(mine) : std::string(), coordinator);
+  const std::string theirs = fmt::format("rank {}", coordinator);
+  run_agreed(comm, fmt::format("compare the common state with {}'s", theirs), [&] {
+    if (digests[static_cast<size_t>(comm.rank())] == digests[static_cast<size_t>(coordinator)]) return;
+    const std::vector<std::string> paths = differing_paths(mine, decode_common_leaf_hashes(coordinator_bytes, theirs));
     const std::string message =
-        fmt::format("the common (non-sharded) state of rank {} differs from rank 0's at {}; only rank 0's is saved",
-                    comm.rank(), quoted_list(paths));
+        fmt::format("the common (non-sharded) state of rank {} differs from {}'s at {}; only {}'s is saved",
+                    comm.rank(), theirs, quoted_list(paths), theirs);
     if (mode == CommonStateCheck::kError) {
       throw CheckpointError(message +
                             " (SaveOptions::common_state_check is kError): make the values agree, or "

@@ -1,5 +1,5 @@
-// Common (non-sharded) state that differs between ranks: only rank 0's is
-// saved, so the others learn which key paths of theirs are lost.
+// Common (non-sharded) state that differs between ranks: only the
+// coordinator's is saved, so the others learn which key paths of theirs are lost.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,10 @@ CommonLeafHashes hash_common_leaves(const Value& common);
 std::vector<std::string> differing_paths(const CommonLeafHashes& mine, const CommonLeafHashes& coordinator);
 
 // Collective, called by every rank once `digests` (every rank's
-// CommonLeafHashes::digest) are known to differ: rank 0 broadcasts its leaf
+// CommonLeafHashes::digest) are known to differ: `coordinator` broadcasts its leaf
 // hashes, every differing rank warns or (kError) fails naming its paths; the
 // outcome is agreed.
 void check_common_state(const CommonLeafHashes& mine, const std::vector<uint64_t>& digests, CommonStateCheck mode,
-                        Communicator& comm);
+                        int coordinator, Communicator& comm);
 
 }  // namespace distckpt::api

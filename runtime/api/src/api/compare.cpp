@@ -41,6 +41,20 @@ std::string value_difference(const at::Tensor& a, const at::Tensor& b) {
   return detail;
 }
 
+// Where two stored tensors with equal dtype names and shapes but different
+// digests differ: by value when this build can load them, else just that.
+std::string values_detail(const std::string& left, const std::string& right, const std::string& key,
+                          const std::string& dtype) {
+  const std::string reason = unrepresentable_reason(dtype);
+  if (!reason.empty()) return fmt::format("the stored bytes differ ({})", reason);
+  try {
+    return value_difference(load_plain_tensor(left, key), load_plain_tensor(right, key));
+  } catch (const c10::Error&) {
+    // Comparisons LibTorch lacks for the type on the CPU (float8, uint16/32/64 in some versions).
+    return fmt::format("the stored bytes differ (LibTorch cannot compare {} values)", dtype);
+  }
+}
+
 void write_safetensors(const std::string& file, const std::string& key, const at::Tensor& tensor) {
   std::vector<safetensors::Entry> entries{
       {key, tensor.scalar_type(), Shape(tensor.sizes().begin(), tensor.sizes().end())}};
@@ -96,7 +110,7 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
     } else if (l.hash == it->second.hash) {
       out.tensors.push_back({key, Status::kEqual, ""});
     } else {
-      const std::string detail = value_difference(load_plain_tensor(left, key), load_plain_tensor(right, key));
+      const std::string detail = values_detail(left, right, key, l.dtype);
       out.tensors.push_back({key, Status::kValues, detail});
     }
   }

@@ -110,9 +110,17 @@ struct Export {
   Shape shape;  // as exported: the region's lengths without leading stacked axes
 };
 
+void check_convertible(const api::CheckpointReader& reader, const TensorRecord& t) {
+  if (t.unrepresentable) {
+    throw CheckpointError(
+        fmt::format("'{}' in '{}' cannot be converted: {}", t.key, reader.dir(), unrepresentable_reason(t)));
+  }
+}
+
 std::vector<Export> every_tensor(api::CheckpointReader& reader) {
   std::vector<Export> out;
   for (const TensorRecord& t : reader.index().tensors) {
+    check_convertible(reader, t);
     out.push_back({t.key, &t, Box{Shape(t.global_shape.size(), 0), t.global_shape}, t.global_shape});
   }
   return out;
@@ -125,6 +133,7 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
   std::vector<Export> out;
   for (MappedName& n : mapping.expand()) {
     const TensorRecord& record = reader.tensor(n.key);
+    check_convertible(reader, record);
     if (n.key_pad_dim >= 0 && record.global_shape.size() == n.key_shape.size()) {
       n.take_pad_extent(record.global_shape[static_cast<size_t>(n.key_pad_dim)]);  // padded rows exported as stored
     }

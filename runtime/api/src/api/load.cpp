@@ -1,9 +1,14 @@
 // load(): open + verify metadata -> key checks -> plan every requested
 // shard's reads (agreed: a missing or incompatible shard fails every rank
 // before any transfer) -> read, fully parallel when asked: pieces several
-// ranks need are read once and exchanged -> merge into one state dict.
+// ranks need are read once and exchanged -> commit_tensor hooks -> merge
+// into one state dict.
+#include <ATen/Functions.h>
+#include <fmt/format.h>
+
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "api/access_integrity.h"
 #include "api/checkpoint_reader.h"
@@ -15,11 +20,49 @@
 #include "comm/agreement.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
+#include "format/dtype.h"
 
 namespace distckpt {
 namespace {
 
 using OpenReader = std::function<std::unique_ptr<api::CheckpointReader>()>;
+
+// A request read in its stored dtype for LoadOptions::commit_tensor.
+struct PendingCommit {
+  Value* leaf;
+  ShardedTensor request;
+  at::Tensor stored;
+};
+
+// The reads of `request` in the stored dtype, when commit_tensor converts it.
+std::optional<PendingCommit> plan_read_as_stored(api::CheckpointReader& reader, Value* leaf, const LoadOptions& options,
+                                                 std::vector<api::TensorRead>& reads) {
+  const ShardedTensor& request = leaf->as_sharded_tensor();
+  if (!options.commit_tensor) return std::nullopt;
+  const TensorRecord& record = reader.tensor(request.key);
+  if (record.dtype == request.dtype) return std::nullopt;
+  ShardedTensor as_stored = request;
+  as_stored.data = at::Tensor();
+  as_stored.dtype = record.dtype;
+  at::Tensor stored = api::plan_tensor_reads(reader, as_stored, reads);
+  return PendingCommit{leaf, request, std::move(stored)};
+}
+
+void commit(const PendingCommit& c, const LoadOptions& options) {
+  at::NoGradGuard no_grad;  // destinations are often parameters
+  const ShardedTensor& request = c.request;
+  at::Tensor destination =
+      request.data.defined() ? request.data : at::empty(c.stored.sizes(), at::TensorOptions().dtype(request.dtype));
+  options.commit_tensor(request, c.stored, destination);
+  if (request.data.defined() ? !destination.is_same(request.data)
+                             : !destination.defined() || destination.scalar_type() != request.dtype ||
+                                   destination.sizes() != c.stored.sizes()) {
+    throw Error(fmt::format(
+        "LoadOptions::commit_tensor replaced the destination of '{}'; fill the given tensor in place ({} of {})",
+        request.key, to_string(Shape(c.stored.sizes().begin(), c.stored.sizes().end())), dtype_name(request.dtype)));
+  }
+  *c.leaf = Value(std::move(destination));
+}
 
 LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open, Communicator& comm,
                      const LoadOptions& options) {
@@ -56,6 +99,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   // Requests without data that want another device than the CPU: read on the
   // CPU (storage reads land in host memory), moved once complete.
   std::vector<std::pair<Value*, at::Device>> moves;
+  std::vector<PendingCommit> commits;
   run_agreed(comm, "plan the reads", [&] {
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
       if (leaf->kind() != Kind::kShardedTensor) {
@@ -64,10 +108,17 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
       }
       const ShardedTensor& request = leaf->as_sharded_tensor();
       if (!request.data.defined() && request.device != at::Device(at::kCPU)) moves.emplace_back(leaf, request.device);
+      if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
+        commits.push_back(std::move(*c));
+        continue;
+      }
       *leaf = Value(api::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
     }
   });
   api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
+  run_agreed(comm, "commit the tensors read in their stored dtype", [&] {
+    for (const PendingCommit& c : commits) commit(c, options);
+  });
   run_agreed(comm, "move the loaded tensors to their devices", [&] {
     for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
   });

@@ -11,11 +11,18 @@ namespace {
 
 void check_compatible(const CheckpointReader& reader, const TensorRecord& stored, const ShardedTensor& request,
                       bool convert_dtype) {
+  if (stored.unrepresentable) {
+    throw ShardingError(fmt::format(
+        "'{}' in '{}' cannot be loaded: {}. Load it with a build that has the type, or leave it out of the request "
+        "(the other tensors load)",
+        request.key, reader.dir(), unrepresentable_reason(stored)));
+  }
   const bool convertible = convert_dtype && at::isFloatingType(stored.dtype) && at::isFloatingType(request.dtype);
   if (stored.dtype != request.dtype && !convertible) {
     throw ShardingError(
-        fmt::format("'{}' is stored as {} in '{}' but requested as {}; request the stored dtype, or set "
-                    "LoadOptions::convert_dtype to convert between floating-point types as it loads",
+        fmt::format("'{}' is stored as {} in '{}' but requested as {}; request the stored dtype, set "
+                    "LoadOptions::convert_dtype to convert between floating-point types as it loads, or convert "
+                    "in LoadOptions::commit_tensor",
                     request.key, dtype_name(stored.dtype), reader.dir(), dtype_name(request.dtype)));
   }
   if (stored.global_shape.size() != request.global_shape.size() ||

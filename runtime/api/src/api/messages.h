@@ -14,6 +14,7 @@ struct PlanAnnouncement {
   uint64_t structure_hash = 0;
   uint64_t cached_plan = 0;  // digest of the cached plan; 0: none
   uint64_t common_hash = 0;  // CommonLeafHashes::digest of the rank's common state
+  int32_t coordinator = 0;   // SaveOptions::coordinator_rank as this rank has it
 };
 std::string encode_plan_announcement(const PlanAnnouncement& a);
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin);

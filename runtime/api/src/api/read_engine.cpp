@@ -96,7 +96,7 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
       ++j;
     const TensorRecord& record = m.tensors[first.tensor];
     const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
-    const uint64_t element = dtype_size(record.dtype);
+    const uint64_t element = record.element_size();
     bool direct = true;
     for (size_t k = i; k < j && direct; ++k) {
       const TensorRead& r = reads[order[k]];
@@ -125,9 +125,8 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
         for (const TensorRead* r : group) parts.push_back(&r->need.part);
         const auto rows = plan::row_span(piece.box, parts);
         thread_local std::vector<uint8_t> buffer;
-        for (const Box& slab :
-             plan::cut_slabs(piece.box, rows.first, rows.second, dtype_size(record.dtype), slab_bytes)) {
-          buffer.resize(static_cast<size_t>(slab.numel()) * dtype_size(record.dtype));
+        for (const Box& slab : plan::cut_slabs(piece.box, rows.first, rows.second, record.element_size(), slab_bytes)) {
+          buffer.resize(static_cast<size_t>(slab.numel()) * record.element_size());
           read_slab(reader, record, piece, slab, buffer.data());
           for (const TensorRead* r : group) copy_slab_to_dest(buffer.data(), slab, record.dtype, r->need.part, r->dest);
         }
@@ -179,7 +178,7 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
   const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
     const TensorRecord& record = reader.index().tensors.at(tensor);
-    return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, dtype_size(record.dtype)};
+    return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
   };
   plan::LoadSchedule schedule;
   if (share) {

@@ -38,4 +38,8 @@ SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Comm
   return save_with(sharded_state_dict, writer.location(), &writer, comm, options);
 }
 
+StorageIndex dry_run_save(const StateDict& sharded_state_dict, Communicator& comm, const SaveOptions& options) {
+  return api::dry_run(sharded_state_dict, comm, options);
+}
+
 }  // namespace distckpt

@@ -13,12 +13,12 @@ SaveReport finalize_save(PreparedSave& p, const std::function<RankWritten()>& wr
     report.items_written = written.items;
     report.bytes_written = written.bytes;
     report.direct_io = p.direct_io;
-    const std::vector<std::string> gathered = comm.gather_bytes(written.result, 0);
+    const std::vector<std::string> gathered = comm.gather_bytes(written.result, p.coordinator);
     run_agreed(comm, "commit the checkpoint", [&] {
-      if (comm.is_coordinator()) p.writer->commit(gathered);
+      if (p.is_coordinator()) p.writer->commit(gathered);
     });
   } catch (...) {
-    if (comm.is_coordinator() && p.claim) p.writer->discard();
+    if (p.is_coordinator() && p.claim) p.writer->discard();
     p.claim.reset();
     throw;
   }

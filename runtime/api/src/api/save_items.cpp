@@ -16,7 +16,23 @@ namespace {
 // the process, so each save copies into warm memory (see io/buffer_pool.h).
 constexpr uint64_t kSyncPoolBytes = uint64_t{64} << 20;
 
-SavePiece tensor_piece(const ShardedTensor& tensor, int rank) {
+// The values a transform gives for `data`, checked against the plan.
+at::Tensor transformed(const SaveTransform& transform, const ShardedTensor& tensor, const at::Tensor& data,
+                       at::ScalarType stored, int rank) {
+  at::Tensor out = transform.resolve_data ? transform.resolve_data(tensor, data) : data.to(stored);
+  if (!out.defined() || out.numel() != data.numel() || out.scalar_type() != stored) {
+    throw ShardingError(fmt::format(
+        "rank {} cannot save {}: SaveOptions::transform.resolve_data gave {}, expected {} elements of {} (the "
+        "stored dtype planned for it)",
+        rank, tensor.describe(),
+        out.defined() ? fmt::format("{} elements of {}", out.numel(), c10::toString(out.scalar_type()))
+                      : std::string("an undefined tensor"),
+        data.numel(), dtype_name(stored)));
+  }
+  return out.detach();
+}
+
+SavePiece tensor_piece(const ShardedTensor& tensor, at::ScalarType stored, const SaveTransform& transform, int rank) {
   if (!tensor.data.defined()) {
     throw ShardingError(fmt::format("rank {} cannot save {}: it has no data", rank, tensor.describe()));
   }
@@ -26,6 +42,7 @@ SavePiece tensor_piece(const ShardedTensor& tensor, int rank) {
                                     tensor.describe(), data.numel(), dtype_name(data.scalar_type()),
                                     tensor.held_numel(), dtype_name(tensor.dtype)));
   }
+  if (transform.resolve_data || stored != tensor.dtype) data = transformed(transform, tensor, data, stored, rank);
   if (!data.is_contiguous()) data = data.contiguous();  // the one case that needs a copy of the whole shard
   return SavePiece{tensor.key, tensor.global_shape, tensor.global_box(), tensor.flattened_range, std::move(data), {}};
 }
@@ -68,7 +85,8 @@ std::vector<SavePiece> make_save_pieces(const PreparedSave& p) {
   pieces.reserve(p.assignment.size());
   const size_t n = p.tensors.size();
   for (uint32_t i : p.assignment) {
-    pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.rank) : object_piece(*p.objects[i - n]));
+    pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.stored_dtypes[i], p.options.transform, p.rank)
+                           : object_piece(*p.objects[i - n]));
   }
   return pieces;
 }

@@ -10,6 +10,7 @@
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "format/common_state.h"
+#include "format/dtype.h"
 #include "io/checksum.h"
 #include "plan/local_plan.h"
 
@@ -24,11 +25,21 @@ uint64_t SavePlanCache::State::digest() const {
 namespace api {
 namespace {
 
-// The structure hash of a rank, also covering what else decides the plan.
-uint64_t rank_hash(const plan::LocalPlan& local, WriterPolicy policy, int world_size) {
-  const uint64_t parts[3] = {plan::structure_hash(local), static_cast<uint64_t>(policy),
-                             static_cast<uint64_t>(world_size)};
+// The structure hash of a rank, also covering what else decides the plan
+// (a cached plan's metadata skeleton lives on its coordinator only).
+uint64_t rank_hash(const plan::LocalPlan& local, WriterPolicy policy, int world_size, int coordinator) {
+  const uint64_t parts[4] = {plan::structure_hash(local), static_cast<uint64_t>(policy),
+                             static_cast<uint64_t>(world_size), static_cast<uint64_t>(coordinator)};
   return io::xxh3(parts, sizeof parts);
+}
+
+at::ScalarType stored_dtype_of(const SaveTransform& transform, const ShardedTensor& t) {
+  const at::ScalarType dtype = transform.stored_dtype(t);
+  if (!is_storable_dtype(dtype)) {
+    throw Error(fmt::format("SaveOptions::transform.stored_dtype gave {} for '{}', which a checkpoint cannot store",
+                            c10::toString(dtype), t.key));
+  }
+  return dtype;
 }
 
 // Split, validate every leaf, build this rank's plan, snapshot common state.
@@ -42,6 +53,8 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
       t.validate_metadata_integrity();
       p.tensors.push_back(&t);
       local.tensors.push_back(plan::plan_of(t));
+      if (p.options.transform.stored_dtype) local.tensors.back().dtype = stored_dtype_of(p.options.transform, t);
+      p.stored_dtypes.push_back(local.tensors.back().dtype);
     } else {
       const ShardedObject& o = leaf->as_sharded_object();
       o.validate_metadata_integrity();
@@ -58,10 +71,10 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
 }
 
 void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicator& comm) {
-  const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), 0);
+  const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), p.coordinator);
   std::vector<std::string> assignments;
   run_agreed(comm, "validate the global sharding", [&] {
-    if (!comm.is_coordinator()) return;
+    if (!p.is_coordinator()) return;
     const std::vector<plan::LocalPlan> decoded = plan::decode_local_plans(plans);
     auto global = std::make_shared<plan::GlobalSavePlan>(
         plan::make_global_save_plan(decoded, p.options.writers, p.options.validate_access_integrity));
@@ -69,7 +82,8 @@ void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicat
     for (const auto& a : global->assignments) assignments.push_back(encode_write_assignment(a));
     p.global = std::move(global);
   });
-  p.assignment = decode_write_assignment(comm.scatter_bytes(assignments, 0), local.item_count(), "the coordinator");
+  p.assignment =
+      decode_write_assignment(comm.scatter_bytes(assignments, p.coordinator), local.item_count(), "the coordinator");
 }
 
 // The cached plan; seeded from a checkpoint, it is first recovered from that
@@ -83,7 +97,7 @@ void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCach
   }
   run_agreed(comm, "recover the save plan recorded in the checkpoint", [&] {
     p.assignment = plan::local_assignment_from_metadata(*cache.seed, local, p.rank);
-    if (comm.is_coordinator()) {
+    if (p.is_coordinator()) {
       p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(*cache.seed));
     }
   });
@@ -105,6 +119,29 @@ std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
   throw Error("SaveOptions::format names no known format");
 }
 
+// The options a rank can check alone; returns the coordinator.
+int checked_options(const SaveOptions& options, const Communicator& comm) {
+  if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
+  resolve_io_threads(options.io_threads);  // rejects a negative count
+  if (options.coordinator_rank < 0 || options.coordinator_rank >= comm.size()) {
+    throw Error(fmt::format("SaveOptions::coordinator_rank is {}, but the ranks are 0 to {}", options.coordinator_rank,
+                            comm.size() - 1));
+  }
+  return options.coordinator_rank;
+}
+
+// Run on every rank with the same announcements, so all of them throw or none.
+void check_same_coordinator(const std::vector<int32_t>& coordinators) {
+  for (size_t r = 1; r < coordinators.size(); ++r) {
+    if (coordinators[r] != coordinators[0]) {
+      throw Error(
+          fmt::format("SaveOptions::coordinator_rank is {} on rank 0 but {} on rank {}; pass the same on "
+                      "every rank",
+                      coordinators[0], coordinators[r], r));
+    }
+  }
+}
+
 SaveContents contents_of(const plan::GlobalSavePlan& global, const StateDict& common) {
   SaveContents contents;
   contents.tensors.reserve(global.skeleton.tensors.size());
@@ -115,6 +152,29 @@ SaveContents contents_of(const plan::GlobalSavePlan& global, const StateDict& co
 }
 
 }  // namespace
+
+StorageIndex dry_run(const StateDict& state_dict, Communicator& comm, const SaveOptions& options) {
+  PreparedSave p;
+  p.options = options;
+  p.rank = comm.rank();
+  p.world_size = comm.size();
+  const std::vector<std::string> plans = gather_agreed(comm, "describe the state dict", [&] {
+    if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto) {
+      throw Error(fmt::format("dry_run_save describes saves in the distckpt format, not {}",
+                              storage_format_name(options.format)));
+    }
+    p.coordinator = checked_options(options, comm);
+    return plan::encode_local_plan(describe_local(p, state_dict, /*coordinator=*/false));
+  });
+  // Every rank plans, so every rank gets the index without another collective.
+  StorageIndex index;
+  run_agreed(comm, "validate the global sharding", [&] {
+    index = std::move(
+        plan::make_global_save_plan(plan::decode_local_plans(plans), options.writers, options.validate_access_integrity)
+            .skeleton);
+  });
+  return index;
+}
 
 uint64_t plan_digest(const std::vector<uint64_t>& hashes) {
   return hashes.empty() ? 0 : io::xxh3(hashes.data(), hashes.size() * sizeof(uint64_t)) | 1;  // never 0
@@ -137,15 +197,14 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   std::vector<std::string> announced;
   try {
     announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
-      if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
-      resolve_io_threads(options.io_threads);  // rejects a negative count
+      p->coordinator = checked_options(options, comm);
       p->paths = io::staging_paths(dir);
       if (!p->writer) p->writer = (p->owned_writer = make_writer(*p)).get();
-      local = describe_local(*p, state_dict, comm.is_coordinator());
+      local = describe_local(*p, state_dict, p->is_coordinator());
       common_hashes = hash_common_leaves(p->split.common);
-      const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size()), cache ? cache->digest() : 0,
-                                  common_hashes.digest()};
-      if (comm.is_coordinator()) {
+      const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
+                                  cache ? cache->digest() : 0, common_hashes.digest(), p->coordinator};
+      if (p->is_coordinator()) {
         p->claim = std::make_shared<InFlightClaim>(p->paths.target);
         p->writer->claim();
       }
@@ -158,8 +217,10 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   bool same_cached_plan = true;
   uint64_t first_cached = 0;
   std::vector<uint64_t> common_digests;
+  std::vector<int32_t> coordinators;
   for (size_t r = 0; r < announced.size(); ++r) {
     const PlanAnnouncement a = decode_plan_announcement(announced[r], fmt::format("rank {}", r));
+    coordinators.push_back(a.coordinator);
     p->plan_hashes.push_back(a.structure_hash);
     common_digests.push_back(a.common_hash);
     if (r == 0) first_cached = a.cached_plan;
@@ -168,10 +229,14 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   p->plan_reused = same_cached_plan && first_cached != 0 && first_cached == plan_digest(p->plan_hashes);
 
   try {
-    // Every rank sees the same digests, so all of them take this step or none.
+    // Every rank sees the same announcements, so every rank takes each step
+    // below, or none.
+    check_same_coordinator(coordinators);
     const bool common_differs =
         std::any_of(common_digests.begin(), common_digests.end(), [&](uint64_t d) { return d != common_digests[0]; });
-    if (common_differs) check_common_state(common_hashes, common_digests, options.common_state_check, comm);
+    if (common_differs) {
+      check_common_state(common_hashes, common_digests, options.common_state_check, p->coordinator, comm);
+    }
     if (p->plan_reused) {
       plan_from_cache(*p, local, *cache, comm);
     } else {
@@ -181,7 +246,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
     // collective for it on the save path.
     if (p->writer->format() != StorageFormat::kDistckpt) {
       run_agreed(comm, "prepare the storage", [&] {
-        if (comm.is_coordinator()) p->writer->prepare(contents_of(*p->global, p->split.common));
+        if (p->is_coordinator()) p->writer->prepare(contents_of(*p->global, p->split.common));
       });
     }
   } catch (...) {

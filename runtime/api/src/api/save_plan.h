@@ -46,8 +46,10 @@ struct PreparedSave {
   SaveOptions options;
   int rank = 0;
   int world_size = 1;
+  int coordinator = 0;                        // SaveOptions::coordinator_rank, checked
   SplitStateDict split;                       // owns the leaves below
   std::vector<const ShardedTensor*> tensors;  // local plan items 0 .. n-1
+  std::vector<at::ScalarType> stored_dtypes;  // of `tensors` (SaveOptions::transform)
   std::vector<const ShardedObject*> objects;  // local plan items n ..
   std::vector<uint32_t> assignment;           // items this rank writes, canonical order
   bool plan_reused = false;
@@ -55,6 +57,8 @@ struct PreparedSave {
   StorageWriter* writer = nullptr;    // the caller's, or owned_writer
   std::unique_ptr<StorageWriter> owned_writer;
   bool direct_io = false;  // set by the distckpt writer
+  bool is_coordinator() const { return rank == coordinator; }
+
   // Coordinator only:
   std::shared_ptr<const plan::GlobalSavePlan> global;
   std::string common_state;  // encoded when planned, so later changes do not leak in
@@ -65,6 +69,9 @@ struct PreparedSave {
 // the format SaveOptions::format names, at `dir`; otherwise `dir` is its location.
 std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const std::string& dir, Communicator& comm,
                                            const SaveOptions& options, StorageWriter* writer = nullptr);
+
+// The index save() would write (see dry_run_save in distckpt/api/checkpoint.h).
+StorageIndex dry_run(const StateDict& state_dict, Communicator& comm, const SaveOptions& options);
 
 // The digest of all ranks' structure hashes: what a cache records.
 uint64_t plan_digest(const std::vector<uint64_t>& hashes);

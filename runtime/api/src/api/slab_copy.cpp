@@ -24,7 +24,7 @@ uint64_t bytes_of(const Box& box, at::ScalarType dtype) {
 
 void read_slab(CheckpointReader& reader, const TensorRecord& record, const plan::StoredPiece& piece, const Box& slab,
                uint8_t* out) {
-  const uint64_t element = dtype_size(record.dtype);
+  const uint64_t element = record.element_size();
   uint64_t row = element;
   for (size_t d = 1; d < piece.box.ndim(); ++d) row *= static_cast<uint64_t>(piece.box.length[d]);
   const uint64_t first_row = piece.box.ndim() == 0 ? 0 : static_cast<uint64_t>(slab.offset[0] - piece.box.offset[0]);

@@ -233,6 +233,9 @@ class CommonDecoder {
       dtype = dtype_from_name(node.dtype()->str());
     } catch (const CorruptionError& e) {
       fail(e.what());
+    } catch (const CheckpointError& e) {
+      // A valid dtype this LibTorch lacks: not damage, but the common state cannot be read here.
+      throw CheckpointError(fmt::format("a tensor of the common state: {}", e.what()));
     }
     const std::vector<int64_t> shape = budget_.copy_vector(node.shape());
     const auto numel = checked_numel(shape.begin(), shape.end());

@@ -72,10 +72,10 @@ flatbuffers::Offset<fb::TensorRecord> encode_tensor(flatbuffers::FlatBufferBuild
   for (const auto& c : t.chunks) chunks.push_back(encode_chunk(fbb, c));
   ensure_room(fbb, t.key.size() + 8 * t.global_shape.size() + 4 * chunks.size(), "the checkpoint metadata");
   const auto key = fbb.CreateString(t.key);
-  const auto dtype = fbb.CreateString(dtype_name(t.dtype));
+  const auto dtype = fbb.CreateString(stored_dtype_name(t));
   const auto shape = fbb.CreateVector(t.global_shape);
   const auto chunk_vector = fbb.CreateVector(chunks);
-  return fb::CreateTensorRecord(fbb, key, dtype, shape, chunk_vector);
+  return fb::CreateTensorRecord(fbb, key, dtype, shape, chunk_vector, static_cast<uint32_t>(t.element_size()));
 }
 
 flatbuffers::Offset<fb::ObjectRecord> encode_object(flatbuffers::FlatBufferBuilder& fbb, const ObjectRecord& o) {
@@ -274,7 +274,9 @@ class MetadataDecoder {
     t.key = std::string(view(r.key()));
     if (t.key.empty()) fail("a tensor record has an empty key");
     try {
-      t.dtype = dtype_from_name(std::string(view(r.dtype())));
+      ResolvedDtype dtype = resolve_stored_dtype(std::string(view(r.dtype())), r.element_size());
+      t.dtype = dtype.type;
+      t.unrepresentable = std::move(dtype.unrepresentable);
     } catch (const CorruptionError& e) {
       fail(fmt::format("tensor '{}': {}", t.key, e.what()));
     }
@@ -327,10 +329,10 @@ class MetadataDecoder {
     c.byte_offset = r.byte_offset();
     c.byte_length = r.byte_length();
     c.block_checksums = budget_.copy_vector(r.block_checksums());
-    const auto expected_bytes = checked_mul(static_cast<uint64_t>(c.stored_numel()), dtype_size(t.dtype));
+    const auto expected_bytes = checked_mul(static_cast<uint64_t>(c.stored_numel()), t.element_size());
     if (!expected_bytes || *expected_bytes != c.byte_length) {
       fail(fmt::format("{}: byte length is {}, but {} elements of {} take {} bytes", where(), c.byte_length,
-                       c.stored_numel(), dtype_name(t.dtype),
+                       c.stored_numel(), stored_dtype_name(t),
                        expected_bytes ? std::to_string(*expected_bytes) : std::string("more than 2^64")));
     }
     check_storage(where, c.file, c.byte_offset, c.byte_length, c.block_checksums.size(), files);
@@ -387,6 +389,10 @@ class MetadataDecoder {
 
 std::string ObjectRecord::unique_key() const {
   return fmt::format("{}/shard_{}_{}", key, fmt::join(global_offset, "."), fmt::join(global_shape, "."));
+}
+
+size_t TensorRecord::element_size() const {
+  return unrepresentable ? unrepresentable->element_size : dtype_size(dtype);
 }
 
 const TensorRecord* StorageIndex::find_tensor(const std::string& key) const {

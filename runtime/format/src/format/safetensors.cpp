@@ -19,17 +19,33 @@ using OrderedJson = nlohmann::ordered_json;
 constexpr size_t kMaxDims = 64;
 constexpr const char* kMetadataKey = "__metadata__";
 
+// safetensors' dtype names and distckpt's (format/dtype.cpp decides whether
+// this LibTorch has the type; a tensor of one it lacks is listed, not loaded).
 struct DtypeName {
   const char* name;
-  at::ScalarType dtype;
+  const char* distckpt_name;
 };
 constexpr DtypeName kDtypes[] = {
-    {"BOOL", at::kBool}, {"U8", at::kByte},  {"I8", at::kChar},       {"I16", at::kShort}, {"I32", at::kInt},
-    {"I64", at::kLong},  {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"F32", at::kFloat}, {"F64", at::kDouble},
+    {"BOOL", "bool"},
+    {"U8", "uint8"},
+    {"I8", "int8"},
+    {"I16", "int16"},
+    {"I32", "int32"},
+    {"I64", "int64"},
+    {"F16", "float16"},
+    {"BF16", "bfloat16"},
+    {"F32", "float32"},
+    {"F64", "float64"},
+    {"C64", "complex64"},
+    {"U16", "uint16"},
+    {"U32", "uint32"},
+    {"U64", "uint64"},
+    {"F8_E4M3", "float8_e4m3fn"},
+    {"F8_E5M2", "float8_e5m2"},
+    {"F8_E8M0", "float8_e8m0fnu"},
 };
-// Names the format defines that this LibTorch has no dtype for.
-constexpr const char* kUnsupported[] = {"U16",     "U32",     "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
-                                        "F6_E2M3", "F6_E3M2", "F4",  "C64",     "C128"};
+// Names the format defines whose elements are not whole bytes (packed).
+constexpr const char* kUnsupported[] = {"F6_E2M3", "F6_E3M2", "F4"};
 
 // nlohmann keeps the last of two equal keys; a duplicate tensor name must
 // not pick one of two definitions silently.
@@ -59,17 +75,17 @@ Json parse_json(std::string_view text, const std::string& origin, const char* wh
   return json;
 }
 
-at::ScalarType parse_dtype(const Json& value, const std::string& origin, const std::string& name) {
+ResolvedDtype parse_dtype(const Json& value, const std::string& origin, const std::string& name) {
   if (!value.is_string()) throw CorruptionError(fmt::format("{}: tensor '{}' has no dtype string", origin, name));
   const std::string text = value.get<std::string>();
   for (const DtypeName& d : kDtypes) {
-    if (text == d.name) return d.dtype;
+    if (text == d.name) return resolve_stored_dtype(d.distckpt_name, 0);
   }
   for (const char* unsupported : kUnsupported) {
     if (text == unsupported) {
       throw CheckpointError(fmt::format(
-          "{}: tensor '{}' has dtype {}, which this LibTorch has no type for; convert it (e.g. to BF16 or F32) "
-          "before loading",
+          "{}: tensor '{}' has dtype {}, whose packed elements distckpt cannot address; convert it (e.g. to BF16 or "
+          "F32) before loading",
           origin, name, text));
     }
   }
@@ -95,7 +111,9 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_star
     if (it == value.end()) throw CorruptionError(fmt::format("{}: tensor '{}' has no '{}'", origin, name, key));
     return *it;
   };
-  e.dtype = parse_dtype(field("dtype"), origin, name);
+  ResolvedDtype dtype = parse_dtype(field("dtype"), origin, name);
+  e.dtype = dtype.type;
+  e.unrepresentable = std::move(dtype.unrepresentable);
   const Json& shape = field("shape");
   if (!shape.is_array() || shape.size() > kMaxDims) {
     throw CorruptionError(
@@ -110,7 +128,7 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_star
     numel *= size;
     e.shape.push_back(static_cast<int64_t>(size));
   }
-  const uint64_t element = dtype_size(e.dtype);
+  const uint64_t element = e.unrepresentable ? e.unrepresentable->element_size : dtype_size(e.dtype);
   if (overflow || numel > std::numeric_limits<uint64_t>::max() / element) {
     throw CorruptionError(fmt::format("{}: tensor '{}': shape {} is too large", origin, name, shape.dump()));
   }
@@ -128,7 +146,8 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_star
   }
   if (end - begin != numel * element) {
     throw CorruptionError(fmt::format("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", origin,
-                                      name, shape.dump(), dtype_name(e.dtype), numel * element, end - begin));
+                                      name, shape.dump(), field("dtype").get<std::string>(), numel * element,
+                                      end - begin));
   }
   e.begin = data_start + begin;
   e.end = data_start + end;
@@ -224,10 +243,11 @@ Header parse_header(std::string_view json, uint64_t file_size, const std::string
 }
 
 const char* dtype_name(at::ScalarType dtype) {
+  const std::string name = distckpt::dtype_name(dtype);
   for (const DtypeName& d : kDtypes) {
-    if (d.dtype == dtype) return d.name;
+    if (name == d.distckpt_name) return d.name;
   }
-  throw CheckpointError(fmt::format("safetensors has no dtype for {}", distckpt::dtype_name(dtype)));
+  throw CheckpointError(fmt::format("safetensors has no dtype for {}", name));
 }
 
 std::string encode_header(std::vector<Entry>& tensors, const std::map<std::string, std::string>& metadata) {

@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "distckpt/core/box.h"
+#include "distckpt/format/storage_index.h"
 
 namespace distckpt::safetensors {
 
@@ -29,10 +31,11 @@ constexpr const char* kFileSuffix = ".safetensors";
 
 struct Entry {
   std::string name;
-  at::ScalarType dtype = at::kFloat;
+  at::ScalarType dtype = at::kFloat;  // Undefined when `unrepresentable`
   Shape shape;
   uint64_t begin = 0;  // absolute offsets in the file
   uint64_t end = 0;
+  std::optional<UnrepresentableDtype> unrepresentable{};  // a dtype this LibTorch lacks
 };
 
 struct Header {

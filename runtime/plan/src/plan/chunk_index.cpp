@@ -5,7 +5,7 @@
 namespace distckpt::plan {
 
 ChunkIndex::ChunkIndex(const TensorRecord& record) {
-  const uint64_t element = dtype_size(record.dtype);
+  const uint64_t element = record.element_size();
   for (uint32_t c = 0; c < record.chunks.size(); ++c) {
     const ChunkRecord& chunk = record.chunks[c];
     if (!chunk.flat) {

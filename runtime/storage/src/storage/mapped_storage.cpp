@@ -11,6 +11,7 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/storage/storage_reader.h"
+#include "format/dtype.h"
 
 namespace distckpt {
 namespace {
@@ -92,13 +93,14 @@ class MappedStorage final : public StorageReader {
     if (inserted) {
       record.key = name.key;
       record.dtype = source->dtype;
+      record.unrepresentable = source->unrepresentable;
       record.global_shape = name.key_shape;
-    } else if (record.dtype != source->dtype || record.global_shape != name.key_shape) {
+    } else if (stored_dtype_name(record) != stored_dtype_name(*source) || record.global_shape != name.key_shape) {
       throw CheckpointError(fmt::format(
           "{}: tensor '{}' is {} {} but the other tensors mapped to '{}' are {} {}; name mapping '{}' needs them to "
           "agree",
-          location(), name.external, c10::toString(source->dtype), to_string(source->global_shape), name.key,
-          c10::toString(record.dtype), to_string(record.global_shape), mapping.name()));
+          location(), name.external, stored_dtype_name(*source), to_string(source->global_shape), name.key,
+          stored_dtype_name(record), to_string(record.global_shape), mapping.name()));
     }
     for (uint32_t c = 0; c < source->chunks.size(); ++c) {
       ChunkRecord chunk = source->chunks[c];

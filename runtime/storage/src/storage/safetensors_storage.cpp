@@ -160,6 +160,7 @@ void SafetensorsStorage::add_file(const std::string& name, const std::vector<std
     TensorRecord t;
     t.key = e.name;
     t.dtype = e.dtype;
+    t.unrepresentable = e.unrepresentable;
     t.global_shape = e.shape;
     ChunkRecord c;
     c.box = Box{Shape(e.shape.size(), 0), e.shape};

@@ -12,11 +12,14 @@ namespace {
 
 // Position in the reference implementation's dtype order, which the writer
 // sorts by (descending): wider types first keep every tensor aligned.
+// By name, so types this LibTorch lacks need no special case.
 int dtype_rank(at::ScalarType dtype) {
-  constexpr at::ScalarType kOrder[] = {at::kBool,     at::kByte, at::kChar,  at::kShort,  at::kHalf,
-                                       at::kBFloat16, at::kInt,  at::kFloat, at::kDouble, at::kLong};
+  constexpr const char* kOrder[] = {"bool",    "uint8",     "int8",    "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu",
+                                    "int16",   "uint16",    "float16", "bfloat16",    "int32",         "uint32",
+                                    "float32", "complex64", "float64", "int64",       "uint64"};
+  const std::string name = dtype_name(dtype);
   for (size_t i = 0; i < std::size(kOrder); ++i) {
-    if (kOrder[i] == dtype) return static_cast<int>(i);
+    if (name == kOrder[i]) return static_cast<int>(i);
   }
   return -1;
 }

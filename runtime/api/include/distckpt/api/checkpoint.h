@@ -12,6 +12,7 @@
 #include "distckpt/api/options.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/state_dict.h"
+#include "distckpt/format/storage_index.h"
 #include "distckpt/storage/storage_reader.h"
 #include "distckpt/storage/storage_writer.h"
 
@@ -26,7 +27,7 @@ struct SaveReport {
 
 // Collective: every rank of `comm` calls it with its own sharded state dict.
 // Factories are applied, non-persistent entries dropped, common (non-sharded)
-// state saved once by rank 0. Every stored shard is written exactly once, by
+// state saved once, by the coordinator (SaveOptions::coordinator_rank). Every stored shard is written exactly once, by
 // one of the ranks that hold it (SaveOptions::writers). The sharding is
 // validated across ranks before any byte is written. The checkpoint is
 // committed (metadata.json written) only after every rank's data is durable;
@@ -38,6 +39,15 @@ SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Com
 // distckpt/storage/storage_writer.h. SaveOptions::format is not consulted.
 SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Communicator& comm,
                 const SaveOptions& options = {});
+
+// A dry run of save() in the distckpt format: the options and every rank's
+// plan validated as save() validates them (the common-state comparison
+// aside), and the index the checkpoint would have returned on every rank: keys,
+// stored dtypes (SaveOptions::transform applied), global shapes, the chunks
+// and the file (and writer rank) of each, byte lengths; offsets and checksums
+// stay 0, as only writing decides them. Collective; touches no storage, and
+// every rank builds the index itself (memory O(all chunks) on each).
+StorageIndex dry_run_save(const StateDict& sharded_state_dict, Communicator& comm, const SaveOptions& options = {});
 
 struct LoadResult {
   StateDict state_dict;                   // common state merged with the loaded entries
@@ -61,7 +71,7 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
 LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Communicator& comm,
                 const LoadOptions& options = {});
 
-// The common (non-sharded) state saved by rank 0. No communication.
+// The common (non-sharded) state the coordinator saved. No communication.
 StateDict load_common_state_dict(const std::string& dir);
 
 // The dict saved as SaveOptions::content_metadata; nullopt when the save

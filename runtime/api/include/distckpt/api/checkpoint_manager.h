@@ -34,11 +34,10 @@ class CheckpointManager {
   const std::string& root() const { return root_; }
   std::string path_for(int64_t iteration) const;  // ROOT/iter_0000100
 
-  // Collective: saves into path_for(iteration); once it is committed, rank 0
-  // points the tracker at it (written atomically; as Megatron, the iteration
-  // just saved, even an earlier one after a rollback) and only then removes
-  // older committed checkpoints beyond keep_last (newer ones stay; a failed
-  // removal is a warning). A failed save changes neither.
+  // Collective: saves into path_for(iteration); once it is committed, the
+  // save's coordinator (SaveOptions::coordinator_rank) points the tracker at it (written atomically; as Megatron, the
+  // iteration just saved, even an earlier one after a rollback) and only then removes older committed checkpoints
+  // beyond keep_last (newer ones stay; a failed removal is a warning). A failed save changes neither.
   SaveReport save(const StateDict& sharded_state_dict, int64_t iteration, Communicator& comm,
                   const SaveOptions& options = {});
   // For a save made otherwise (an async save, once finalized): the tracker

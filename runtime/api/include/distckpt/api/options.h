@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,20 @@ class SavePlanCache;  // distckpt/api/plan_cache.h
 
 enum class CommonStateCheck { kWarn, kError };
 
+// A save-side planner hook (PyTorch DCP's SavePlanner.resolve_data): store
+// tensors in another form than they are held in, e.g. cast to bf16 or
+// quantized to int8/float8. Both functions are optional.
+struct SaveTransform {
+  // The dtype a tensor is stored in (unset: the dtype it is held in). Called
+  // while planning, on every rank holding a part of it; the ranks must agree,
+  // as for any dtype, since the metadata records one dtype per tensor.
+  std::function<at::ScalarType(const ShardedTensor& tensor)> stored_dtype;
+  // The values written for a shard this rank writes (only those: replicas
+  // written by another rank are not transformed), from its local data: the
+  // stored dtype, the same number of elements. Unset: a cast to the stored dtype.
+  std::function<at::Tensor(const ShardedTensor& tensor, const at::Tensor& data)> resolve_data;
+};
+
 struct SaveOptions {
   // What to write: distckpt's own format (kAuto means the same), or Hugging
   // Face safetensors straight from every rank (consolidated tensors, written
@@ -74,11 +89,11 @@ struct SaveOptions {
   // A small dict describing the content (Megatron's content_metadata, e.g.
   // the distributed optimizer's sharding type), stored with the common state
   // and read back alone by load_content_metadata. Plain values only (dicts,
-  // lists, None/bool/int/float/string); taken from the coordinator (rank 0).
+  // lists, None/bool/int/float/string); taken from the coordinator.
   // distckpt format only.
   std::optional<StateDict> content_metadata{};
   // What to do when the common (non-sharded) state differs between ranks:
-  // rank 0's is saved either way. kWarn logs on every differing rank the key
+  // the coordinator's is saved either way. kWarn logs on every differing rank the key
   // paths that differ; kError refuses the save, naming them.
   CommonStateCheck common_state_check = CommonStateCheck::kWarn;
   // Megatron's validate_access_integrity: the main replicas must cover every
@@ -86,6 +101,11 @@ struct SaveOptions {
   // that check (dtype and shape agreement stay): planning at huge scale gets
   // cheaper, and a wrong sharding then makes a checkpoint a load refuses.
   bool validate_access_integrity = true;
+  // The rank that gathers the plans, validates them, claims the directory,
+  // writes the metadata and commits (DCP's coordinator_rank); its common
+  // state and content_metadata are the ones saved. The same on every rank.
+  int coordinator_rank = 0;
+  SaveTransform transform{};
 };
 
 // How a stored piece that several ranks need reaches them.
@@ -131,6 +151,13 @@ struct LoadOptions {
   // and boxes otherwise. Off by default (Megatron's is on): a load may ask
   // for any part on any rank, overlapping or not.
   bool validate_access_integrity = false;
+  // A load-side planner hook (DCP's LoadPlanner.commit_tensor), e.g. to
+  // dequantize: a requested tensor stored in another dtype than requested is
+  // read in its stored dtype (the requested local shape, on the CPU) and
+  // handed to this function with its destination (the request's data, or a
+  // new CPU tensor of the requested dtype), which the function fills. Unset:
+  // convert_dtype decides whether such a request loads.
+  std::function<void(const ShardedTensor& request, const at::Tensor& stored, at::Tensor& destination)> commit_tensor{};
 };
 
 // The I/O threads a rank uses for `requested` (SaveOptions/LoadOptions::io_threads):

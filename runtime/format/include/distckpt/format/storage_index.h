@@ -8,6 +8,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,11 +30,22 @@ struct ChunkRecord {
   int64_t stored_numel() const { return flat ? flat->size() : box.numel(); }
 };
 
+// A stored dtype this build cannot represent: float8 or uint16/32/64 under a
+// LibTorch without them, or a dtype added by a newer distckpt.
+struct UnrepresentableDtype {
+  std::string name;  // as stored ("float8_e4m3fn")
+  uint32_t element_size = 0;
+};
+
 struct TensorRecord {
   std::string key;
+  // at::ScalarType::Undefined when `unrepresentable` is set: such a tensor is
+  // listed, verified, digested and compared (as bytes), but not loaded.
   at::ScalarType dtype = at::kFloat;
   Shape global_shape;
   std::vector<ChunkRecord> chunks;
+  std::optional<UnrepresentableDtype> unrepresentable{};
+  size_t element_size() const;
 };
 
 struct ObjectRecord {
