@@ -12,7 +12,10 @@
 // asynchronous save keeps the caller (steady state: plan cached, staging
 // buffers warm, parameters just written by an optimizer step), loads into
 // existing (already touched) tensors under the same layout and resharded
-// (rows -> columns).
+// (rows -> columns). With background staging (AsyncStaging::kInBackground),
+// the trainer is blocked for the call plus the wait before its optimizer step,
+// after --compute-seconds of simulated forward/backward (a sleep: the copy
+// gets the cores a real step would leave it).
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers;
 // --loads-only saves once and times only the reads.
@@ -29,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "bench_files.h"
 #include "bench_model.h"
@@ -87,10 +91,14 @@ int main(int argc, char** argv) {
   CLI::App app{"distckpt save/load throughput vs raw disk bandwidth and torch::save"};
   int64_t total_mb = 512, hidden = 1024;
   int reps = 3;
+  double compute_seconds = 1.0;
   std::string dir = "bench-tmp", exchange = "auto";
   app.add_option("--mb", total_mb, "global state size in MiB");
   app.add_option("--hidden", hidden, "hidden size of the GPT-like layers");
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
+  app.add_option("--compute-seconds", compute_seconds,
+                 "simulated forward/backward between a background-staged save "
+                 "and the wait before the optimizer step");
   app.add_option("--dir", dir, "scratch directory on the file system to measure");
   app.add_option("--exchange", exchange, "load exchange: auto, none, broadcast, all_gather");
   int io_threads = 0;
@@ -116,7 +124,8 @@ int main(int argc, char** argv) {
   comm->barrier();
 
   bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), raw_into(*comm), dc_save(*comm),
-      dc_async(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm), t_load(*comm);
+      dc_async(*comm), dc_bg_call(*comm), dc_bg_wait(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm),
+      t_load(*comm);
   constexpr uint64_t kBuffer = uint64_t{64} << 20;
   std::vector<uint8_t> buffer(kBuffer);
   void* aligned_memory = nullptr;
@@ -136,6 +145,9 @@ int main(int argc, char** argv) {
   SaveOptions save_options;
   save_options.io_threads = io_threads;
   AsyncCallsQueue queue(*comm);
+  AsyncQueueOptions background;
+  background.staging = AsyncStaging::kInBackground;
+  AsyncCallsQueue bg_queue(*comm, background);
   auto clear = [&](const std::string& path) {
     if (rank == 0) io::remove_tree(path);
     comm->barrier();
@@ -146,6 +158,9 @@ int main(int argc, char** argv) {
     clear(async_ckpt);
     queue.save(saved_layout(model, rank, world), async_ckpt, save_options);
     queue.maybe_finalize(true);
+    clear(async_ckpt);
+    bg_queue.save(saved_layout(model, rank, world), async_ckpt, save_options);
+    bg_queue.maybe_finalize(true);
   }
 
   if (loads_only) {
@@ -164,6 +179,12 @@ int main(int argc, char** argv) {
       for (const at::Tensor& t : tensors) t.mul_(1.0f);
       dc_async.run([&] { queue.save(saved_layout(model, rank, world), async_ckpt, save_options); });
       queue.maybe_finalize(true);
+      clear(async_ckpt);
+      for (const at::Tensor& t : tensors) t.mul_(1.0f);
+      dc_bg_call.run([&] { bg_queue.save(saved_layout(model, rank, world), async_ckpt, save_options); });
+      std::this_thread::sleep_for(std::chrono::duration<double>(compute_seconds));
+      dc_bg_wait.run([&] { bg_queue.wait_staged(); });
+      bg_queue.maybe_finalize(true);
       t_save.run([&] {
         torch::save(tensors, torch_file);
         fsync_path(torch_file);
@@ -200,6 +221,7 @@ int main(int argc, char** argv) {
     });
   }
   queue.close();
+  bg_queue.close();
 
   const double gb = static_cast<double>(model.local_bytes) * world / 1e9;
   if (rank == 0) {
@@ -207,6 +229,7 @@ int main(int argc, char** argv) {
     const double rb = raw_read.median(), r = raw_into.median();
     const double s = dc_save.median(), a = dc_async.median(), l = dc_load.median(), x = dc_reshard.median();
     const double ts = t_save.median(), tl = t_load.median();
+    const double bg = dc_bg_call.median() + dc_bg_wait.median();
     fmt::print("ranks {}  state {:.3f} GB  ({} tensors per rank, hidden {}, median of {}, load exchange {})\n", world,
                gb, model.local.size(), hidden, reps, exchange);
     fmt::print("| operation | seconds | GB/s | vs baseline |\n|---|---|---|---|\n");
@@ -215,6 +238,10 @@ int main(int argc, char** argv) {
       fmt::print("| raw write + fsync, O_DIRECT | {:.3f} | {:.2f} | |\n", wd, gb / wd);
       fmt::print("| distckpt save (committed) | {:.3f} | {:.2f} | {:.2f}x best raw write |\n", s, gb / s, w / s);
       fmt::print("| distckpt async save, caller blocked | {:.3f} | | {:.1f}% of the sync save |\n", a, 100 * a / s);
+      fmt::print(
+          "| distckpt async save, background staging: call {:.3f} + wait after {:.1f} s compute {:.3f} | {:.3f} | | "
+          "{:.1f}% of the sync save |\n",
+          dc_bg_call.median(), compute_seconds, dc_bg_wait.median(), bg, 100 * bg / s);
       fmt::print("| torch::save + fsync | {:.3f} | {:.2f} | {:.2f}x best raw write |\n", ts, gb / ts, w / ts);
     }
     fmt::print("| raw read into one 64 MiB buffer | {:.3f} | {:.2f} | |\n", rb, gb / rb);
@@ -232,8 +259,8 @@ int main(int argc, char** argv) {
     fmt::print(
         "RESULT ranks={} gb={:.3f} raw_write_buffered_s={:.3f} raw_write_direct_s={:.3f} save_s={:.3f} "
         "async_blocked_s={:.3f} torch_save_s={:.3f} raw_read_buffer_s={:.3f} raw_read_s={:.3f} load_s={:.3f} "
-        "reshard_load_s={:.3f} torch_load_s={:.3f}\n",
-        world, gb, wb, wd, s, a, ts, rb, r, l, x, tl);
+        "reshard_load_s={:.3f} torch_load_s={:.3f} async_background_blocked_s={:.3f}\n",
+        world, gb, wb, wd, s, a, ts, rb, r, l, x, tl, bg);
   }
   comm->barrier();
   if (rank == 0) io::remove_tree(dir);

@@ -11,6 +11,7 @@
 //   distckpt digest A; distckpt digest B      # equal: same logical state
 //   ... --model moe --tp 2 --dp 4 --etp 1 --ep 4  # 8 ranks: experts over ep 4 x edp 2
 //   ... --load A --save HF --save-mapping llama  # Hugging Face files, from every rank
+//   ... --steps 100 --async-save-every 10 --async-save-root R  # asynchronous saves while training
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
 // the loss is elementwise (0.5 * |p - target|^2 with a global target), so
@@ -19,7 +20,9 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <iostream>
+#include <optional>
 
 #include "distckpt/distckpt.h"
 #include "distckpt/layout/from_global.h"
@@ -42,6 +45,8 @@ struct Args {
   int64_t distributed_optimizer = 1;  // ZeRO-1 layout of the optimizer state over dp * cp (edp for experts)
   int64_t optimizer_instances = 1;
   std::string save_dir, load_dir;
+  int64_t async_save_every = 0;  // asynchronous saves during training, every N steps, under async_save_root
+  std::string async_save_root;
   std::string load_mapping;  // --load reads another naming through this mapping of the schema
   std::string save_mapping;  // --save writes safetensors under this mapping of the schema
   bool overwrite = false;
@@ -106,15 +111,20 @@ StateDict weights_only(const StateDict& request) {
 }
 
 // Runs `steps` of the elementwise loss, 0.5 * |p - target|^2.
+// `before_update` runs between backward and the optimizer step (which
+// changes the parameters), `after_step` once a step is complete.
 template <typename Optimizer>
 void train(Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params,
-           const std::vector<at::Tensor>& targets, int64_t steps) {
+           const std::vector<at::Tensor>& targets, int64_t steps, const std::function<void()>& before_update,
+           const std::function<void(int64_t done)>& after_step) {
   for (int64_t step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     at::Tensor loss = torch::zeros({});
     for (size_t i = 0; i < params.size(); ++i) loss = loss + (params[i].second - targets[i]).pow(2).sum() * 0.5;
     loss.backward();
+    before_update();
     optimizer.step();
+    after_step(step + 1);
   }
 }
 
@@ -165,12 +175,37 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       iteration = result.state_dict.at("iteration").as_int();
     }
   }
-  train(optimizer, params, targets, a.steps);
-  iteration += a.steps;
-  if (!a.save_dir.empty()) {
-    set_objects_and_common(layout, c, iteration);
+  const auto state_at = [&](int64_t at_iteration) {
+    set_objects_and_common(layout, c, at_iteration);
     StateDict sd = layout.state_dict();
     if constexpr (kStateful) merge(sd, layout_optimizer.state_dict(optimizer));
+    return sd;
+  };
+  // --async-save-every: the copy of each save overlaps the next forward and
+  // backward; the wait before the optimizer step keeps the snapshot exact.
+  std::optional<AsyncCallsQueue> queue;
+  if (a.async_save_every > 0) {
+    AsyncQueueOptions queue_options;
+    queue_options.staging = AsyncStaging::kInBackground;
+    queue.emplace(comm, queue_options);
+  }
+  const int64_t start = iteration;
+  train(
+      optimizer, params, targets, a.steps,
+      [&] {
+        if (queue) queue->wait_staged();
+      },
+      [&](int64_t done) {
+        if (!queue || done % a.async_save_every != 0) return;
+        const int64_t at_iteration = start + done;
+        queue->save(state_at(at_iteration), fmt::format("{}/iter_{:07d}", a.async_save_root, at_iteration),
+                    layout.save_options());
+        queue->maybe_finalize();
+      });
+  if (queue) queue->close();
+  iteration += a.steps;
+  if (!a.save_dir.empty()) {
+    StateDict sd = state_at(iteration);
     SaveOptions options = layout.save_options();
     options.overwrite = a.overwrite;
     if (!a.save_mapping.empty()) {
@@ -292,6 +327,10 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer-instances", a.optimizer_instances,
                  "distributed optimizer instances: each shards the state, which is replicated across them");
   app.add_option("--save", a.save_dir, "save a checkpoint here at the end");
+  app.add_option("--async-save-every", a.async_save_every,
+                 "also save asynchronously every N steps, into --async-save-root/iter_NNNNNNN (the copy runs "
+                 "during the next forward and backward)");
+  app.add_option("--async-save-root", a.async_save_root, "where --async-save-every saves");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
   app.add_option("--load-mapping", a.load_mapping,
                  "--load is in another naming (a Hugging Face directory): read it through this mapping of the "
@@ -310,6 +349,7 @@ int main(int argc, char** argv) {
       throw Error(fmt::format("tp*cp*dp*pp = {} but {} ranks were started", world, comm->size()));
     }
     if (a.model == "gpt" && (a.ep != 1 || a.mtp_layers != 0)) throw Error("--ep and --mtp-layers need --model moe");
+    if (a.async_save_every > 0 && a.async_save_root.empty()) throw Error("--async-save-every needs --async-save-root");
     // Parallel folding: the expert mesh (etp, ep, edp) decomposes the same tp * cp * dp ranks of a stage.
     const int64_t stage_ranks = a.tp * a.cp * a.dp;
     if (stage_ranks % (a.etp * a.ep) != 0) {

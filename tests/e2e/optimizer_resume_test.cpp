@@ -46,6 +46,21 @@ TEST(OptimizerResume, InterruptedAdamRunEqualsUninterruptedBitwise) {
   }
 }
 
+// Asynchronous saves whose copy overlaps the next forward/backward (issue 16
+// item 2): each holds exactly the state of its step, though later optimizer
+// steps changed every parameter and Adam moment it was copied from.
+TEST(OptimizerResume, BackgroundStagedSavesDuringTrainingHoldTheirStepsState) {
+  TempDir tmp("resume-async");
+  const std::string mesh = "--tp 2 --pp 2 --dp 2", opt = "--optimizer adam";
+  expect_ok(trainer(8, mesh, opt + " --steps 2 --save " + tmp.path() + "/half"));
+  expect_ok(trainer(8, mesh,
+                    opt + " --steps 4 --save " + tmp.path() + "/full --async-save-every 2 --async-save-root " +
+                        tmp.path() + "/during"));
+  EXPECT_EQ(digest(tmp.path() + "/during/iter_0000002"), digest(tmp.path() + "/half"));
+  EXPECT_EQ(digest(tmp.path() + "/during/iter_0000004"), digest(tmp.path() + "/full"));
+  EXPECT_EQ(distckpt::load_common_state_dict(tmp.path() + "/during/iter_0000002").at("iteration").as_int(), 2);
+}
+
 TEST(OptimizerResume, ZeroShardedStateLoadsUnderAnotherMesh) {
   TempDir tmp("resume-mesh");
   const std::string a = tmp.path() + "/a", b = tmp.path() + "/b";

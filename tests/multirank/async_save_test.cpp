@@ -60,6 +60,37 @@ TEST(AsyncSave, EqualsSyncSaveAndSnapshotsAtStaging) {
   });
 }
 
+// Issue 16 item 2: the call returns after planning, the copy overlaps the
+// next forward/backward, and wait_staged() before the optimizer step is what
+// makes changing the parameters safe.
+TEST(AsyncSave, BackgroundStagingSnapshotsWhatWaitStagedCovers) {
+  TempDir tmp("async-background");
+  run_ranks(4, [&](Communicator& comm) {
+    save(model(comm.rank(), 4, 1), tmp.path() + "/sync", comm);
+    AsyncQueueOptions options;
+    options.staging = AsyncStaging::kInBackground;
+    AsyncCallsQueue queue(comm, options);
+    StateDict sd = model(comm.rank(), 4, 1);
+    queue.save(sd, tmp.path() + "/queued");
+    queue.wait_staged();
+    sd.at("w").as_sharded_tensor().data.fill_(-5);  // the optimizer step
+    sd.at("bias").as_sharded_tensor().data.fill_(-5);
+    queue.close();
+
+    // The same without a queue; wait_staged is idempotent, finalize after it.
+    StateDict direct = model(comm.rank(), 4, 1);
+    auto pool = io::BufferPool::create({0, false});
+    AsyncRequest request = async_save(direct, tmp.path() + "/direct", comm, {}, pool, AsyncStaging::kInBackground);
+    request.wait_staged();
+    request.wait_staged();
+    direct.at("w").as_sharded_tensor().data.fill_(-7);
+    request.finalize(comm);
+    request.wait_staged();  // after finalize: nothing to wait for
+  });
+  EXPECT_EQ(digest_lines(tmp.path() + "/queued"), digest_lines(tmp.path() + "/sync"));
+  EXPECT_EQ(digest_lines(tmp.path() + "/direct"), digest_lines(tmp.path() + "/sync"));
+}
+
 TEST(AsyncSave, FinalizesInOrderAndKeepsAtMostMaxInFlight) {
   TempDir tmp("async-order");
   run_ranks(2, [&](Communicator& comm) {

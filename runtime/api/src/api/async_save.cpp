@@ -49,6 +49,15 @@ const std::string& AsyncRequest::directory() const {
 bool AsyncRequest::plan_reused() const { return impl_->prepared && impl_->prepared->plan_reused; }
 bool AsyncRequest::locally_done() const { return impl_->prepared ? impl_->job->finished() : impl_->locally_done(); }
 
+void AsyncRequest::wait_staged() {
+  if (!impl_->prepared || impl_->finalized) return;
+  try {
+    impl_->job->wait_staged();
+  } catch (...) {
+    // Left for finalize, which raises it on every rank (here only this rank would see it).
+  }
+}
+
 SaveReport AsyncRequest::finalize(Communicator& comm) {
   if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
   impl_->finalized = true;  // whatever happens next, it is not retried
@@ -67,7 +76,7 @@ SaveReport AsyncRequest::finalize(Communicator& comm) {
 }
 
 AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                        const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool) {
+                        const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool, AsyncStaging staging) {
   if (!pool) throw Error("async_save needs a buffer pool (io::BufferPool::create)");
   if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto) {
     throw Error(fmt::format("asynchronous saves write the distckpt format; save {} with save()",
@@ -81,9 +90,10 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
     write_options.background_writes = true;
     impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
                                                    api::write_items_of(api::make_save_pieces(p)), pool, write_options);
-    impl->job->wait_staged();
+    if (staging == AsyncStaging::kBeforeReturn) impl->job->wait_staged();
   });
-  // Staged: the caller's state dict is no longer referenced.
+  // The write items hold what they copy from (the tensors' storage, shared);
+  // the caller's state dict itself is no longer referenced.
   p.split = {};
   p.tensors.clear();
   p.objects.clear();
@@ -110,7 +120,11 @@ int64_t AsyncCallsQueue::save(const StateDict& sharded_state_dict, const std::st
   if (pending_.size() >= options_.max_in_flight) finalize_front(pending_.size() - options_.max_in_flight + 1);
   SaveOptions with_cache = options;
   if (!with_cache.plan_cache) with_cache.plan_cache = plan_cache_;
-  return schedule(async_save(sharded_state_dict, dir, comm_, with_cache, pool_));
+  return schedule(async_save(sharded_state_dict, dir, comm_, with_cache, pool_, options_.staging));
+}
+
+void AsyncCallsQueue::wait_staged() {
+  for (Pending& p : pending_) p.request.wait_staged();
 }
 
 int64_t AsyncCallsQueue::schedule(AsyncRequest request) {

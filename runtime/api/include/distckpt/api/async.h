@@ -1,12 +1,17 @@
 // Asynchronous saves: the caller gets control back as soon as its tensors are
-// staged (copied into reusable host buffers); writing runs on background
-// threads; the checkpoint is committed at finalize, once every rank's data
-// is durable (agreed by a collective, so an error on any rank is raised on
-// every rank there).
+// staged (copied into reusable host buffers), or right after planning with
+// AsyncStaging::kInBackground; writing runs on background threads; the
+// checkpoint is committed at finalize, once every rank's data is durable
+// (agreed by a collective, so an error on any rank is raised on every rank
+// there).
 //
-//   AsyncCallsQueue queue(*comm);
+//   AsyncQueueOptions options;
+//   options.staging = AsyncStaging::kInBackground;
+//   AsyncCallsQueue queue(*comm, options);
 //   for (step ...) {
-//     train_step();
+//     forward_backward();               // reads the parameters: the copy runs meanwhile
+//     queue.wait_staged();              // before the optimizer step changes them
+//     optimizer_step();
 //     if (step % 1000 == 0) queue.save(state_dict(), fmt::format("ckpt/iter_{:07d}", step));
 //     queue.maybe_finalize();           // collective: commits the saves that finished everywhere
 //   }
@@ -36,12 +41,22 @@ namespace io {
 class BufferPool;  // staging buffers (runtime-internal); an AsyncCallsQueue owns one
 }  // namespace io
 
+// When async_save returns, relative to the copy of the caller's tensors.
+enum class AsyncStaging {
+  // Once they are copied: the caller may change its tensors right away.
+  kBeforeReturn,
+  // Right after planning; the copy runs in the background (while the next
+  // forward and backward pass, which only read the parameters, run). The
+  // caller must call wait_staged() before it changes any saved tensor.
+  kInBackground,
+};
+
 class AsyncRequest;
 // Collective: plans the save (reusing options.plan_cache when it holds),
 // stages this rank's data into `pool`'s buffers and starts writing it.
-// Returns once staged: the caller may change its tensors right away.
 AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                        const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool);
+                        const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool,
+                        AsyncStaging staging = AsyncStaging::kBeforeReturn);
 
 class AsyncRequest {
  public:
@@ -61,6 +76,9 @@ class AsyncRequest {
   bool plan_reused() const;
   // This rank's writing is over, successfully or not (not collective).
   bool locally_done() const;
+  // Blocks until this rank's tensors are copied (not collective; at once for
+  // kBeforeReturn). A copy that failed is raised by finalize, on every rank.
+  void wait_staged();
   // Collective: waits for every rank's data and commits. Rethrows, on every
   // rank, an error from any rank. A request is finalized at most once.
   SaveReport finalize(Communicator& comm);
@@ -68,7 +86,7 @@ class AsyncRequest {
  private:
   struct Impl;  // defined by the runtime
   friend AsyncRequest async_save(const StateDict&, const std::string&, Communicator&, const SaveOptions&,
-                                 const std::shared_ptr<io::BufferPool>&);
+                                 const std::shared_ptr<io::BufferPool>&, AsyncStaging);
   explicit AsyncRequest(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -81,6 +99,8 @@ struct AsyncQueueOptions {
   // flight need and keeps it for the next ones). A save larger than the
   // bound keeps the caller until enough of it is written.
   uint64_t staging_capacity_bytes = 0;
+  // For the saves save() makes.
+  AsyncStaging staging = AsyncStaging::kBeforeReturn;
 };
 
 class AsyncCallsQueue {
@@ -103,6 +123,9 @@ class AsyncCallsQueue {
   // rank; the saves after it stay queued.
   std::vector<int64_t> maybe_finalize(bool blocking = false);
   size_t unfinalized() const { return pending_.size(); }
+  // Not collective: every unfinalized save's tensors are copied (see
+  // AsyncStaging::kInBackground); call it before changing them.
+  void wait_staged();
   // Collective: finalizes everything; the queue takes no more saves.
   void close();
 
