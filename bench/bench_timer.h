@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "distckpt/comm/communicator.h"
@@ -31,9 +33,35 @@ class Timer {
   }
   const std::vector<double>& samples() const { return samples_; }
 
- private:
+ protected:
   distckpt::Communicator& comm_;
   std::vector<double> samples_;
+};
+
+// For what keeps one rank's caller (a trainer in an asynchronous save): each
+// rank times its own calls with no barrier after them (a barrier would also
+// wait for work the call left running on other ranks); record() then keeps
+// the slowest rank's time, gathered outside the timed region.
+class RankTimer : public Timer {
+ public:
+  using Timer::Timer;
+  template <typename F>
+  double time(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Collective.
+  void record(double seconds) {
+    double slowest = seconds;
+    for (const std::string& bytes :
+         comm_.all_gather_bytes(std::string(reinterpret_cast<const char*>(&seconds), sizeof seconds))) {
+      double other = 0;
+      std::memcpy(&other, bytes.data(), std::min(bytes.size(), sizeof other));
+      slowest = std::max(slowest, other);
+    }
+    samples_.push_back(slowest);
+  }
 };
 
 }  // namespace bench

@@ -15,7 +15,8 @@
 // (rows -> columns). With background staging (AsyncStaging::kInBackground),
 // the trainer is blocked for the call plus the wait before its optimizer step,
 // after --compute-seconds of simulated forward/backward (a sleep: the copy
-// gets the cores a real step would leave it).
+// gets the cores a real step would leave it); each rank times its own calls
+// (no barrier after them) and the slowest rank's time is reported.
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers;
 // --loads-only saves once and times only the reads.
@@ -123,9 +124,9 @@ int main(int argc, char** argv) {
   }
   comm->barrier();
 
+  bench::RankTimer dc_bg_call(*comm), dc_bg_wait(*comm);
   bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), raw_into(*comm), dc_save(*comm),
-      dc_async(*comm), dc_bg_call(*comm), dc_bg_wait(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm),
-      t_load(*comm);
+      dc_async(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm), t_load(*comm);
   constexpr uint64_t kBuffer = uint64_t{64} << 20;
   std::vector<uint8_t> buffer(kBuffer);
   void* aligned_memory = nullptr;
@@ -181,9 +182,13 @@ int main(int argc, char** argv) {
       queue.maybe_finalize(true);
       clear(async_ckpt);
       for (const at::Tensor& t : tensors) t.mul_(1.0f);
-      dc_bg_call.run([&] { bg_queue.save(saved_layout(model, rank, world), async_ckpt, save_options); });
+      comm->barrier();
+      const double call =
+          dc_bg_call.time([&] { bg_queue.save(saved_layout(model, rank, world), async_ckpt, save_options); });
       std::this_thread::sleep_for(std::chrono::duration<double>(compute_seconds));
-      dc_bg_wait.run([&] { bg_queue.wait_staged(); });
+      const double wait = dc_bg_wait.time([&] { bg_queue.wait_staged(); });
+      dc_bg_call.record(call);
+      dc_bg_wait.record(wait);
       bg_queue.maybe_finalize(true);
       t_save.run([&] {
         torch::save(tensors, torch_file);

@@ -88,10 +88,15 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
   run_agreed(comm, "stage the data for an asynchronous save", [&] {
     io::FileWriteOptions write_options = api::file_write_options(options);
     write_options.background_writes = true;
+    // In the background, the copies start once every rank is through this
+    // step, the call's last collective: started earlier, they would take the
+    // cores that ranks still inside the call need.
+    write_options.start_paused = staging == AsyncStaging::kInBackground;
     impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
                                                    api::write_items_of(api::make_save_pieces(p)), pool, write_options);
     if (staging == AsyncStaging::kBeforeReturn) impl->job->wait_staged();
   });
+  impl->job->start();
   // The write items hold what they copy from (the tensors' storage, shared);
   // the caller's state dict itself is no longer referenced.
   p.split = {};

@@ -54,6 +54,11 @@ FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::
   }
   file_ = File(path_, File::Mode::kCreateTruncate);
   if (options_.direct_io && slice % File::kDirectAlignment == 0) file_.try_enable_direct();
+  if (!options_.start_paused) start();
+}
+
+void FileWriteJob::start() {
+  if (synced_ || !threads_.empty()) return;
   const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(options_.threads), slices_.size() + 1));
   for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { run(); });
 }
@@ -153,6 +158,7 @@ void FileWriteJob::run() {
 }
 
 void FileWriteJob::wait_staged() {
+  start();
   std::unique_lock<std::mutex> lock(mutex_);
   progress_.wait(lock, [&] { return staged_ == slices_.size() || error_ || cancelled_ || synced_; });
   if (error_) std::rethrow_exception(error_);
@@ -160,6 +166,7 @@ void FileWriteJob::wait_staged() {
 }
 
 FileWritten FileWriteJob::wait() {
+  start();
   std::unique_lock<std::mutex> lock(mutex_);
   progress_.wait(lock, [&] { return synced_ || error_ || cancelled_; });
   if (error_) std::rethrow_exception(error_);
