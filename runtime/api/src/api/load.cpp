@@ -37,8 +37,8 @@ struct PendingCommit {
 // The reads of `request` in the stored dtype, when commit_tensor converts it.
 std::optional<PendingCommit> plan_read_as_stored(api::CheckpointReader& reader, Value* leaf, const LoadOptions& options,
                                                  std::vector<api::TensorRead>& reads) {
-  const ShardedTensor& request = leaf->as_sharded_tensor();
   if (!options.commit_tensor) return std::nullopt;
+  const ShardedTensor& request = leaf->as_sharded_tensor();
   const TensorRecord& record = reader.tensor(request.key);
   if (record.dtype == request.dtype) return std::nullopt;
   ShardedTensor as_stored = request;
@@ -53,10 +53,9 @@ void commit(const PendingCommit& c, const LoadOptions& options) {
   const ShardedTensor& request = c.request;
   at::Tensor destination =
       request.data.defined() ? request.data : at::empty(c.stored.sizes(), at::TensorOptions().dtype(request.dtype));
+  const at::Tensor given = destination;
   options.commit_tensor(request, c.stored, destination);
-  if (request.data.defined() ? !destination.is_same(request.data)
-                             : !destination.defined() || destination.scalar_type() != request.dtype ||
-                                   destination.sizes() != c.stored.sizes()) {
+  if (!destination.is_same(given)) {
     throw Error(fmt::format(
         "LoadOptions::commit_tensor replaced the destination of '{}'; fill the given tensor in place ({} of {})",
         request.key, to_string(Shape(c.stored.sizes().begin(), c.stored.sizes().end())), dtype_name(request.dtype)));
