@@ -47,8 +47,9 @@ struct Args {
   std::string save_dir, load_dir;
   int64_t async_save_every = 0;  // asynchronous saves during training, every N steps, under async_save_root
   std::string async_save_root;
-  std::string load_mapping;  // --load reads another naming through this mapping of the schema
-  std::string save_mapping;  // --save writes safetensors under this mapping of the schema
+  std::string load_mapping;            // --load reads another naming through this mapping of the schema
+  std::string load_exchange = "auto";  // how a piece several ranks need reaches them (LoadExchange)
+  std::string save_mapping;            // --save writes safetensors under this mapping of the schema
   bool overwrite = false;
 };
 
@@ -141,6 +142,7 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     set_objects_and_common(layout, c, 0);
     StateDict request = layout.state_dict();
     LoadOptions options{StrictHandling::kReturnUnexpected};
+    options.exchange = parse_load_exchange(a.load_exchange);
     if (!a.load_mapping.empty()) {
       // Weights only (a Hugging Face directory has no optimizer state, objects or common values).
       options.mapping = find_mapping(layout.save_options().name_mappings, a.load_mapping, "the layout schema");
@@ -332,6 +334,9 @@ int main(int argc, char** argv) {
                  "during the next forward and backward)");
   app.add_option("--async-save-root", a.async_save_root, "where --async-save-every saves");
   app.add_option("--load", a.load_dir, "load this checkpoint first");
+  app.add_option("--load-exchange", a.load_exchange,
+                 "how a stored piece several ranks need reaches them: auto (read once per host), none (each rank "
+                 "reads it), broadcast, all_gather");
   app.add_option("--load-mapping", a.load_mapping,
                  "--load is in another naming (a Hugging Face directory): read it through this mapping of the "
                  "schema (llama for gpt, mixtral for moe); weights only");

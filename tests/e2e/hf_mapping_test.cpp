@@ -60,9 +60,11 @@ class HfMapping : public ::testing::Test {
     return digest(path("a"));
   }
   // Loads the export under `to` through `mapping` and saves it as `name`.
+  // Each rank reads what it needs itself (--load-exchange none) unless `exchange` says otherwise.
   CommandResult load_mapped(const Mesh& to, const std::string& model, const std::string& mapping,
-                            const std::string& name) {
-    return trainer(to, model + " --load " + path("hf") + " --load-mapping " + mapping + " --save " + path(name));
+                            const std::string& name, const std::string& exchange = "none") {
+    return trainer(to, model + " --load " + path("hf") + " --load-mapping " + mapping + " --save " + path(name) +
+                           " --load-exchange " + exchange);
   }
   // Loads "a" under `mesh` and saves it straight as safetensors under
   // `mapping`, every rank writing its shards: the export's bytes.
@@ -108,6 +110,17 @@ TEST_F(HfMapping, GptExportedWithTheLlamaMappingLoadsUnderOtherMeshes) {
     EXPECT_EQ(shards, 174336U);
     EXPECT_EQ(read, shards + 147456U);
   }
+  // By default the ranks of one host read each of those rows once between
+  // them (one reads, the others copy from shared memory), and the norm
+  // weights every rank holds (8 layer norms and the final one, 64 floats
+  // each: 2304 bytes) once instead of four times: the host reads each byte
+  // it needs once.
+  const CommandResult once = load_mapped({4, 1, 1, 1}, kGpt, "llama", "tp4once", "auto");
+  ASSERT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_EQ(digest(path("tp4once")), original);
+  uint64_t host_read = 0;
+  for (const auto& [read, shards] : reads(once.output, 4)) host_read += read;
+  EXPECT_EQ(host_read, 4 * 174336U - 3 * 2304U);
 
   expect_direct_save_equals_export({2, 2, 1, 1}, kGpt, "llama");
 

@@ -187,6 +187,21 @@ TEST_F(IoFaultTest, EioOnDataReadFailsTheLoadOnEveryRankNamingFileAndOffset) {
   }
 }
 
+TEST_F(IoFaultTest, LoadWithoutRoomInSharedMemoryHasEachRankReadItsParts) {
+  // Both ranks need "bias": one reads it and, on one host, hands it over
+  // through /dev/shm. With no room there (every fallocate fails), the ranks
+  // agree to each read their parts instead, and say so.
+  const std::string job = strace_command() + " --seccomp-bpf -qq -o /dev/null -e trace=fallocate" +
+                          " -e inject=fallocate:error=ENOSPC " + probe_job(ckpt_, "load", 1);
+  const CommandResult loaded = run_bounded(job);
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_THAT(loaded.output, HasSubstr("rank 0 loaded seed 1 bitwise-equal"));
+  EXPECT_THAT(loaded.output, HasSubstr("rank 1 loaded seed 1 bitwise-equal"));
+  EXPECT_THAT(loaded.output, ContainsRegex("each read the pieces they share instead of reading them once into shared "
+                                           "memory: rank [01]: cannot reserve [0-9]+ bytes of shared memory in "
+                                           "/dev/shm \\(No space left on device\\)"));
+}
+
 // A real full file system: an 8 MiB tmpfs and a 24 MiB checkpoint.
 TEST(DiskFullTest, SaveLargerThanTheFileSystemFailsEveryRankAndKeepsThePreviousCheckpoint) {
   TempDir temp("disk-full");

@@ -44,5 +44,52 @@ TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
   }
 }
 
+// Byte runs of a column strip (64 bytes of every 4 KiB row) scattered into
+// their destination: with verification every checksum block the runs touch
+// is read once and hashed whole, so a flipped byte between the runs is found.
+TEST(ReadAmount, ScatteredRunsReadEachTouchedBlockOnceAndVerifyTheBytesBetween) {
+  TempDir tmp("read-runs");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor g = testing::global_tensor("big", {1024, 1024});  // 4 MiB: four 1 MiB checksum blocks
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["big"] = ShardedTensor::from_rank_offsets("big", g, {});
+    save(sd, dir, comm);
+  });
+  auto strip_runs = [](at::Tensor& out, int64_t first_row, int64_t rows) {
+    std::vector<ByteRun> runs;
+    for (int64_t r = 0; r < rows; ++r) {
+      runs.push_back(ByteRun{static_cast<uint64_t>(((first_row + r) * 1024 + 512) * 4), 16 * 4,
+                             static_cast<uint8_t*>(out.data_ptr()) + r * 16 * 4});
+    }
+    return runs;
+  };
+  {
+    api::CheckpointReader reader(dir);
+    at::Tensor out = at::zeros({1024, 16});
+    reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 0, 1024));
+    EXPECT_TRUE(at::equal(out, g.narrow(1, 512, 16)));
+    EXPECT_EQ(reader.bytes_read(), uint64_t{4} << 20);
+  }
+  {
+    api::CheckpointReader reader(dir, /*verify_checksums=*/false);
+    at::Tensor out = at::zeros({300, 16});
+    reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 100, 300));
+    EXPECT_TRUE(at::equal(out, g.narrow(0, 100, 300).narrow(1, 512, 16)));
+    EXPECT_EQ(reader.bytes_read(), uint64_t{299 * 1024 + 16} * 4);  // the runs' span
+  }
+  {
+    api::CheckpointReader reader(dir);
+    at::Tensor out = at::zeros({1024, 16});
+    std::vector<ByteRun> runs = strip_runs(out, 0, 1024);
+    runs[7].bytes = 5000;  // into the next run
+    EXPECT_THROW(reader.read_chunk_runs(reader.tensor("big"), 0, runs), Error);
+  }
+  flip_byte(dir + "/data/rank_00000.bin", 3 * 4096 + 8);  // row 3, column 2: outside the strip
+  api::CheckpointReader reader(dir);
+  at::Tensor out = at::zeros({1024, 16});
+  EXPECT_THROW(reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 0, 1024)), CorruptionError);
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -54,6 +54,10 @@ class CheckpointReader {
   void read_chunk_bytes(const TensorRecord& record, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
     storage_->read_chunk(record, chunk, begin, end, out);
   }
+  // The byte runs of one chunk into their outputs (StorageReader::read_chunk_runs).
+  void read_chunk_runs(const TensorRecord& record, uint32_t chunk, const std::vector<ByteRun>& runs) {
+    storage_->read_chunk_runs(record, chunk, runs);
+  }
   // Bytes read from storage so far (to check that loads read what they need).
   uint64_t bytes_read() const { return storage_->bytes_read(); }
   // The values saved outside tensors (an empty dict if none).

@@ -1,5 +1,6 @@
 // Fully parallel load, the exchange: each shared piece (plan/load_schedule.h)
-// is read by its reader in slabs, and every other rank that needs part of it
+// not served within its host (api/host_exchange.h) is read by its reader in
+// slabs, and every other rank that needs part of it
 // receives exactly those elements, over the comm layer's exchange engine
 // (comm/exchange.h): one transfer per slab and needer, in schedule order.
 //
@@ -27,7 +28,7 @@ struct ExchangeContext {
   const plan::LoadSchedule& schedule;
   const std::vector<std::vector<plan::PieceNeed>>& needs;  // every rank's, as all-gathered
   const std::vector<TensorRead>& mine;                     // this rank's reads, in the order of needs[rank]
-  uint64_t batch_bytes;                                    // all-gather: a rank's contribution per round
+  uint64_t batch_bytes;  // all-gather: a rank's contribution per round; on one host: a slot of shared memory
 };
 
 // Collective. Returns this rank's first read error (or a peer's malformed

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "api/exchange.h"
+#include "api/host_exchange.h"
 #include "api/messages.h"
 #include "api/slab_copy.h"
 #include "comm/agreement.h"
@@ -73,6 +76,44 @@ uint64_t first_element(const Box& piece, const Box& part) {
   return first;
 }
 
+// Scattering runs shorter than this costs more than reading a slab and copying.
+constexpr uint64_t kMinScatterRunBytes = 512;
+
+// The byte runs (relative to the chunk) of reads[order[i..j)]'s parts of
+// `piece`, each into its contiguous destination, by offset. False when they
+// overlap (two parts of one element) or are too short to be worth it.
+bool scatter_runs(const plan::StoredPiece& piece, const std::vector<TensorRead>& reads,
+                  const std::vector<size_t>& order, size_t i, size_t j, uint64_t element, std::vector<ByteRun>& runs) {
+  const Shape strides = contiguous_strides(piece.box.length);
+  for (size_t k = i; k < j; ++k) {
+    const Box& part = reads[order[k]].need.part;
+    auto* out = static_cast<uint8_t*>(reads[order[k]].dest.data_ptr());
+    const size_t nd = part.ndim();
+    size_t axis = nd - 1;  // runs span `axis` and every axis after it, which the part covers whole
+    while (axis > 0 && part.length[axis] == piece.box.length[axis]) --axis;
+    uint64_t run = static_cast<uint64_t>(part.length[axis]);
+    for (size_t d = axis + 1; d < nd; ++d) run *= static_cast<uint64_t>(piece.box.length[d]);
+    if (run * element < kMinScatterRunBytes) return false;
+    uint64_t base = 0;  // the part's first element in the piece
+    for (size_t d = 0; d < nd; ++d) base += static_cast<uint64_t>((part.offset[d] - piece.box.offset[d]) * strides[d]);
+    std::vector<int64_t> index(axis, 0);  // over the axes before `axis`, last fastest
+    for (uint64_t n = 0, count = static_cast<uint64_t>(part.numel()) / run; n < count; ++n) {
+      uint64_t at = base;
+      for (size_t d = 0; d < axis; ++d) at += static_cast<uint64_t>(index[d] * strides[d]);
+      runs.push_back(ByteRun{piece.byte_in_chunk + at * element, run * element, out + n * run * element});
+      for (size_t d = axis; d-- > 0;) {
+        if (++index[d] < part.length[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const ByteRun& a, const ByteRun& b) { return a.offset < b.offset; });
+  for (size_t k = 1; k < runs.size(); ++k) {
+    if (runs[k - 1].offset + runs[k - 1].bytes > runs[k].offset) return false;
+  }
+  return true;
+}
+
 // Tasks reading the pieces this rank reads itself (shared_slot == -1).
 std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<TensorRead>& reads,
                                 const std::vector<int32_t>& shared_slot, uint64_t slab_bytes) {
@@ -97,13 +138,33 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
     const TensorRecord& record = m.tensors[first.tensor];
     const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
     const uint64_t element = record.element_size();
-    bool direct = true;
-    for (size_t k = i; k < j && direct; ++k) {
+    bool as_stored = true, dense = true;  // every destination holds the stored bytes as they are / in one run
+    for (size_t k = i; k < j && as_stored; ++k) {
       const TensorRead& r = reads[order[k]];
-      direct = r.dest.device().is_cpu() && r.dest.is_contiguous() && r.dest.scalar_type() == record.dtype &&
-               dense_in(piece.box, r.need.part);
+      as_stored = r.dest.device().is_cpu() && r.dest.is_contiguous() && r.dest.scalar_type() == record.dtype;
+      dense = dense && dense_in(piece.box, r.need.part);
     }
-    if (direct) {  // the stored bytes are the destination's bytes (else copies convert the dtype)
+    std::vector<ByteRun> runs;
+    if (as_stored && !dense && scatter_runs(piece, reads, order, i, j, element, runs)) {
+      // Strided parts read straight into their destinations, in tasks of whole checksum blocks.
+      for (size_t a = 0; a < runs.size();) {
+        const uint64_t limit = (runs[a].offset / step + 1) * step;
+        std::vector<ByteRun> task;
+        for (; a < runs.size() && runs[a].offset < limit; ++a) {
+          ByteRun run = runs[a];
+          if (run.offset + run.bytes > limit) {  // the rest starts the next task
+            run.bytes = limit - run.offset;
+            runs[a] = ByteRun{limit, runs[a].bytes - run.bytes, runs[a].out + run.bytes};
+            task.push_back(run);
+            break;
+          }
+          task.push_back(run);
+        }
+        tasks.push_back([&reader, &record, chunk = piece.chunk, task = std::move(task)] {
+          reader.read_chunk_runs(record, chunk, task);
+        });
+      }
+    } else if (as_stored && dense) {  // the stored bytes are the destination's bytes (else copies convert the dtype)
       for (size_t k = i; k < j; ++k) {
         const TensorRead& r = reads[order[k]];
         const uint64_t begin = piece.byte_in_chunk + first_element(piece.box, r.need.part) * element;
@@ -153,17 +214,27 @@ void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& n
   }
 }
 
-// kAuto: exchange only between hosts (collective: one all-gather of host names).
-LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
-  if (exchange != LoadExchange::kAuto || comm.size() == 1) return exchange;
+struct ExchangeChoice {
+  LoadExchange mode = LoadExchange::kNone;
+  std::vector<int> host_of_rank;  // kAuto: pieces needed on one host only are shared through its memory
+};
+
+// kAuto: point to point between hosts, shared memory within one (collective:
+// one all-gather of host names).
+ExchangeChoice resolve(LoadExchange exchange, Communicator& comm) {
+  if (exchange != LoadExchange::kAuto || comm.size() == 1) {
+    return {exchange == LoadExchange::kAuto ? LoadExchange::kNone : exchange, {}};
+  }
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  const std::vector<std::string> hosts = comm.all_gather_bytes(encode_host_name(name));
-  const std::string first = decode_host_name(hosts.front(), "rank 0");
-  for (size_t r = 1; r < hosts.size(); ++r) {
-    if (decode_host_name(hosts[r], fmt::format("rank {}", r)) != first) return LoadExchange::kBroadcast;
+  const std::vector<std::string> gathered = comm.all_gather_bytes(encode_host_name(name));
+  ExchangeChoice choice{LoadExchange::kBroadcast, {}};
+  std::map<std::string, int> hosts;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    const std::string host = decode_host_name(gathered[r], fmt::format("rank {}", r));
+    choice.host_of_rank.push_back(hosts.emplace(host, static_cast<int>(hosts.size())).first->second);
   }
-  return LoadExchange::kNone;
+  return choice;
 }
 
 }  // namespace
@@ -171,8 +242,8 @@ LoadExchange resolve(LoadExchange exchange, Communicator& comm) {
 void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
                    const ReadEngineOptions& options) {
   at::NoGradGuard no_grad;
-  const LoadExchange exchange = resolve(options.exchange, comm);
-  const bool share = exchange != LoadExchange::kNone && comm.size() > 1;
+  const ExchangeChoice choice = resolve(options.exchange, comm);
+  const bool share = choice.mode != LoadExchange::kNone && comm.size() > 1;
   const int me = share ? comm.rank() : 0;
   std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
@@ -190,7 +261,7 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
         needs[r] = plan::decode_needs(gathered[r], fmt::format("rank {}", r));
         check_needs(reader, needs[r], static_cast<int>(r));
       }
-      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true);
+      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, choice.host_of_rank);
     });
   } else {
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
@@ -201,9 +272,21 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     TaskRunner runner(private_tasks(reader, reads, schedule.shared_slot[static_cast<size_t>(me)], options.slab_bytes),
                       options.threads);
     if (share && !schedule.shared.empty()) {
+      // Messages first: ranks on other hosts wait for them.
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error = exchange_shared_pieces(context, exchange == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
-                                                                                   : comm::ExchangeMode::kPointToPoint);
+      error =
+          exchange_shared_pieces(context, choice.mode == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
+                                                                                  : comm::ExchangeMode::kPointToPoint);
+      std::exception_ptr host_error;
+      if (!exchange_on_host(context, host_error)) {  // no shared memory: each rank reads its parts itself
+        std::vector<int32_t> own(reads.size(), 0);
+        for (size_t i = 0; i < reads.size(); ++i) {
+          const int32_t slot = schedule.shared_slot[static_cast<size_t>(me)][i];
+          if (slot >= 0 && schedule.shared[static_cast<size_t>(slot)].same_host) own[i] = -1;
+        }
+        host_error = TaskRunner(private_tasks(reader, reads, own, options.slab_bytes), options.threads).join();
+      }
+      if (!error) error = host_error;
     }
     const std::exception_ptr private_error = runner.join();
     if (private_error) error = private_error;  // this rank's own read failure names the cause

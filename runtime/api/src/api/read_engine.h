@@ -1,7 +1,8 @@
 // Executing a load's reads: pieces only this rank needs are read by a few
 // threads (straight into the destination when its bytes are the stored
-// bytes, else in slabs), while the main thread runs the exchange of pieces
-// several ranks need (api/exchange.h) when fully parallel load is on.
+// bytes, else in slabs), while the main thread serves the pieces several
+// ranks need: within a host through shared memory (api/host_exchange.h),
+// across hosts as messages (api/exchange.h).
 #pragma once
 
 #include <vector>
@@ -16,7 +17,7 @@ namespace distckpt::api {
 struct ReadEngineOptions {
   LoadExchange exchange = LoadExchange::kAuto;
   int threads = 2;
-  uint64_t slab_bytes = uint64_t{32} << 20;
+  uint64_t slab_bytes = uint64_t{8} << 20;
 };
 
 // Collective: fills every read's destination. An error on any rank (a

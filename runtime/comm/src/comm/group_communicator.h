@@ -45,6 +45,7 @@ class GroupCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return backend_; }
+  std::optional<std::chrono::milliseconds> timeout() const override { return timeout_; }
   at::Device tensor_device() const override { return backend_ == "nccl" ? at::Device(at::kCUDA) : at::kCPU; }
 
   std::vector<std::string> all_gather_bytes(std::string_view local) override {

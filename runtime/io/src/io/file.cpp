@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -165,6 +167,38 @@ void File::pread_all(void* data, size_t n, uint64_t offset) const {
                       path_, offset, n, size()));
     }
     done += static_cast<size_t>(r);
+  }
+}
+
+void File::preadv_all(std::vector<struct iovec>& iov, uint64_t offset) const {
+  uint64_t n = 0;
+  for (const struct iovec& v : iov) n += v.iov_len;
+  check_range(path_, n, offset);
+  size_t first = 0;
+  uint64_t done = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t r = ::preadv(fd_.get(), iov.data() + first, count, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(fmt::format("read of {} bytes at offset {} from", n - done, offset + done), path_, errno);
+    }
+    if (r == 0) {
+      throw CorruptionError(
+          fmt::format("unexpected end of file {} at offset {} (wanted {} bytes, file has {}); the file is truncated "
+                      "or does not belong to this checkpoint",
+                      path_, offset + done, n - done, size()));
+    }
+    done += static_cast<uint64_t>(r);
+    for (auto left = static_cast<size_t>(r); left > 0;) {  // skip what was filled, trim a partly filled buffer
+      struct iovec& v = iov[first];
+      const size_t take = std::min(left, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + take;
+      v.iov_len -= take;
+      left -= take;
+      if (v.iov_len == 0) ++first;
+    }
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
   }
 }
 

@@ -2,11 +2,14 @@
 // Every failure throws distckpt::Error with the path and errno text.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "io/unique_fd.h"
 
@@ -36,6 +39,10 @@ class File {
   // buffered and the file stays buffered.
   void pwrite_all(const void* data, size_t n, uint64_t offset);
   void pread_all(void* data, size_t n, uint64_t offset) const;  // throws on EOF
+  // Reads consecutive bytes from `offset` into the buffers of `iov` in order
+  // (preadv, at most IOV_MAX buffers a call, short reads continued); `iov`
+  // is consumed. Throws like pread_all.
+  void preadv_all(std::vector<struct iovec>& iov, uint64_t offset) const;
   uint64_t size() const;
   void resize(uint64_t size);  // ftruncate: a longer file reads as zeros until written
   void sync();                 // fsync

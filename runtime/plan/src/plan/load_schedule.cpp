@@ -75,7 +75,10 @@ uint64_t SharedPiece::read_bytes() const {
 }
 
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
-                                uint64_t slab_bytes, bool share) {
+                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank) {
+  if (!host_of_rank.empty() && host_of_rank.size() != needs.size()) {
+    throw Error(fmt::format("{} host numbers for {} ranks", host_of_rank.size(), needs.size()));
+  }
   LoadSchedule schedule;
   const size_t world = needs.size();
   schedule.read_bytes.assign(world, 0);
@@ -123,6 +126,12 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
       parts.push_back(&needs[static_cast<size_t>(refs[k].rank)][refs[k].index].part);
       schedule.shared_slot[static_cast<size_t>(refs[k].rank)][refs[k].index] =
           static_cast<int32_t>(schedule.shared.size());
+    }
+    shared.same_host = !host_of_rank.empty();
+    for (const SharedPiece::Needer& n : shared.needers) {
+      if (shared.same_host &&
+          host_of_rank[static_cast<size_t>(n.rank)] != host_of_rank[static_cast<size_t>(refs[i].rank)])
+        shared.same_host = false;
     }
     const auto rows = row_span(g.box, parts);
     shared.slabs = cut_slabs(g.box, rows.first, rows.second, g.element_size, slab_bytes);

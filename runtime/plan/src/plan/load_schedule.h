@@ -7,7 +7,9 @@
 // once, by one of them chosen to balance the bytes each rank reads (largest
 // pieces first, to the needer that reads the least so far, ties to the lowest
 // rank), in slabs of whole rows; from each slab every other needer receives
-// exactly the elements of its parts, packed in its own order. Every rank
+// exactly the elements of its parts, packed in its own order. When the ranks'
+// hosts are known, a piece whose needers all run on one host is marked so:
+// its slabs reach them through shared memory instead of messages. Every rank
 // computes the same schedule from the same all-gathered needs.
 #pragma once
 
@@ -38,6 +40,7 @@ struct SharedPiece {
   uint32_t piece = 0;
   PieceGeometry geometry;
   int reader = 0;
+  bool same_host = false;  // every needer runs on one host (known hosts only)
   std::vector<Box> slabs;  // consecutive row ranges covering the rows anyone needs
   struct Needer {
     int rank = 0;
@@ -65,9 +68,11 @@ std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row
                            uint64_t slab_bytes);
 
 // `needs[r]` are rank r's needs. `share` false: every rank reads what it
-// needs (no shared pieces). Cost O(N log N) in the total number of needs.
+// needs (no shared pieces). `host_of_rank`: a host number per rank, or empty
+// when unknown (no piece is same_host). Cost O(N log N) in the total number
+// of needs.
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
-                                uint64_t slab_bytes, bool share);
+                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank = {});
 
 // Wire format of a rank's needs (schema/wire.fbs, LoadNeeds). Decoding
 // verifies the buffer; the caller checks indices and boxes against the

@@ -76,8 +76,23 @@ class BlockChecker {
 
 }  // namespace
 
+namespace {
+
+std::atomic<uint64_t> next_ranges_id{1};
+
+// The calling thread's last partly needed block, verified.
+struct CachedBlock {
+  uint64_t ranges = 0;  // FileRanges::id_; 0: none
+  uint32_t file = 0;
+  uint64_t offset = 0;  // in the file
+  std::vector<uint8_t> bytes;
+};
+thread_local CachedBlock cached_block;
+
+}  // namespace
+
 FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums)
-    : dir_(std::move(dir)), index_(index), verify_(verify_checksums) {}
+    : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums) {}
 
 std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   std::lock_guard<std::mutex> lock(files_mutex_);
@@ -94,6 +109,17 @@ std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   return open_files_.front().second;
 }
 
+void FileRanges::check_block(uint64_t digest, uint32_t file_index, uint64_t base, uint64_t length,
+                             const std::vector<uint64_t>& checksums, uint64_t index, const std::string& what) const {
+  if (digest == checksums.at(index)) return;
+  const uint64_t block = index_.checksum_block_size;
+  const uint64_t s = index * block, e = std::min(s + block, length);
+  throw CorruptionError(
+      fmt::format("checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify "
+                  "{}` and load an intact copy",
+                  what, index_.files[file_index].path, base + s, base + e, dir_));
+}
+
 void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
                       uint64_t begin, uint64_t end, uint8_t* out, const std::string& what) {
   const std::shared_ptr<io::File> handle = file(file_index);
@@ -106,12 +132,7 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
   const uint64_t block = index_.checksum_block_size;
   auto verify_block = [&](const uint8_t* data, uint64_t index) {
     const uint64_t s = index * block, e = std::min(s + block, length);
-    if (io::xxh3(data, e - s) != checksums[index]) {
-      throw CorruptionError(fmt::format(
-          "checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify {}` "
-          "and load an intact copy",
-          what, index_.files[file_index].path, base + s, base + e, dir_));
-    }
+    check_block(io::xxh3(data, e - s), file_index, base, length, checksums, index, what);
   };
   uint64_t pos = begin;
   while (pos < end) {
@@ -128,14 +149,19 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
       pos = run_end;
       continue;
     }
-    // A block only partly needed: read it whole into scratch, verify, copy the needed part.
-    thread_local std::vector<uint8_t> block_scratch;
-    block_scratch.resize(block_end - block_begin);
-    f.pread_all(block_scratch.data(), block_end - block_begin, base + block_begin);
-    bytes_read_ += block_end - block_begin;
-    verify_block(block_scratch.data(), index);
+    // A block only partly needed: read it whole into the cache, verify, copy the needed part.
+    CachedBlock& c = cached_block;
+    if (c.ranges != id_ || c.file != file_index || c.offset != base + block_begin ||
+        c.bytes.size() != block_end - block_begin) {
+      c.ranges = 0;
+      c.bytes.resize(block_end - block_begin);
+      f.pread_all(c.bytes.data(), block_end - block_begin, base + block_begin);
+      bytes_read_ += block_end - block_begin;
+      verify_block(c.bytes.data(), index);
+      c = CachedBlock{id_, file_index, base + block_begin, std::move(c.bytes)};
+    }
     const uint64_t to = std::min(end, block_end);
-    std::memcpy(out + (pos - begin), block_scratch.data() + (pos - block_begin), to - pos);
+    std::memcpy(out + (pos - begin), c.bytes.data() + (pos - block_begin), to - pos);
     pos = to;
   }
 }
@@ -144,6 +170,58 @@ void FileRanges::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
   const ChunkRecord& c = tensor.chunks.at(chunk);
   read(c.file, c.byte_offset, c.byte_length, c.block_checksums, begin, end, out,
        fmt::format("'{}' chunk {}", tensor.key, chunk));
+}
+
+void FileRanges::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
+  if (runs.empty()) return;
+  const ChunkRecord& c = tensor.chunks.at(chunk);
+  const uint64_t begin = runs.front().offset, end = runs.back().offset + runs.back().bytes;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const uint64_t next = i + 1 < runs.size() ? runs[i + 1].offset : c.byte_length;
+    if (runs[i].offset + runs[i].bytes > next) {
+      throw Error(fmt::format("read of '{}' chunk {}: byte runs overlap or leave the chunk ({} + {} > {})", tensor.key,
+                              chunk, runs[i].offset, runs[i].bytes, next));
+    }
+  }
+  const std::shared_ptr<io::File> handle = file(c.file);
+  const bool verify = verify_ && !c.block_checksums.empty();
+  // Windows: each checksum block the runs touch, whole; unverified, the span in pieces.
+  const uint64_t window = verify ? index_.checksum_block_size : kUncheckedPiece;
+  thread_local std::vector<uint8_t> scratch;  // what lies between the runs, at its place in the window
+  std::vector<struct iovec> iov;
+  size_t r = 0;       // the run being placed
+  uint64_t done = 0;  // its bytes placed
+  for (uint64_t wb = verify ? begin / window * window : begin; wb < end;) {
+    const uint64_t we = verify ? std::min(wb + window, c.byte_length) : std::min(wb + window, end);
+    scratch.resize(we - wb);
+    iov.clear();
+    for (uint64_t pos = wb; pos < we;) {
+      const uint64_t next = r < runs.size() ? std::min(runs[r].offset + done, we) : we;
+      if (next > pos) {  // not wanted: into the scratch
+        iov.push_back({scratch.data() + (pos - wb), next - pos});
+        pos = next;
+        continue;
+      }
+      const uint64_t n = std::min(runs[r].offset + runs[r].bytes, we) - pos;
+      iov.push_back({runs[r].out + done, n});
+      pos += n;
+      done += n;
+      if (done == runs[r].bytes) {
+        ++r;
+        done = 0;
+      }
+    }
+    std::vector<struct iovec> filled = iov;  // preadv_all consumes its list
+    handle->preadv_all(filled, c.byte_offset + wb);
+    bytes_read_ += we - wb;
+    if (verify) {
+      io::StreamingHash hash;
+      for (const struct iovec& v : iov) hash.update(v.iov_base, v.iov_len);
+      check_block(hash.digest(), c.file, c.byte_offset, c.byte_length, c.block_checksums, wb / window,
+                  fmt::format("'{}' chunk {}", tensor.key, chunk));
+    }
+    wb = we;
+  }
 }
 
 std::string FileRanges::read_object(const ObjectRecord& object) {

@@ -29,10 +29,16 @@ class FileRanges {
   const std::string& dir() const { return dir_; }
   // Bytes [begin, end) of the range [base, base + length) of `file` into
   // `out`, verifying every checksum block of the range that they overlap
-  // (blocks are counted from `base`; none when `checksums` is empty).
+  // (blocks are counted from `base`; none when `checksums` is empty). A block
+  // only partly needed stays cached in the calling thread, so consecutive
+  // reads that split it (slabs of whole rows) read and verify it once.
   void read(uint32_t file, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums, uint64_t begin,
             uint64_t end, uint8_t* out, const std::string& what);
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out);
+  // StorageReader::read_chunk_runs: each checksum block the runs touch is
+  // read with one preadv straight into the runs' outputs (what lies between
+  // them into a scratch buffer), then hashed from there.
+  void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs);
   std::string read_object(const ObjectRecord& object);
   uint64_t bytes_read() const { return bytes_read_.load(); }
 
@@ -42,7 +48,11 @@ class FileRanges {
 
  private:
   std::shared_ptr<io::File> file(uint32_t index);
+  // Throws CorruptionError naming the block unless `digest` is checksum `index` of the range.
+  void check_block(uint64_t digest, uint32_t file_index, uint64_t base, uint64_t length,
+                   const std::vector<uint64_t>& checksums, uint64_t index, const std::string& what) const;
 
+  const uint64_t id_;  // tells this object's cached block from an earlier one's at the same address
   std::string dir_;
   const StorageIndex& index_;
   bool verify_;
@@ -58,6 +68,9 @@ class FileBackedStorage : public StorageReader {
  public:
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
     ranges_->read_chunk(tensor, chunk, begin, end, out);
+  }
+  void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) override {
+    ranges_->read_chunk_runs(tensor, chunk, runs);
   }
   std::string read_object(const ObjectRecord& object) override { return ranges_->read_object(object); }
   uint64_t bytes_read() const override { return ranges_->bytes_read(); }

@@ -41,13 +41,12 @@ class MappedStorage final : public StorageReader {
   const StorageIndex& index() const override { return index_; }
 
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override {
-    const auto i = static_cast<size_t>(&tensor - index_.tensors.data());
-    if (i >= index_.tensors.size() || chunk >= sources_[i].size()) {
-      throw Error(fmt::format("read_chunk: tensor '{}' chunk {} is not in the mapped index of '{}'", tensor.key, chunk,
-                              location()));
-    }
-    const Source& source = sources_[i][chunk];
+    const Source& source = source_of(tensor, chunk);
     external_->read_chunk(*source.record, source.chunk, begin, end, out);
+  }
+  void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) override {
+    const Source& source = source_of(tensor, chunk);
+    external_->read_chunk_runs(*source.record, source.chunk, runs);
   }
   std::string read_object(const ObjectRecord& object) override {
     throw Error(fmt::format("object '{}' is not in the mapped index of '{}'", object.key, location()));
@@ -66,6 +65,15 @@ class MappedStorage final : public StorageReader {
     TensorRecord record;
     std::vector<Source> sources;  // parallel to record.chunks
   };
+
+  const Source& source_of(const TensorRecord& tensor, uint32_t chunk) const {
+    const auto i = static_cast<size_t>(&tensor - index_.tensors.data());
+    if (i >= index_.tensors.size() || chunk >= sources_[i].size()) {
+      throw Error(fmt::format("read_chunk: tensor '{}' chunk {} is not in the mapped index of '{}'", tensor.key, chunk,
+                              location()));
+    }
+    return sources_[i][chunk];
+  }
 
   void add(const StorageIndex& outside, const NameMapping& mapping, MappedName name,
            std::map<std::string, Building>& by_key) {

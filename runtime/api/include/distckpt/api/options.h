@@ -110,8 +110,12 @@ struct SaveOptions {
 
 // How a stored piece that several ranks need reaches them.
 enum class LoadExchange {
-  // kBroadcast when the ranks run on more than one host; kNone when they
-  // share one (their shared page cache already reads each piece once).
+  // A piece several ranks need is read once: ranks on the reader's host
+  // copy their parts out of shared memory (/dev/shm: per reading rank, four
+  // times exchange_batch_bytes, or four slabs where one row is larger),
+  // ranks on other hosts receive them as with kBroadcast. Without usable
+  // shared memory, the ranks on a host each read their parts (a warning
+  // says why).
   kAuto,
   kNone,  // every rank reads everything it needs itself
   // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
@@ -142,9 +146,11 @@ struct LoadOptions {
   // Reader threads per rank for pieces read straight into their destination;
   // 0 = resolve_io_threads' share of this host's cores.
   int io_threads = 0;
-  // Bytes of stored data in flight per reading rank (slab of a piece being
-  // read and exchanged; one all-gather round's contribution).
-  uint64_t exchange_batch_bytes = uint64_t{32} << 20;
+  // Bytes of stored data in flight per reading rank: a slab of a piece read
+  // for several ranks (one slot of its shared memory on one host holds one
+  // batch of slabs), one all-gather round's contribution. 8 MiB: on this
+  // project's benchmark host 32 MiB was no faster.
+  uint64_t exchange_batch_bytes = uint64_t{8} << 20;
   // Megatron's validate_access_integrity on load (one gather of every rank's
   // request): the requested main replicas must tile each requested tensor
   // exactly once, as a save's would; ShardingError naming the tensor, ranks

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,11 @@ class Communicator {
 
   // Human-readable backend name ("gloo", "nccl", "single").
   virtual std::string backend() const = 0;
+
+  // How long a collective waits for the other ranks before it fails, when
+  // known; waits outside the collectives (ranks on one host signalling
+  // through shared memory) give up after the same time.
+  virtual std::optional<std::chrono::milliseconds> timeout() const { return std::nullopt; }
 };
 
 // A world of one: every collective is the identity. For tools that read

@@ -47,6 +47,14 @@ const char* status_name(VerifyReport::Status status);
 // Called as bytes are checked (done, total), at most a few times a second.
 using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 
+// A run of a chunk's bytes, [offset, offset + bytes) from the chunk's first
+// byte, and where it goes.
+struct ByteRun {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint8_t* out = nullptr;
+};
+
 class StorageReader {
  public:
   virtual ~StorageReader() = default;
@@ -63,6 +71,12 @@ class StorageReader {
   // (distckpt: every checksum block they touch). Thread-safe: the read
   // engine calls it from several threads. Errors name the file and offset.
   virtual void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) = 0;
+  // The bytes of `runs` (ascending offsets, none overlapping) of the same
+  // chunk into their outputs, checked like read_chunk; the bytes between runs
+  // are read (and checked) too but not kept. Reads a strided part without an
+  // intermediate copy where the format can scatter; this default reads the
+  // span in windows and copies the runs out.
+  virtual void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs);
   // A serialized object's bytes (a format without objects never lists any).
   virtual std::string read_object(const ObjectRecord& object) = 0;
   // Values saved outside tensors: distckpt's common state; for safetensors

@@ -1,0 +1,34 @@
+// Fully parallel load within one host: a shared piece whose needers all run
+// on one host (plan::SharedPiece::same_host) is read once, by its reader,
+// into a shared-memory region (io/shared_memory.h) that the other needers map
+// read-only and copy their parts from. The bytes never pass through a socket,
+// and after two all-gathers that set the regions up no collective runs: the
+// ranks signal each other through counters in their regions.
+//
+// The slabs run in rounds. A reading rank's region holds four slots of at
+// most one batch (or one slab, if larger); round t uses slot t % 4. A
+// reader thread on every reading rank fills round t's slot once round t - 4
+// is done there and every needer of its slabs has copied it (their "copied"
+// counters), then raises its "produced" counter; the main thread of every rank
+// copies its parts of round t once each reader it needs has produced it, then
+// raises "copied". A read that fails marks its slab failed (a status byte
+// beside the counters) and the needers skip it. A wait fails with CommError
+// when the peer raised its "abandoned" word (it failed), when its process is
+// gone, or when its counter stood still for the communicator's timeout.
+#pragma once
+
+#include <exception>
+
+#include "api/exchange.h"
+
+namespace distckpt::api {
+
+// Collective. Serves every same_host piece of the schedule and returns true,
+// keeping this rank's first read error in `error`; or, when some rank could
+// not set up or map shared memory, returns false on every rank (having read
+// nothing, and logged why) so that each rank reads its parts of those pieces
+// itself. Ranks that planned different layouts (different batch sizes) throw
+// Error on every rank; communication failures throw CommError.
+bool exchange_on_host(const ExchangeContext& context, std::exception_ptr& error);
+
+}  // namespace distckpt::api

@@ -1,0 +1,161 @@
+// Ranks on one host read each stored byte they need once between them and
+// hand it over through shared memory: a row-split checkpoint loaded as
+// columns (every rank needs a strip of every chunk) reads exactly the stored
+// bytes on the host, not once per rank, and the bytes do not travel as
+// messages.
+#include <ATen/ATen.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
+#include "multirank/checkpoint_fixtures.h"
+#include "support/ranks.h"
+
+namespace distckpt {
+namespace {
+
+using testing::global_tensor;
+
+constexpr int kRanks = 4;
+const Shape kShape{256, 1024};  // float32: four 256 KiB row chunks, each one checksum block
+constexpr uint64_t kStoredBytes = 256 * 1024 * 4;
+
+// Forwards to a real communicator, counting the bytes every message carries.
+class CountingCommunicator final : public Communicator {
+ public:
+  CountingCommunicator(Communicator& inner, std::atomic<uint64_t>& bytes) : inner_(inner), bytes_(bytes) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::vector<std::string> all_gather_bytes(std::string_view local) override {
+    bytes_ += local.size();
+    return inner_.all_gather_bytes(local);
+  }
+  std::string broadcast_bytes(std::string_view data, int root) override {
+    bytes_ += data.size();
+    return inner_.broadcast_bytes(data, root);
+  }
+  std::vector<std::string> gather_bytes(std::string_view local, int root) override {
+    bytes_ += local.size();
+    return inner_.gather_bytes(local, root);
+  }
+  std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
+    for (const std::string& p : parts) bytes_ += p.size();
+    return inner_.scatter_bytes(parts, root);
+  }
+  void barrier() override { inner_.barrier(); }
+  void broadcast_tensor(at::Tensor& tensor, int root) override {
+    bytes_ += tensor.nbytes();
+    inner_.broadcast_tensor(tensor, root);
+  }
+  void send_tensor(const at::Tensor& tensor, int dst, int tag) override {
+    bytes_ += tensor.nbytes();
+    inner_.send_tensor(tensor, dst, tag);
+  }
+  void recv_tensor(at::Tensor& tensor, int src, int tag) override { inner_.recv_tensor(tensor, src, tag); }
+  std::string backend() const override { return inner_.backend(); }
+  std::optional<std::chrono::milliseconds> timeout() const override { return inner_.timeout(); }
+
+ private:
+  Communicator& inner_;
+  std::atomic<uint64_t>& bytes_;
+};
+
+std::string save_rows(const TempDir& tmp) {
+  const std::string dir = tmp.file("ckpt");
+  run_ranks(kRanks, [&](Communicator& comm) {
+    const int64_t rows = kShape[0] / kRanks;
+    StateDict sd = Value::dict();
+    sd["w"] = ShardedTensor::from_rank_offsets("w", global_tensor("w", kShape).narrow(0, comm.rank() * rows, rows),
+                                               {{0, comm.rank(), kRanks}});
+    save(sd, dir, comm);
+  });
+  return dir;
+}
+
+// Columns of rows [0, rows): rank r gets column strip r.
+StateDict column_request(int rank, int64_t rows) {
+  const int64_t cols = kShape[1] / kRanks;
+  StateDict sd = Value::dict();
+  sd["w"] = ShardedTensor::from_global_offset("w", at::zeros({rows, cols}), kShape, {0, rank * cols}, {rank});
+  return sd;
+}
+
+struct HostLoad {
+  uint64_t read = 0;      // from storage, all ranks
+  uint64_t messages = 0;  // bytes handed to the communicator, all ranks
+};
+
+HostLoad load_columns(const std::string& dir, int64_t rows, LoadExchange exchange) {
+  std::atomic<uint64_t> read{0}, messages{0};
+  run_ranks(kRanks, [&](Communicator& comm) {
+    CountingCommunicator counting(comm, messages);
+    LoadOptions options;
+    options.exchange = exchange;
+    options.exchange_batch_bytes = 16 << 10;  // slabs of 4 rows: more rounds than slots, so slots are reused
+    const LoadResult r = load(column_request(comm.rank(), rows), dir, counting, options);
+    const int64_t cols = kShape[1] / kRanks;
+    EXPECT_TRUE(at::equal(r.state_dict.at("w").as_tensor(),
+                          global_tensor("w", kShape).narrow(0, 0, rows).narrow(1, comm.rank() * cols, cols)))
+        << "rank " << comm.rank();
+    read += r.bytes_read;
+  });
+  return HostLoad{read.load(), messages.load()};
+}
+
+// This process's shared-memory names left in /dev/shm.
+int leftover_regions() {
+  const std::string mine = "distckpt-" + std::to_string(getpid()) + "-";
+  int found = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (const dirent* e = readdir(d)) found += std::string(e->d_name).rfind(mine, 0) == 0 ? 1 : 0;
+    closedir(d);
+  }
+  return found;
+}
+
+TEST(HostExchange, EachStoredByteIsReadAndVerifiedOnceOnTheHostAndNotSentAsAMessage) {
+  TempDir tmp("host-exchange");
+  const std::string dir = save_rows(tmp);
+  const HostLoad own = load_columns(dir, kShape[0], LoadExchange::kNone);
+  EXPECT_EQ(own.read, kRanks * kStoredBytes);  // each rank reads every chunk for its strip
+  const HostLoad shared = load_columns(dir, kShape[0], LoadExchange::kAuto);
+  EXPECT_EQ(shared.read, kStoredBytes);  // the bytes the host needs, once
+  EXPECT_LT(shared.messages, kStoredBytes / 32) << "only plans and status bytes travel as messages";
+  const HostLoad sent = load_columns(dir, kShape[0], LoadExchange::kBroadcast);
+  EXPECT_EQ(sent.read, kStoredBytes);
+  EXPECT_GT(sent.messages, kStoredBytes * (kRanks - 1) / kRanks);  // the other ranks' strips
+  EXPECT_EQ(leftover_regions(), 0);
+}
+
+TEST(HostExchange, TheHostReadsOnlyTheChunksItNeeds) {
+  TempDir tmp("host-exchange-part");
+  const std::string dir = save_rows(tmp);
+  const HostLoad half = load_columns(dir, kShape[0] / 2, LoadExchange::kAuto);  // rows of chunks 0 and 1
+  EXPECT_EQ(half.read, kStoredBytes / 2);
+  const HostLoad part = load_columns(dir, 10, LoadExchange::kAuto);  // 10 rows of chunk 0, one checksum block
+  EXPECT_EQ(part.read, kStoredBytes / 4);
+}
+
+TEST(HostExchange, RanksPlanningDifferentSlotsAllFailSayingWhatToPass) {
+  TempDir tmp("host-exchange-mismatch");
+  const std::string dir = save_rows(tmp);
+  std::vector<std::string> messages(kRanks);
+  run_ranks(kRanks, [&](Communicator& comm) {
+    LoadOptions options;
+    options.exchange_batch_bytes = comm.rank() == 2 ? 32 << 10 : 16 << 10;
+    try {
+      load(column_request(comm.rank(), kShape[0]), dir, comm, options);
+    } catch (const Error& e) {
+      messages[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& m : messages)
+    EXPECT_NE(m.find("pass the same LoadOptions (exchange_batch_bytes)"), std::string::npos) << m;
+  EXPECT_EQ(leftover_regions(), 0);
+}
+
+}  // namespace
+}  // namespace distckpt
