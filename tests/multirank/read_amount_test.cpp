@@ -10,15 +10,21 @@
 namespace distckpt {
 namespace {
 
-TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
-  TempDir tmp("read-amount");
-  const std::string dir = tmp.path() + "/ckpt";
-  const at::Tensor g = testing::global_tensor("big", {1024, 1024});  // 4 MiB: four 1 MiB checksum blocks
+// One rank saves "big", [1024, 1024] float32: 4 MiB, four 1 MiB checksum blocks. Returns its values.
+at::Tensor save_big(const std::string& dir) {
+  const at::Tensor g = testing::global_tensor("big", {1024, 1024});
   run_ranks(1, [&](Communicator& comm) {
     StateDict sd = Value::dict();
     sd["big"] = ShardedTensor::from_rank_offsets("big", g, {});
     save(sd, dir, comm);
   });
+  return g;
+}
+
+TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
+  TempDir tmp("read-amount");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor g = save_big(dir);
   const Box two_rows{{300, 0}, {2, 1024}};  // 8 KiB inside block 1
   {
     api::CheckpointReader reader(dir, /*verify_checksums=*/false);
@@ -50,12 +56,7 @@ TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
 TEST(ReadAmount, ScatteredRunsReadEachTouchedBlockOnceAndVerifyTheBytesBetween) {
   TempDir tmp("read-runs");
   const std::string dir = tmp.path() + "/ckpt";
-  const at::Tensor g = testing::global_tensor("big", {1024, 1024});  // 4 MiB: four 1 MiB checksum blocks
-  run_ranks(1, [&](Communicator& comm) {
-    StateDict sd = Value::dict();
-    sd["big"] = ShardedTensor::from_rank_offsets("big", g, {});
-    save(sd, dir, comm);
-  });
+  const at::Tensor g = save_big(dir);
   auto strip_runs = [](at::Tensor& out, int64_t first_row, int64_t rows) {
     std::vector<ByteRun> runs;
     for (int64_t r = 0; r < rows; ++r) {
