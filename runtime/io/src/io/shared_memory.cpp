@@ -1,5 +1,6 @@
 #include "io/shared_memory.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/futex.h>
@@ -10,6 +11,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
@@ -29,6 +32,27 @@ uint8_t* map(int fd, uint64_t bytes, int protection, const std::string& name) {
   void* p = ::mmap(nullptr, bytes, protection, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) throw Error(fmt::format("cannot map shared memory {}: {}", name, errno_text(errno)));
   return static_cast<uint8_t*>(p);
+}
+
+// Regions left by processes killed before they unlinked them: a name of ours
+// whose process is gone from this pid namespace, untouched for ten minutes
+// (a live region's creator unlinks it within its load's setup), owned by
+// this user. Best effort.
+void remove_abandoned_regions() {
+  constexpr time_t kAge = 600;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const time_t now = ::time(nullptr);
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = std::string("/") + e->d_name;
+    if (!SharedRegion::is_region_name(name)) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kPrefix), nullptr, 10);
+    struct stat st {};
+    if (pid <= 0 || ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || now - st.st_mtime < kAge) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::shm_unlink(name.c_str());
+  }
+  ::closedir(dir);
 }
 
 }  // namespace
@@ -79,6 +103,7 @@ bool SharedRegion::is_region_name(const std::string& name) {
 
 SharedRegion SharedRegion::create(uint64_t bytes) {
   if (bytes == 0) throw Error("a shared memory region needs at least one byte");
+  remove_abandoned_regions();
   std::random_device random;
   const uint64_t tag = (uint64_t{random()} << 32) ^ random();
   SharedRegion region;

@@ -5,7 +5,9 @@
 // The name is random and created exclusively (mode 0600), so two jobs never
 // meet in one region. The creator unlinks the name as soon as the others have
 // mapped it; until then the name is visible under /dev/shm as
-// "distckpt-<pid>-<random>", and a killed job can leave one behind there.
+// "distckpt-<pid>-<random>". A process killed in between leaves its name
+// behind; create() removes such names once their process is gone and they
+// are ten minutes old.
 #pragma once
 
 #include <chrono>
