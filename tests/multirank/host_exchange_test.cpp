@@ -45,6 +45,10 @@ class CountingCommunicator final : public Communicator {
     for (const std::string& p : parts) bytes_ += p.size();
     return inner_.scatter_bytes(parts, root);
   }
+  std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) override {
+    for (const std::string& p : parts) bytes_ += p.size();
+    return inner_.all_to_all_bytes(parts);
+  }
   void barrier() override { inner_.barrier(); }
   void broadcast_tensor(at::Tensor& tensor, int root) override {
     bytes_ += tensor.nbytes();

@@ -41,6 +41,32 @@ TEST(CommAgreementTest, OneFailingRankFailsEveryRank) {
   });
 }
 
+TEST(CommAgreementTest, AllToAllCarriesPartsOrEveryRanksFailure) {
+  run_ranks(3, [](Communicator& comm) {
+    const std::vector<std::string> got = all_to_all_agreed(comm, "route", [&] {
+      std::vector<std::string> parts;
+      for (int to = 0; to < 3; ++to)
+        parts.push_back(to == 1 ? "" : std::to_string(comm.rank()) + ">" + std::to_string(to));
+      return parts;
+    });
+    const std::string me = std::to_string(comm.rank());
+    EXPECT_EQ(got, comm.rank() == 1 ? std::vector<std::string>(3)
+                                    : (std::vector<std::string>{"0>" + me, "1>" + me, "2>" + me}));
+    try {
+      all_to_all_agreed(comm, "plan keys", [&] {
+        if (comm.rank() == 0) throw ShardingError("'w' is covered twice");
+        return std::vector<std::string>(3, "x");
+      });
+      ADD_FAILURE() << "rank " << comm.rank() << " did not throw";
+    } catch (const ShardingError& e) {
+      EXPECT_EQ(comm.rank(), 0);
+    } catch (const CommError& e) {
+      EXPECT_NE(comm.rank(), 0);
+      EXPECT_THAT(e.what(), HasSubstr("plan keys failed on rank(s) 0: rank 0: 'w' is covered twice"));
+    }
+  });
+}
+
 TEST(CommAgreementTest, SuccessEverywhereThrowsNothing) {
   std::atomic<int> steps{0};
   run_ranks(3, [&](Communicator& comm) {
@@ -80,6 +106,7 @@ class CannedStatuses final : public Communicator {
   std::string broadcast_bytes(std::string_view, int) override { return {}; }
   std::vector<std::string> gather_bytes(std::string_view, int) override { return {}; }
   std::string scatter_bytes(const std::vector<std::string>&, int) override { return {}; }
+  std::vector<std::string> all_to_all_bytes(const std::vector<std::string>&) override { return statuses_; }
   void barrier() override {}
   void broadcast_tensor(at::Tensor&, int) override {}
   void send_tensor(const at::Tensor&, int, int) override {}

@@ -58,6 +58,7 @@ TEST(CommSingleProcessTest, EveryCollectiveIsTheIdentity) {
   EXPECT_EQ(comm->all_gather_bytes("abc"), std::vector<std::string>{"abc"});
   EXPECT_EQ(comm->broadcast_bytes(std::string("x\0y", 3), 0), std::string("x\0y", 3));
   EXPECT_EQ(comm->gather_bytes("", 0), std::vector<std::string>{""});
+  EXPECT_EQ(comm->all_to_all_bytes({"self"}), std::vector<std::string>{"self"});
   comm->barrier();
   at::Tensor t = at::arange(6, at::kFloat);
   comm->broadcast_tensor(t, 0);
@@ -116,6 +117,29 @@ TEST(CommGlooTest, GatherBytesOnlyOnTheRoot) {
     }
     const std::vector<std::string> empties = comm.gather_bytes("", 0);
     EXPECT_EQ(empties, comm.rank() == 0 ? std::vector<std::string>(4) : std::vector<std::string>{});
+  });
+}
+
+// Rank `from`'s part for rank `to`: empty for some pairs, ~1 MB for one.
+std::string part_of(int from, int to) {
+  if ((from + to) % 3 == 0) return "";
+  if (from == 2 && to == 1) return pattern(21, (1 << 20) + 5);
+  return std::string("\0", 1) + pattern(from * 4 + to, static_cast<size_t>(from * 10 + to));
+}
+
+TEST(CommGlooTest, AllToAllBytesOfDifferentSizesIncludingEmptyParts) {
+  run_ranks(4, [](Communicator& comm) {
+    std::vector<std::string> parts;
+    for (int to = 0; to < 4; ++to) parts.push_back(part_of(comm.rank(), to));
+    const std::vector<std::string> got = comm.all_to_all_bytes(parts);
+    ASSERT_EQ(got.size(), 4u);
+    for (int from = 0; from < 4; ++from) EXPECT_TRUE(got[from] == part_of(from, comm.rank())) << "from " << from;
+    // Nothing at all to send, then the group still works.
+    EXPECT_EQ(comm.all_to_all_bytes(std::vector<std::string>(4)), std::vector<std::string>(4));
+    EXPECT_THROW(comm.all_to_all_bytes({"too", "few"}), CommError);
+    const std::vector<std::string> ids =
+        comm.all_to_all_bytes(std::vector<std::string>(4, std::to_string(comm.rank())));
+    EXPECT_EQ(ids, (std::vector<std::string>{"0", "1", "2", "3"}));
   });
 }
 
@@ -258,6 +282,9 @@ TEST(CommGlooTest, WrapsACallersProcessGroup) {
         auto comm = communicator_from_process_group(groups[rank]);
         EXPECT_EQ(comm->backend(), "gloo");
         gathered[rank] = comm->all_gather_bytes(std::string(rank + 1, 'r'));
+        const std::vector<std::string> back = comm->all_to_all_bytes({"to0-" + std::to_string(rank), "to1"});
+        EXPECT_EQ(back[0], rank == 0 ? "to0-0" : "to1");
+        EXPECT_EQ(back[1], rank == 0 ? "to0-1" : "to1");
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << rank << ": " << e.what();
       }

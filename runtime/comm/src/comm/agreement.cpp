@@ -19,6 +19,9 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 2000;
 constexpr std::size_t kMaxReportedRanks = 8;
 constexpr std::size_t kMaxListedRankRuns = 32;
+// A failure in an all-to-all step is sent to every rank: its excerpt shrinks
+// with the world so that the report costs the failing rank at most this.
+constexpr std::size_t kMaxAllToAllStatusBytes = std::size_t{4} << 20;
 
 std::string message_of(const std::exception_ptr& error) {
   try {
@@ -76,6 +79,23 @@ std::string describe_failures(const std::string& phase, const std::vector<std::s
   return text;
 }
 
+// Parts that start with 'k' lose that byte; any other part is a failure
+// ('e' + its message), and then every rank throws naming them all.
+std::vector<std::string> unwrap_statuses(const std::string& phase, std::vector<std::string> parts) {
+  std::vector<std::string> statuses(parts.size());
+  bool failed = false;
+  for (std::size_t r = 0; r < parts.size(); ++r) {
+    if (parts[r].empty() || parts[r][0] != 'k') {
+      statuses[r] = parts[r].empty() ? "malformed status" : parts[r].substr(1);
+      failed = true;
+    } else {
+      parts[r].erase(0, 1);
+    }
+  }
+  if (failed) throw CommError(describe_failures(phase, statuses));
+  return parts;
+}
+
 }  // namespace
 
 void agree_on_errors(Communicator& comm, const std::string& phase, std::exception_ptr local_error) {
@@ -122,18 +142,36 @@ std::vector<std::string> gather_agreed(Communicator& comm, const std::string& ph
     throw;
   }
   if (local_error) std::rethrow_exception(local_error);
-  std::vector<std::string> statuses(gathered.size());
-  bool failed = false;
-  for (std::size_t r = 0; r < gathered.size(); ++r) {
-    if (gathered[r].empty() || gathered[r][0] != 'k') {
-      statuses[r] = gathered[r].empty() ? "malformed status" : gathered[r].substr(1);
-      failed = true;
-    } else {
-      gathered[r].erase(0, 1);
+  return unwrap_statuses(phase, std::move(gathered));
+}
+
+std::vector<std::string> all_to_all_agreed(Communicator& comm, const std::string& phase,
+                                           const std::function<std::vector<std::string>()>& step) {
+  const auto world = static_cast<std::size_t>(comm.size());
+  std::exception_ptr local_error;
+  std::vector<std::string> parts;
+  try {
+    parts = step();
+    if (parts.size() != world) {
+      throw Error(fmt::format("internal: {} gave {} parts for {} ranks", phase, parts.size(), world));
     }
+    for (std::string& part : parts) part.insert(part.begin(), 'k');
+  } catch (...) {
+    local_error = std::current_exception();
+    // Every rank must hear of it; a large world gets a shorter excerpt each.
+    std::string status = encode_status(local_error);
+    status.resize(std::min(status.size(), std::max<std::size_t>(64, kMaxAllToAllStatusBytes / world)));
+    parts.assign(world, "e" + status);
   }
-  if (failed) throw CommError(describe_failures(phase, statuses));
-  return gathered;
+  std::vector<std::string> received;
+  try {
+    received = comm.all_to_all_bytes(parts);
+  } catch (...) {
+    if (local_error) std::rethrow_exception(local_error);
+    throw;
+  }
+  if (local_error) std::rethrow_exception(local_error);
+  return unwrap_statuses(phase, std::move(received));
 }
 
 }  // namespace distckpt

@@ -22,6 +22,12 @@ void run_agreed(Communicator& comm, const std::string& phase, const std::functio
 std::vector<std::string> gather_agreed(Communicator& comm, const std::string& phase,
                                        const std::function<std::string()>& step);
 
+// run_agreed and an all-to-all in one collective: `step` returns one part per
+// rank; each rank gets what every rank sent it, by rank, when the step
+// succeeded everywhere.
+std::vector<std::string> all_to_all_agreed(Communicator& comm, const std::string& phase,
+                                           const std::function<std::vector<std::string>()>& step);
+
 // Same agreement for an exception already caught (nullptr = success).
 void agree_on_errors(Communicator& comm, const std::string& phase, std::exception_ptr local_error);
 

@@ -128,6 +128,52 @@ class GroupCommunicator final : public Communicator {
     return split_rows(outputs[0].view({1, width}), {all[rank_]}).front();
   }
 
+  std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) override {
+    if (parts.size() != static_cast<size_t>(size_)) {
+      throw CommError(
+          fmt::format("all_to_all_bytes on rank {}: {} parts given for {} ranks", rank_, parts.size(), size_));
+    }
+    std::vector<int64_t> send_sizes(parts.size());
+    for (size_t r = 0; r < parts.size(); ++r) send_sizes[r] = static_cast<int64_t>(parts[r].size());
+    // First each rank tells each other how much it sends, one int64 each.
+    at::Tensor sizes_in = to_byte_device(at::from_blob(send_sizes.data(), {size_}, at::kLong).clone());
+    at::Tensor sizes_out = at::empty({size_}, byte_options().dtype(at::kLong));
+    std::vector<int64_t> equal_split;  // empty: one element per rank
+    run("all_to_all_bytes (sizes)",
+        [&] { return byte_group_->alltoall_base(sizes_out, sizes_in, equal_split, equal_split); });
+    const at::Tensor host_sizes = to_host(sizes_out).contiguous();
+    std::vector<int64_t> recv_sizes(host_sizes.data_ptr<int64_t>(), host_sizes.data_ptr<int64_t>() + size_);
+    int64_t send_total = 0, recv_total = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (recv_sizes[static_cast<size_t>(r)] < 0) {
+        throw CommError(fmt::format("all_to_all_bytes on rank {}: rank {} announced {} bytes", rank_, r,
+                                    recv_sizes[static_cast<size_t>(r)]));
+      }
+      send_total += send_sizes[static_cast<size_t>(r)];
+      recv_total += recv_sizes[static_cast<size_t>(r)];
+    }
+    at::Tensor input = at::empty({send_total}, at::kByte);
+    auto* out = static_cast<char*>(input.data_ptr());
+    for (const std::string& part : parts) {
+      if (!part.empty()) std::memcpy(out, part.data(), part.size());
+      out += part.size();
+    }
+    input = to_byte_device(input);
+    at::Tensor output = at::empty({recv_total}, byte_options());
+    // c10d's Gloo backend moves from the split vectors it is given: pass copies.
+    std::vector<int64_t> output_splits = recv_sizes, input_splits = send_sizes;
+    run("all_to_all_bytes", [&] { return byte_group_->alltoall_base(output, input, output_splits, input_splits); });
+    const at::Tensor host = to_host(output).contiguous();
+    const auto* base = static_cast<const char*>(host.data_ptr());
+    std::vector<std::string> received;
+    received.reserve(parts.size());
+    for (const int64_t n : recv_sizes) {
+      received.push_back(n == 0 ? std::string() : std::string(base, static_cast<size_t>(n)));
+      base += n;
+    }
+    return received;
+  }
+
   void barrier() override {
     run("barrier", [&] { return byte_group_->barrier(); });
   }

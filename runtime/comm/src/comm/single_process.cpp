@@ -38,6 +38,14 @@ class SingleProcessCommunicator final : public Communicator {
     return parts[0];
   }
 
+  std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) override {
+    if (parts.size() != 1) {
+      throw CommError(
+          fmt::format("all_to_all_bytes: {} parts given for a single-process world (need 1)", parts.size()));
+    }
+    return parts;
+  }
+
   void barrier() override {}
 
   void broadcast_tensor(at::Tensor& tensor, int root) override { check_root(root, "broadcast_tensor"); }

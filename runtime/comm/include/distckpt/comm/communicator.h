@@ -31,6 +31,10 @@ class Communicator {
   // `parts[r]` of `root` on rank r (`parts` has one entry per rank on root
   // and is ignored elsewhere).
   virtual std::string scatter_bytes(const std::vector<std::string>& parts, int root) = 0;
+  // `parts[r]` goes to rank r (one entry per rank, any lengths, empty ones
+  // cost nothing but their size); returns what each rank sent this one, by
+  // rank. Memory is what is sent and received, never world x the longest.
+  virtual std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) = 0;
   virtual void barrier() = 0;
 
   // In-place tensor broadcast from `root` (same shape/dtype on every rank).
