@@ -15,14 +15,13 @@
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
+#include "plan/partitioned_plan.h"
 
 namespace {
 
 namespace api = distckpt::api;
 namespace local = distckpt::local;
 namespace plan = distckpt::plan;
-
-constexpr size_t kItemCount = 64;  // the receiver's item count for write assignments
 
 // decode(bytes) is accepted, and its value survives encode -> decode unchanged.
 template <typename Decode, typename Encode>
@@ -33,15 +32,15 @@ void round_trip(std::string_view bytes, Decode decode, Encode encode) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 15) {
+  switch (which % 18) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return api::decode_plan_announcement(b, from); },
           [](const api::PlanAnnouncement& a) { return api::encode_plan_announcement(a); });
     case 1:
       return round_trip(
-          m, [&](std::string_view b) { return api::decode_write_assignment(b, kItemCount, from); },
-          [](const std::vector<uint32_t>& v) { return api::encode_write_assignment(v); });
+          m, [&](std::string_view b) { return plan::decode_plan_decision(b, from); },
+          [](const plan::PlanDecision& d) { return plan::encode_plan_decision(d); });
     case 2:
       return round_trip(
           m, [&](std::string_view b) { return api::decode_save_progress(b, from); },
@@ -95,10 +94,24 @@ void run(uint8_t which, std::string_view m) {
       return round_trip(
           m, [&](std::string_view b) { return local::decode_shard_offers(b, from); },
           [](const std::vector<std::string>& ids) { return local::encode_shard_offers(ids); });
+    case 14:
+      return round_trip(
+          m, [&](std::string_view b) { return plan::decode_shared_shards(b, from); },
+          [](const std::vector<plan::SharedShard>& s) { return plan::encode_shared_shards(s); });
+    case 15:
+      return round_trip(
+          m, [&](std::string_view b) { return plan::decode_writer_choices(b, from); },
+          [](const plan::WriterChoices& c) { return plan::encode_writer_choices(c); });
+    case 16: {
+      std::vector<uint32_t> items;
+      return round_trip(
+          m, [&](std::string_view b) { return plan::decode_plan_part(b, from, items); },
+          [&](const plan::LocalPlan& p) { return plan::encode_plan_part(p, items); });
+    }
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 14; ++i) {
+      for (uint8_t i = 0; i < 17; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

@@ -11,6 +11,7 @@
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
+#include "plan/partitioned_plan.h"
 
 namespace {
 
@@ -30,7 +31,6 @@ int main(int argc, char** argv) {
   namespace plan = distckpt::plan;
 
   write_seed(dir, 0, "plan_announcement", api::encode_plan_announcement({0x1234abcd, 0x99}));
-  write_seed(dir, 1, "write_assignment", api::encode_write_assignment({0, 3, 5}));
   write_seed(dir, 2, "save_progress", api::encode_save_progress(1 << 20));
   write_seed(dir, 3, "requested_keys", api::encode_requested_keys({"decoder.layers.fc1.weight", "embedding"}));
   write_seed(dir, 4, "host_name", api::encode_host_name("node-17"));
@@ -71,5 +71,20 @@ int main(int argc, char** argv) {
   write_seed(dir, 11, "recovery_status", local::encode_recovery_status("no replica of rank 2"));
   write_seed(dir, 12, "shard_needs", local::encode_shard_needs({{"emb/0.0", 256}, {"fc1/2.0", 1024}}));
   write_seed(dir, 13, "shard_offers", local::encode_shard_offers({"emb/0.0", "fc1/2.0"}));
+
+  plan::PlanDecision d;
+  d.items = {0, 3, 5};
+  d.records.tensors.push_back({"decoder.fc1.weight", at::kBFloat16, {4, 8}, {{{{0, 0}, {2, 8}}, std::nullopt, 3}}});
+  d.records.objects.push_back({"rng_state", {2}, {1}, 1});
+  write_seed(dir, 1, "plan_decision", plan::encode_plan_decision(d));
+  plan::SharedShard s;
+  s.name = "decoder.fc1.weight";
+  s.box = {{2, 0}, {2, 8}};
+  s.bytes = 32;
+  s.holders = {1, 5, 9};
+  s.id = 7;
+  write_seed(dir, 14, "shared_shards", plan::encode_shared_shards({s}));
+  write_seed(dir, 15, "writer_choices", plan::encode_writer_choices({{7, 2}, {5, 1}}));
+  write_seed(dir, 16, "plan_part", plan::encode_plan_part(p, {2, 4, 9}));
   return 0;
 }

@@ -20,8 +20,6 @@ TEST(WireMessages, ApiMessagesRoundTrip) {
   const api::PlanAnnouncement a = api::decode_plan_announcement(api::encode_plan_announcement({7, 9}), "rank 1");
   EXPECT_EQ(a.structure_hash, 7u);
   EXPECT_EQ(a.cached_plan, 9u);
-  EXPECT_EQ(api::decode_write_assignment(api::encode_write_assignment({0, 2, 5}), 6, "rank 0"),
-            (std::vector<uint32_t>{0, 2, 5}));
   EXPECT_EQ(api::decode_save_progress(api::encode_save_progress(3), "rank 2"), 3u);
   const std::set<std::string> keys = {"a", std::string("with\0nul", 8), ""};
   const std::vector<std::string> back = api::decode_requested_keys(api::encode_requested_keys(keys), "rank 3");
@@ -54,8 +52,6 @@ TEST(WireMessages, MalformedBytesRaiseProtocolErrorNamingTheRank) {
   EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement(kGarbage, "rank 5"); },
                                          "plan announcement from rank 5 is malformed"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement("", "rank 5"); }, "rank 5"));
-  EXPECT_TRUE(throws_with<ProtocolError>(
-      [] { api::decode_write_assignment(api::encode_write_assignment({4}), 4, "rank 0"); }, "item 4 of 4 items"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_save_progress(kGarbage.substr(0, 3), "rank 1"); }, "rank 1"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_requested_keys(kGarbage, "rank 2"); }, "requested keys"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_inventory(kGarbage, "rank 6"); }, "rank 6"));

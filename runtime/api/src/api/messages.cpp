@@ -16,24 +16,6 @@ PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::str
   return PlanAnnouncement{m.structure_hash(), m.cached_plan(), m.common_hash(), m.coordinator()};
 }
 
-std::string encode_write_assignment(const std::vector<uint32_t>& items) {
-  flatbuffers::FlatBufferBuilder b(64 + 4 * items.size());
-  b.Finish(fb::CreateWriteAssignment(b, b.CreateVector(items)));
-  return plan::message_bytes(b);
-}
-
-std::vector<uint32_t> decode_write_assignment(std::string_view bytes, size_t item_count, const std::string& origin) {
-  const auto& m = plan::verified_message<fb::WriteAssignment>(bytes, "write assignment", origin);
-  std::vector<uint32_t> items;
-  if (m.items()) items.assign(m.items()->begin(), m.items()->end());
-  for (uint32_t i : items) {
-    if (i >= item_count) {
-      plan::malformed("write assignment", origin, fmt::format("item {} of {} items", i, item_count));
-    }
-  }
-  return items;
-}
-
 std::string encode_save_progress(uint64_t done) {
   flatbuffers::FlatBufferBuilder b(32);
   b.Finish(fb::CreateSaveProgress(b, done));

@@ -19,10 +19,6 @@ struct PlanAnnouncement {
 std::string encode_plan_announcement(const PlanAnnouncement& a);
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin);
 
-// Indices of the receiving rank's items it writes; each must be below `item_count`.
-std::string encode_write_assignment(const std::vector<uint32_t>& items);
-std::vector<uint32_t> decode_write_assignment(std::string_view bytes, size_t item_count, const std::string& origin);
-
 std::string encode_save_progress(uint64_t done);
 uint64_t decode_save_progress(std::string_view bytes, const std::string& origin);
 

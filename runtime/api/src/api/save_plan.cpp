@@ -13,6 +13,7 @@
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "plan/local_plan.h"
+#include "plan/partitioned_plan.h"
 
 namespace distckpt {
 
@@ -70,20 +71,27 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
   return local;
 }
 
+// Partitioned planning (plan/partitioned_plan.h): four all-to-alls, each
+// carrying its step's errors, so no rank ever holds every rank's plan.
 void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicator& comm) {
-  const std::vector<std::string> plans = comm.gather_bytes(plan::encode_local_plan(local), p.coordinator);
-  std::vector<std::string> assignments;
-  run_agreed(comm, "validate the global sharding", [&] {
-    if (!p.is_coordinator()) return;
-    const std::vector<plan::LocalPlan> decoded = plan::decode_local_plans(plans);
-    auto global = std::make_shared<plan::GlobalSavePlan>(
-        plan::make_global_save_plan(decoded, p.options.writers, p.options.validate_access_integrity));
-    assignments.reserve(global->assignments.size());
-    for (const auto& a : global->assignments) assignments.push_back(encode_write_assignment(a));
-    p.global = std::move(global);
+  const int world = comm.size();
+  const std::vector<std::string> routed =
+      all_to_all_agreed(comm, "route the save plan", [&] { return plan::route_local_plan(local, world); });
+  plan::PlannerShare share;
+  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
+    share = plan::plan_share(routed, p.options.writers, p.options.validate_access_integrity);
+    return plan::shared_shards_by_balancer(share, world);
   });
-  p.assignment =
-      decode_write_assignment(comm.scatter_bytes(assignments, p.coordinator), local.item_count(), "the coordinator");
+  const std::vector<std::string> choices =
+      all_to_all_agreed(comm, "balance the writers", [&] { return plan::balance_shares(to_balance); });
+  const std::vector<std::string> decisions = all_to_all_agreed(
+      comm, "choose the writers", [&] { return plan::decide_share(share, choices, world, p.coordinator); });
+  run_agreed(comm, "assemble the save plan", [&] {
+    p.assignment = plan::assignment_from_decisions(decisions, local);
+    if (p.is_coordinator()) {
+      p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_decisions(decisions, world));
+    }
+  });
 }
 
 // The cached plan; seeded from a checkpoint, it is first recovered from that

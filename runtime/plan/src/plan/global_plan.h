@@ -39,12 +39,15 @@ struct GlobalSavePlan {
 // The data file of a rank, relative to the checkpoint directory.
 std::string rank_file_path(int rank);
 
+// Fills slots and bytes_per_rank from the skeleton's chunk files.
+void index_slots(GlobalSavePlan& plan, size_t world);
+
 // Chooses one writer per distinct shard under `policy`. Expects plans that
 // passed validate_global_plan (each tensor group has exactly one main).
-// Balanced: shards held by one rank go to it; the others, largest first
-// (ties in key/box order), go to the holder that has been given the fewest
-// bytes so far (ties to the lowest rank). Cost O(S log S) in the number of
-// shard plans S; memory O(S).
+// Balanced: shards held by one rank go to it; the others are balanced within
+// each set of ranks that hold the same shards (balance_within_holder_sets in
+// shard_groups.h), which the partitioned planner can decide where that set's
+// shards meet. Cost O(S log S) in the number of shard plans S; memory O(S).
 std::vector<std::vector<uint32_t>> distribute_writers(const std::vector<LocalPlan>& plans, WriterPolicy policy);
 
 // validate_global_plan + distribute_writers + the skeleton. Throws

@@ -102,7 +102,9 @@ ObjectPlan plan_of(const ShardedObject& object) {
   return ObjectPlan{object.key, object.global_shape, object.global_offset, object.replica_id, object.data.size()};
 }
 
-std::string encode_local_plan(const LocalPlan& plan) {
+namespace {
+
+std::string encode_plan(const LocalPlan& plan, const std::vector<uint32_t>* items) {
   flatbuffers::FlatBufferBuilder b(1024);
   std::vector<flatbuffers::Offset<fb::ShardPlan>> tensors;
   tensors.reserve(plan.tensors.size());
@@ -118,12 +120,13 @@ std::string encode_local_plan(const LocalPlan& plan) {
     objects.push_back(fb::CreateObjectPlan(b, b.CreateString(o.key), b.CreateVector(o.global_shape),
                                            b.CreateVector(o.global_offset), b.CreateVector(o.replica_id), o.byte_size));
   }
-  b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects)),
+  const auto item_vector = items ? b.CreateVector(*items) : flatbuffers::Offset<flatbuffers::Vector<uint32_t>>();
+  b.Finish(fb::CreateLocalPlan(b, plan.rank, b.CreateVector(tensors), b.CreateVector(objects), item_vector),
            fb::LocalPlanIdentifier());
   return message_bytes(b);
 }
 
-LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
+LocalPlan decode_plan(std::string_view bytes, const std::string& origin, std::vector<uint32_t>* items) {
   const fb::LocalPlan* root = &verified_message<fb::LocalPlan>(bytes, "save plan", origin, fb::LocalPlanIdentifier());
   const auto shape = [&](const flatbuffers::Vector<int64_t>* v) { return scalars(v, "save plan", origin); };
   LocalPlan plan;
@@ -156,7 +159,29 @@ LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
                                         shape(o->replica_id()), o->byte_size()});
     }
   }
+  if (items) {
+    *items = scalars(root->items(), "save plan", origin);
+    if (items->size() != plan.item_count()) {
+      malformed("save plan", origin, fmt::format("{} item indices for {} items", items->size(), plan.item_count()));
+    }
+  }
   return plan;
+}
+
+}  // namespace
+
+std::string encode_local_plan(const LocalPlan& plan) { return encode_plan(plan, nullptr); }
+
+LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin) {
+  return decode_plan(bytes, origin, nullptr);
+}
+
+std::string encode_plan_part(const LocalPlan& part, const std::vector<uint32_t>& items) {
+  return encode_plan(part, &items);
+}
+
+LocalPlan decode_plan_part(std::string_view bytes, const std::string& origin, std::vector<uint32_t>& items) {
+  return decode_plan(bytes, origin, &items);
 }
 
 std::vector<LocalPlan> decode_local_plans(const std::vector<std::string>& gathered) {

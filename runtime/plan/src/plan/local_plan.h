@@ -66,6 +66,11 @@ ObjectPlan plan_of(const ShardedObject& object);
 std::string encode_local_plan(const LocalPlan& plan);
 // Verifies the buffer; `origin` names the sender in messages.
 LocalPlan decode_local_plan(std::string_view bytes, const std::string& origin);
+// A part of a rank's plan (partitioned planning): entry i of `part` (tensors,
+// then objects) is item `items[i]` of the rank's whole plan.
+std::string encode_plan_part(const LocalPlan& part, const std::vector<uint32_t>& items);
+LocalPlan decode_plan_part(std::string_view bytes, const std::string& origin, std::vector<uint32_t>& items);
+
 // Every rank's plan from a gather, by rank (each named "rank R" in messages).
 std::vector<LocalPlan> decode_local_plans(const std::vector<std::string>& gathered);
 
