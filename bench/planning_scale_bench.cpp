@@ -1,10 +1,23 @@
-// Planning cost at scale, by simulation (no processes): the coordinator's
-// work for a save of a model of --tensors tensors on a tp x pp x dp mesh,
-// run with the runtime's own code on synthetic rank plans:
+// Planning cost at scale, by simulation (no processes), run with the
+// runtime's own code on synthetic rank plans of a model of --tensors tensors
+// on a tp x pp x dp mesh.
+//
+// --mode central: the central planner, all on the coordinator:
 //   planning  decode every rank's plan (FlatBuffers) -> validate the global
 //             sharding -> choose writers (balanced) -> metadata skeleton
 //   metadata  decode every rank's write results -> fill the skeleton ->
 //             encode metadata.fb
+// --mode partitioned (what save() runs, plan/partitioned_plan.h): the real
+// share of the busiest rank in each role, on the messages that rank would
+// receive (built beforehand, as the senders' work):
+//   rank      decode every rank's plan announcement, route its own plan
+//   planner   the rank that plans the most descriptors: decode, validate,
+//             group, send shared shards to balancers
+//   balancer  the rank that balances the most holder sets
+//   decide    the busiest planner again: apply the choices, tell the ranks
+//   assemble  the coordinator: its own items + every planner's records ->
+//             skeleton, files, slots
+//   metadata  as above (write results come from the writers alone)
 // Each tensor is [4096, 4096] bf16 on one pp stage, split on rows over tp and
 // replicated over dp (4 MiB chunks, 1 MiB checksum blocks). tp = 8, pp = 16
 // and dp = ranks / 128, so 512 ranks have dp = 4 and 4096 ranks dp = 32.
@@ -14,13 +27,17 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <string>
 
+#include "api/messages.h"
 #include "format/metadata.h"
 #include "plan/global_plan.h"
 #include "plan/local_plan.h"
+#include "plan/partitioned_plan.h"
 
 namespace {
 
@@ -69,6 +86,39 @@ struct Figures {
   uint64_t shard_plans, chunks, metadata_bytes;
 };
 
+// Every rank's write results (offsets and 1 MiB block checksums of its
+// chunks), then the coordinator's part: decode them, fill the skeleton,
+// encode metadata.fb.
+void metadata_phase(plan::GlobalSavePlan& global, Figures& f) {
+  const int ranks = static_cast<int>(global.slots.size());
+  global.skeleton.checksum_block_size = uint64_t{1} << 20;
+  std::vector<std::string> results(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    plan::WriteResults w;
+    w.rank = r;
+    for (const plan::WriteSlot& s : global.slots[static_cast<size_t>(r)]) {
+      const uint64_t n = global.skeleton.tensors[s.index].chunks[s.chunk].byte_length;
+      w.items.push_back({w.file_size, n, std::vector<uint64_t>((n + (1 << 20) - 1) >> 20, 0x5eed + r)});
+      w.file_size += n;
+    }
+    results[static_cast<size_t>(r)] = plan::encode_write_results(w);
+  }
+  f.chunks = 0;
+  for (const auto& slots : global.slots) f.chunks += slots.size();
+
+  reset_peak();
+  const uint64_t base2_kib = status_kib("VmRSS");
+  const auto t0 = Clock::now();
+  std::vector<plan::WriteResults> decoded;
+  decoded.reserve(results.size());
+  for (size_t r = 0; r < results.size(); ++r) decoded.push_back(plan::decode_write_results(results[r], "rank"));
+  const CheckpointMetadata m = plan::fill_skeleton(global, decoded);
+  const std::string bytes = encode_metadata(m);
+  f.metadata_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  f.metadata_peak_mb = static_cast<double>(status_kib("VmHWM") - base2_kib) / 1024;
+  f.metadata_bytes = bytes.size();
+}
+
 Figures simulate(int ranks, int64_t tensors) {
   const int64_t dp = ranks / (kTp * kPp);
   // What the coordinator receives: one encoded plan per rank (made outside the timing).
@@ -94,34 +144,221 @@ Figures simulate(int ranks, int64_t tensors) {
   plans.clear();
   plans.shrink_to_fit();
 
-  // Every rank's write results: offsets and 1 MiB block checksums of its chunks.
-  global.skeleton.checksum_block_size = uint64_t{1} << 20;
-  std::vector<std::string> results(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    plan::WriteResults w;
-    w.rank = r;
-    for (const plan::WriteSlot& s : global.slots[static_cast<size_t>(r)]) {
-      const uint64_t n = global.skeleton.tensors[s.index].chunks[s.chunk].byte_length;
-      w.items.push_back({w.file_size, n, std::vector<uint64_t>((n + (1 << 20) - 1) >> 20, 0x5eed + r)});
-      w.file_size += n;
-    }
-    results[static_cast<size_t>(r)] = plan::encode_write_results(w);
-  }
-  f.chunks = 0;
-  for (const auto& slots : global.slots) f.chunks += slots.size();
-
-  reset_peak();
-  const uint64_t base2_kib = status_kib("VmRSS");
-  t0 = Clock::now();
-  std::vector<plan::WriteResults> decoded;
-  decoded.reserve(results.size());
-  for (size_t r = 0; r < results.size(); ++r) decoded.push_back(plan::decode_write_results(results[r], "rank"));
-  const CheckpointMetadata m = plan::fill_skeleton(global, decoded);
-  const std::string bytes = encode_metadata(m);
-  f.metadata_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  f.metadata_peak_mb = static_cast<double>(status_kib("VmHWM") - base2_kib) / 1024;
-  f.metadata_bytes = bytes.size();
+  metadata_phase(global, f);
   return f;
+}
+
+// ---- Partitioned planning ---------------------------------------------------
+
+// Holders of chunk `tp` of the tensors on stage `pp`: every dp replica, ascending.
+std::vector<int> holders_of(int64_t tp, int64_t pp, int64_t dp) {
+  std::vector<int> holders;
+  holders.reserve(static_cast<size_t>(dp));
+  for (int64_t d = 0; d < dp; ++d) holders.push_back(static_cast<int>(tp + kTp * pp + kTp * kPp * d));
+  return holders;
+}
+
+constexpr uint64_t kChunkBytes = kRows / kTp * kCols * 2;
+
+// The shared shard a planner sends for chunk `tp` of tensor `t`.
+plan::SharedShard shared_shard_of(int64_t t, int64_t tp, std::vector<int> holders, uint32_t id) {
+  plan::SharedShard s;
+  s.name = tensor_key(t);
+  s.box = Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}};
+  s.bytes = kChunkBytes;
+  s.holders = std::move(holders);
+  s.id = id;
+  return s;
+}
+
+// writer[t * kTp + tp]: the rank the balanced policy picks for every chunk,
+// one holder set at a time (as each balancer does for its sets).
+std::vector<int> all_writers(int64_t tensors, int64_t dp) {
+  std::vector<int> writer(static_cast<size_t>(tensors * kTp));
+  for (int64_t pp = 0; pp < kPp; ++pp) {
+    for (int64_t tp = 0; tp < kTp; ++tp) {
+      std::vector<plan::SharedShard> set;
+      const std::vector<int> holders = holders_of(tp, pp, dp);
+      for (int64_t t = pp; t < tensors; t += kPp) set.push_back(shared_shard_of(t, tp, holders, 0));
+      const std::vector<int> chosen = plan::balance_within_holder_sets(set);
+      for (size_t k = 0; k < set.size(); ++k) {
+        writer[static_cast<size_t>((pp + static_cast<int64_t>(k) * kPp) * kTp + tp)] = chosen[k];
+      }
+    }
+  }
+  return writer;
+}
+
+struct Step {
+  const char* role;
+  int rank;
+  double seconds = 0;
+  double peak_mb = 0;   // growth while it ran
+  double input_mb = 0;  // the messages it received
+};
+
+template <typename F>
+Step timed(const char* role, int rank, uint64_t input_bytes, F&& run) {
+  reset_peak();
+  const uint64_t base_kib = status_kib("VmRSS");
+  const auto t0 = Clock::now();
+  run();
+  Step s{role, rank};
+  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.peak_mb = static_cast<double>(status_kib("VmHWM") - base_kib) / 1024;
+  s.input_mb = static_cast<double>(input_bytes) / 1e6;
+  return s;
+}
+
+uint64_t bytes_of(const std::vector<std::string>& messages) {
+  uint64_t n = 0;
+  for (const std::string& m : messages) n += m.size() + sizeof(std::string);
+  return n;
+}
+
+std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
+  const int64_t dp = ranks / (kTp * kPp);
+  std::vector<Step> steps;
+  f.shard_plans = static_cast<uint64_t>(ranks) * static_cast<uint64_t>((tensors + kPp - 1) / kPp);
+
+  // rank: every announcement decoded (prepare_save), its own plan routed.
+  {
+    const std::vector<std::string> announced(static_cast<size_t>(ranks),
+                                             api::encode_plan_announcement({0x1234, 0x99, 0x77, 0}));
+    const plan::LocalPlan own = rank_plan(0, tensors, dp);
+    steps.push_back(timed("rank", 0, bytes_of(announced), [&] {
+      uint64_t sum = 0;
+      for (size_t r = 0; r < announced.size(); ++r) {
+        sum += api::decode_plan_announcement(announced[r], "rank").structure_hash;
+      }
+      const std::vector<std::string> routed = plan::route_local_plan(own, ranks);
+      if (sum == 0 || routed.empty()) std::abort();
+    }));
+  }
+
+  // planner: the rank whose keys have the most descriptors (8 * dp each).
+  std::vector<std::vector<int64_t>> keys_of(static_cast<size_t>(ranks));
+  for (int64_t t = 0; t < tensors; ++t)
+    keys_of[static_cast<size_t>(plan::planner_of(tensor_key(t), ranks))].push_back(t);
+  const auto busiest = std::max_element(keys_of.begin(), keys_of.end(),
+                                        [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  const int planner = static_cast<int>(busiest - keys_of.begin());
+  const std::vector<int64_t> planner_keys = *busiest;
+  keys_of.clear();
+  keys_of.shrink_to_fit();
+  std::vector<std::string> received(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const int64_t tp = r % kTp, pp = (r / kTp) % kPp, dp_rank = r / (kTp * kPp);
+    plan::LocalPlan part;
+    part.rank = r;
+    std::vector<uint32_t> items;
+    for (const int64_t t : planner_keys) {
+      if (t % kPp != pp) continue;
+      plan::ShardPlan s;
+      s.key = tensor_key(t);
+      s.dtype = at::kBFloat16;
+      s.global_shape = {kRows, kCols};
+      s.box = Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}};
+      s.replica_id = {dp_rank};
+      part.tensors.push_back(std::move(s));
+      items.push_back(static_cast<uint32_t>((t - pp) / kPp));
+    }
+    if (!part.tensors.empty()) received[static_cast<size_t>(r)] = plan::encode_plan_part(part, items);
+  }
+  plan::PlannerShare share;
+  steps.push_back(timed("planner", planner, bytes_of(received), [&] {
+    share = plan::plan_share(received, WriterPolicy::kBalanced, true);
+    const std::vector<std::string> to_balancers = plan::shared_shards_by_balancer(share, ranks);
+    if (to_balancers.size() != static_cast<size_t>(ranks)) std::abort();
+  }));
+  received.clear();
+  received.shrink_to_fit();
+
+  // balancer: the rank with the most holder sets (one per tp chunk and stage).
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> sets_of;  // balancer -> (tp, pp)
+  for (int64_t pp = 0; pp < kPp; ++pp) {
+    for (int64_t tp = 0; tp < kTp; ++tp) sets_of[plan::balancer_of(holders_of(tp, pp, dp), ranks)].emplace_back(tp, pp);
+  }
+  const auto most = std::max_element(sets_of.begin(), sets_of.end(),
+                                     [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  {
+    std::map<int, std::vector<plan::SharedShard>> by_planner;
+    for (const auto& [tp, pp] : most->second) {
+      const std::vector<int> holders = holders_of(tp, pp, dp);
+      for (int64_t t = pp; t < tensors; t += kPp) {
+        by_planner[plan::planner_of(tensor_key(t), ranks)].push_back(
+            shared_shard_of(t, tp, holders, static_cast<uint32_t>(t)));
+      }
+    }
+    std::vector<std::string> to_balancer(static_cast<size_t>(ranks));
+    for (const auto& [p, shards] : by_planner) to_balancer[static_cast<size_t>(p)] = plan::encode_shared_shards(shards);
+    by_planner.clear();
+    steps.push_back(timed("balancer", most->first, bytes_of(to_balancer), [&] {
+      const std::vector<std::string> answers = plan::balance_shares(to_balancer);
+      if (answers.size() != static_cast<size_t>(ranks)) std::abort();
+    }));
+  }
+
+  // decide: the busiest planner gets its shards' writers from the balancers.
+  const std::vector<int> writer = all_writers(tensors, dp);
+  {
+    std::map<std::string, int64_t> index_of_key;
+    for (const int64_t k : planner_keys) index_of_key[tensor_key(k)] = k;
+    std::map<int, plan::WriterChoices> by_balancer;
+    for (size_t i = 0; i < share.writer.size(); ++i) {
+      if (share.writer[i] != plan::kShared) continue;
+      const plan::SharedShard s = plan::shared_shard(share.plans, share.grouping, i);
+      const int64_t key = index_of_key.at(s.name);
+      const int64_t tp = s.box.offset[0] / (kRows / kTp);
+      plan::WriterChoices& c = by_balancer[plan::balancer_of(s.holders, ranks)];
+      c.ids.push_back(s.id);
+      c.writers.push_back(writer[static_cast<size_t>(key * kTp + tp)]);
+    }
+    std::vector<std::string> choices(static_cast<size_t>(ranks));
+    for (const auto& [b, c] : by_balancer) choices[static_cast<size_t>(b)] = plan::encode_writer_choices(c);
+    steps.push_back(timed("decide", planner, bytes_of(choices), [&] {
+      const std::vector<std::string> decisions = plan::decide_share(share, choices, ranks, 0);
+      if (decisions.size() != static_cast<size_t>(ranks)) std::abort();
+    }));
+  }
+  share = {};
+
+  // assemble: the coordinator (rank 0) merges every planner's records.
+  plan::GlobalSavePlan global;
+  {
+    std::map<int, plan::PlanDecision> by_planner;
+    const plan::LocalPlan own = rank_plan(0, tensors, dp);
+    for (int64_t t = 0; t < tensors; ++t) {
+      plan::PlanDecision& d = by_planner[plan::planner_of(tensor_key(t), ranks)];
+      plan::PlannedTensor record{tensor_key(t), at::kBFloat16, {kRows, kCols}, {}};
+      for (int64_t tp = 0; tp < kTp; ++tp) {
+        const int w = writer[static_cast<size_t>(t * kTp + tp)];
+        record.chunks.push_back({Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}}, std::nullopt, w});
+        if (w == 0) d.items.push_back(static_cast<uint32_t>(t / kPp));
+      }
+      d.records.tensors.push_back(std::move(record));
+    }
+    std::vector<std::string> decisions(static_cast<size_t>(ranks));
+    for (auto& [p, d] : by_planner) {
+      std::sort(d.records.tensors.begin(), d.records.tensors.end(),
+                [](const plan::PlannedTensor& a, const plan::PlannedTensor& b) { return a.key < b.key; });
+      decisions[static_cast<size_t>(p)] = plan::encode_plan_decision(d);
+    }
+    by_planner.clear();
+    steps.push_back(timed("assemble", 0, bytes_of(decisions), [&] {
+      const std::vector<uint32_t> mine = plan::assignment_from_decisions(decisions, own);
+      global = plan::global_plan_from_decisions(decisions, ranks);
+      if (mine.size() > own.item_count()) std::abort();
+    }));
+  }
+  f.plan_s = 0;
+  f.plan_peak_mb = 0;
+  for (const Step& s : steps) {
+    f.plan_s += s.seconds;
+    f.plan_peak_mb += s.peak_mb + s.input_mb;
+  }
+  metadata_phase(global, f);
+  return steps;
 }
 
 }  // namespace
@@ -130,23 +367,46 @@ int main(int argc, char** argv) {
   CLI::App app{"distckpt planning cost at scale (simulated ranks, no processes)"};
   std::vector<int> ranks{512, 1024, 2048, 4096};
   int64_t tensors = 10000;
+  std::string mode = "partitioned";
   app.add_option("--ranks", ranks, "simulated world sizes (multiples of 128)");
   app.add_option("--tensors", tensors, "tensors in the model");
+  app.add_option("--mode", mode, "partitioned (what save runs) or central (everything on the coordinator)")
+      ->check(CLI::IsMember({"partitioned", "central"}));
   CLI11_PARSE(app, argc, argv);
-
-  fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers)\n", tensors, kTp, kPp);
-  fmt::print(
-      "| ranks | shard plans | chunks written | planning s | planning peak MB | metadata s | metadata peak MB | "
-      "metadata.fb MB | planning s per 1M shard plans |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
       fmt::print(stderr, "--ranks must be multiples of {}\n", kTp * kPp);
       return 2;
     }
-    const Figures f = simulate(r, tensors);
-    fmt::print("| {} | {} | {} | {:.2f} | {:.0f} | {:.2f} | {:.0f} | {:.1f} | {:.2f} |\n", r, f.shard_plans, f.chunks,
-               f.plan_s, f.plan_peak_mb, f.metadata_s, f.metadata_peak_mb, static_cast<double>(f.metadata_bytes) / 1e6,
-               f.plan_s / (static_cast<double>(f.shard_plans) / 1e6));
+  }
+
+  fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers, {} planning)\n", tensors, kTp, kPp, mode);
+  if (mode == "central") {
+    fmt::print(
+        "| ranks | shard plans | chunks written | planning s | planning peak MB | metadata s | metadata peak MB | "
+        "metadata.fb MB | planning s per 1M shard plans |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      const Figures f = simulate(r, tensors);
+      fmt::print("| {} | {} | {} | {:.2f} | {:.0f} | {:.2f} | {:.0f} | {:.1f} | {:.2f} |\n", r, f.shard_plans, f.chunks,
+                 f.plan_s, f.plan_peak_mb, f.metadata_s, f.metadata_peak_mb,
+                 static_cast<double>(f.metadata_bytes) / 1e6, f.plan_s / (static_cast<double>(f.shard_plans) / 1e6));
+    }
+    return 0;
+  }
+  fmt::print(
+      "| ranks | shard plans | role | busiest rank | s | peak growth MB | messages in MB |\n"
+      "|---|---|---|---|---|---|---|\n");
+  for (const int r : ranks) {
+    Figures f{};
+    const std::vector<Step> steps = simulate_partitioned(r, tensors, f);
+    for (const Step& s : steps) {
+      fmt::print("| {} | {} | {} | {} | {:.3f} | {:.1f} | {:.1f} |\n", r, f.shard_plans, s.role, s.rank, s.seconds,
+                 s.peak_mb, s.input_mb);
+    }
+    fmt::print("| {} | {} | all roles on one rank (bound) | | **{:.3f}** | **{:.1f}** (growth + messages) | |\n", r,
+               f.shard_plans, f.plan_s, f.plan_peak_mb);
+    fmt::print("| {} | {} | metadata (coordinator, at commit) | 0 | {:.3f} | {:.1f} | |\n", r, f.shard_plans,
+               f.metadata_s, f.metadata_peak_mb);
   }
   return 0;
 }
