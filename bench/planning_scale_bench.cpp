@@ -63,20 +63,22 @@ void reset_peak() {
 
 std::string tensor_key(int64_t t) { return fmt::format("decoder.layers.{}.weight_{}", t / 8, t % 8); }
 
-plan::LocalPlan rank_plan(int rank, int64_t tensors, int64_t dp) {
-  const int64_t tp = rank % kTp, pp = (rank / kTp) % kPp, dp_rank = rank / (kTp * kPp);
-  (void)dp;
+// What `rank` holds of tensor `t` (on its stage): its tp rank's rows, its dp replica.
+plan::ShardPlan shard_of(int64_t t, int rank) {
+  const int64_t tp = rank % kTp, dp_rank = rank / (kTp * kPp);
+  plan::ShardPlan s;
+  s.key = tensor_key(t);
+  s.dtype = at::kBFloat16;
+  s.global_shape = {kRows, kCols};
+  s.box = Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}};
+  s.replica_id = {dp_rank};
+  return s;
+}
+
+plan::LocalPlan rank_plan(int rank, int64_t tensors) {
   plan::LocalPlan p;
   p.rank = rank;
-  for (int64_t t = pp; t < tensors; t += kPp) {
-    plan::ShardPlan s;
-    s.key = tensor_key(t);
-    s.dtype = at::kBFloat16;
-    s.global_shape = {kRows, kCols};
-    s.box = Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}};
-    s.replica_id = {dp_rank};
-    p.tensors.push_back(std::move(s));
-  }
+  for (int64_t t = (rank / kTp) % kPp; t < tensors; t += kPp) p.tensors.push_back(shard_of(t, rank));
   return p;
 }
 
@@ -120,12 +122,11 @@ void metadata_phase(plan::GlobalSavePlan& global, Figures& f) {
 }
 
 Figures simulate(int ranks, int64_t tensors) {
-  const int64_t dp = ranks / (kTp * kPp);
   // What the coordinator receives: one encoded plan per rank (made outside the timing).
   std::vector<std::string> encoded(static_cast<size_t>(ranks));
   uint64_t shard_plans = 0;
   for (int r = 0; r < ranks; ++r) {
-    const plan::LocalPlan p = rank_plan(r, tensors, dp);
+    const plan::LocalPlan p = rank_plan(r, tensors);
     shard_plans += p.tensors.size();
     encoded[static_cast<size_t>(r)] = plan::encode_local_plan(p);
   }
@@ -225,7 +226,7 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
   {
     const std::vector<std::string> announced(static_cast<size_t>(ranks),
                                              api::encode_plan_announcement({0x1234, 0x99, 0x77, 0}));
-    const plan::LocalPlan own = rank_plan(0, tensors, dp);
+    const plan::LocalPlan own = rank_plan(0, tensors);
     steps.push_back(timed("rank", 0, bytes_of(announced), [&] {
       uint64_t sum = 0;
       for (size_t r = 0; r < announced.size(); ++r) {
@@ -248,19 +249,13 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
   keys_of.shrink_to_fit();
   std::vector<std::string> received(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
-    const int64_t tp = r % kTp, pp = (r / kTp) % kPp, dp_rank = r / (kTp * kPp);
+    const int64_t pp = (r / kTp) % kPp;
     plan::LocalPlan part;
     part.rank = r;
     std::vector<uint32_t> items;
     for (const int64_t t : planner_keys) {
       if (t % kPp != pp) continue;
-      plan::ShardPlan s;
-      s.key = tensor_key(t);
-      s.dtype = at::kBFloat16;
-      s.global_shape = {kRows, kCols};
-      s.box = Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}};
-      s.replica_id = {dp_rank};
-      part.tensors.push_back(std::move(s));
+      part.tensors.push_back(shard_of(t, r));
       items.push_back(static_cast<uint32_t>((t - pp) / kPp));
     }
     if (!part.tensors.empty()) received[static_cast<size_t>(r)] = plan::encode_plan_part(part, items);
@@ -327,7 +322,7 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
   plan::GlobalSavePlan global;
   {
     std::map<int, plan::PlanDecision> by_planner;
-    const plan::LocalPlan own = rank_plan(0, tensors, dp);
+    const plan::LocalPlan own = rank_plan(0, tensors);
     for (int64_t t = 0; t < tensors; ++t) {
       plan::PlanDecision& d = by_planner[plan::planner_of(tensor_key(t), ranks)];
       plan::PlannedTensor record{tensor_key(t), at::kBFloat16, {kRows, kCols}, {}};
