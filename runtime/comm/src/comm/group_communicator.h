@@ -49,14 +49,37 @@ class GroupCommunicator final : public Communicator {
   at::Device tensor_device() const override { return backend_ == "nccl" ? at::Device(at::kCUDA) : at::kCPU; }
 
   std::vector<std::string> all_gather_bytes(std::string_view local) override {
-    const std::vector<int64_t> sizes = all_gather_sizes(local.size(), "all_gather_bytes");
-    const int64_t width = *std::max_element(sizes.begin(), sizes.end());
-    if (width == 0) return std::vector<std::string>(size_);
-    // Gloo's allgather needs equal shapes: pad to the longest, trim after.
-    std::vector<at::Tensor> inputs{padded_bytes(local, width)};
-    at::Tensor output = at::empty({size_, width}, byte_options());
-    std::vector<std::vector<at::Tensor>> outputs{rows_of(output)};
+    // Gloo's allgather needs equal shapes. One round of rows that carry each
+    // length and the first `inline_bytes` of each message; only when some
+    // message is longer, a second round padded to the longest. Agreement
+    // statuses and plan announcements fit in the first: a collective among
+    // ranks sharing cores costs milliseconds a round.
+    const int64_t inline_bytes = inline_width();
+    const auto length = static_cast<int64_t>(local.size());
+    at::Tensor row = at::zeros({kLengthBytes + inline_bytes}, at::kByte);
+    auto* out = static_cast<uint8_t*>(row.data_ptr());
+    std::memcpy(out, &length, kLengthBytes);
+    if (length > 0) std::memcpy(out + kLengthBytes, local.data(), static_cast<size_t>(std::min(length, inline_bytes)));
+    std::vector<at::Tensor> inputs{to_byte_device(row)};
+    at::Tensor first = at::empty({size_, kLengthBytes + inline_bytes}, byte_options());
+    std::vector<std::vector<at::Tensor>> outputs{rows_of(first)};
     run("all_gather_bytes", [&] { return byte_group_->allgather(outputs, inputs); });
+    const at::Tensor host = to_host(first).contiguous();
+    const auto* rows = static_cast<const uint8_t*>(host.data_ptr());
+    std::vector<int64_t> sizes(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(&sizes[static_cast<size_t>(r)], rows + r * (kLengthBytes + inline_bytes), kLengthBytes);
+    }
+    if (*std::min_element(sizes.begin(), sizes.end()) < 0) {
+      throw CommError(fmt::format("all_gather_bytes on rank {}: a rank announced a negative length", rank_));
+    }
+    const int64_t width = *std::max_element(sizes.begin(), sizes.end());
+    if (width == 0) return std::vector<std::string>(static_cast<size_t>(size_));
+    if (width <= inline_bytes) return split_rows(host.narrow(1, kLengthBytes, inline_bytes), sizes);
+    inputs = {padded_bytes(local, width)};
+    at::Tensor output = at::empty({size_, width}, byte_options());
+    outputs = {rows_of(output)};
+    run("all_gather_bytes (long)", [&] { return byte_group_->allgather(outputs, inputs); });
     return split_rows(output, sizes);
   }
 
@@ -207,6 +230,15 @@ class GroupCommunicator final : public Communicator {
   }
 
  private:
+  static constexpr int64_t kLengthBytes = sizeof(int64_t);
+
+  // What all_gather_bytes carries in its first round: up to 120 bytes a
+  // message, less in large worlds, so that round stays within 4 MiB a rank.
+  int64_t inline_width() const {
+    constexpr int64_t kMostInline = 120, kRoundBytes = int64_t{4} << 20;
+    return std::max<int64_t>(0, std::min(kMostInline, kRoundBytes / size_ - kLengthBytes));
+  }
+
   // Starts a c10d operation, waits for it, and turns whatever c10d throws
   // (c10::Error, gloo exceptions, timeouts) into a CommError naming the rank.
   template <typename StartWork>
