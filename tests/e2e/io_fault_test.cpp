@@ -67,8 +67,8 @@ class IoFaultTest : public ::testing::Test {
   // `file` and `errno_text`; then checks that seed 1 is still there,
   // untouched, and that saving seed 3 works.
   void expect_failed_save_contained(const std::string& job_prefix, const std::string& file,
-                                    const std::string& errno_text) {
-    const CommandResult faulty = run_bounded(job_prefix + " " + probe_job(ckpt_, "save", 2));
+                                    const std::string& errno_text, const std::string& action = "save") {
+    const CommandResult faulty = run_bounded(job_prefix + " " + probe_job(ckpt_, action, 2));
     EXPECT_EQ(faulty.exit_code, 1) << faulty.output;
     EXPECT_THAT(faulty.output, ContainsRegex("distckpt-launch: rank [01] exited with code 1"));
     for (const std::string rank : {"0", "1"}) {
@@ -103,6 +103,19 @@ class IoFaultTest : public ::testing::Test {
 TEST_F(IoFaultTest, NoSpaceOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {
   const std::string file = staging_file("data/rank_00001.bin");
   expect_failed_save_contained(strace_inject("pwrite64", file, "error=ENOSPC"), file, "No space left on device");
+}
+
+// Background staging returns before the data file exists everywhere: a rank
+// that cannot create it, or write it, fails every rank at finalize instead.
+TEST_F(IoFaultTest, BackgroundStagedSaveThatCannotCreateItsFileFailsEveryRankAtFinalize) {
+  const std::string file = staging_file("data/rank_00001.bin");
+  expect_failed_save_contained(strace_inject("openat", file, "error=EACCES"), file, "Permission denied", "async-save");
+}
+
+TEST_F(IoFaultTest, NoSpaceOnABackgroundStagedSaveFailsEveryRankAtFinalize) {
+  const std::string file = staging_file("data/rank_00000.bin");
+  expect_failed_save_contained(strace_inject("pwrite64", file, "error=ENOSPC"), file, "No space left on device",
+                               "async-save");
 }
 
 TEST_F(IoFaultTest, EioOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {

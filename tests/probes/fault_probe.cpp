@@ -2,6 +2,8 @@
 // e2e tests of I/O faults and hung ranks (faults are injected from outside,
 // by strace, a preloaded library or a full file system).
 //   distckpt_fault_probe DIR save SEED [--mb N]   save (overwrite) a state made from SEED
+//   distckpt_fault_probe DIR async-save SEED ...   the same as an asynchronous save with
+//                                                  background staging, then finalized
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
 // --pid-dir D: write this process's id to D/pid.<rank> first (hung-rank tests
 // stop a rank and must find it afterwards).
@@ -26,7 +28,7 @@ int main(int argc, char** argv) {
   std::string dir, action, pid_dir;
   int64_t seed = 0, mb = 4;
   app.add_option("dir", dir)->required();
-  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "load"}));
+  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load"}));
   app.add_option("seed", seed)->required();
   app.add_option("--mb", mb, "MiB of tensor data in all");
   app.add_option("--pid-dir", pid_dir, "write the process id to DIR/pid.<rank>");
@@ -36,10 +38,19 @@ int main(int argc, char** argv) {
     auto comm = communicator_from_env();
     rank = comm->rank();
     if (!pid_dir.empty()) std::ofstream(fmt::format("{}/pid.{}", pid_dir, rank)) << ::getpid() << "\n";
-    if (action == "save") {
+    if (action == "save" || action == "async-save") {
       SaveOptions options;
       options.overwrite = true;
-      save(fault_state(rank, comm->size(), seed, mb, true), dir, *comm, options);
+      if (action == "save") {
+        save(fault_state(rank, comm->size(), seed, mb, true), dir, *comm, options);
+      } else {
+        AsyncQueueOptions queue_options;
+        queue_options.staging = AsyncStaging::kInBackground;
+        AsyncCallsQueue queue(*comm, queue_options);
+        queue.save(fault_state(rank, comm->size(), seed, mb, true), dir, options);
+        queue.wait_staged();
+        queue.close();  // finalizes: a failure on any rank is raised here, on every rank
+      }
       std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
       return 0;
     }

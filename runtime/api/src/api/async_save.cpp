@@ -2,6 +2,8 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 
+#include <exception>
+
 #include "api/distckpt_writer.h"
 #include "api/messages.h"
 #include "api/save_finalize.h"
@@ -16,6 +18,9 @@ namespace distckpt {
 struct AsyncRequest::Impl {
   std::unique_ptr<api::PreparedSave> prepared;
   std::unique_ptr<io::FileWriteJob> job;
+  // Background staging: why this rank could not start its job (finalize
+  // raises it on every rank, like a failed write).
+  std::exception_ptr not_started;
   bool finalized = false;
   // Requests made by from_functions (no prepared save).
   std::string directory;
@@ -47,10 +52,13 @@ const std::string& AsyncRequest::directory() const {
   return impl_->prepared ? impl_->prepared->paths.target : impl_->directory;
 }
 bool AsyncRequest::plan_reused() const { return impl_->prepared && impl_->prepared->plan_reused; }
-bool AsyncRequest::locally_done() const { return impl_->prepared ? impl_->job->finished() : impl_->locally_done(); }
+bool AsyncRequest::locally_done() const {
+  if (!impl_->prepared) return impl_->locally_done();
+  return impl_->not_started || impl_->job->finished();
+}
 
 void AsyncRequest::wait_staged() {
-  if (!impl_->prepared || impl_->finalized) return;
+  if (!impl_->prepared || impl_->finalized || impl_->not_started) return;
   try {
     impl_->job->wait_staged();
   } catch (...) {
@@ -66,6 +74,7 @@ SaveReport AsyncRequest::finalize(Communicator& comm) {
   return api::finalize_save(
       p,
       [&] {
+        if (impl_->not_started) std::rethrow_exception(impl_->not_started);
         const io::FileWritten file = impl_->job->wait();
         p.direct_io = file.direct;
         api::RankWritten written{api::encode_file_written(p.rank, file), file.items.size(), 0};
@@ -85,18 +94,28 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
   auto impl = std::make_unique<AsyncRequest::Impl>();
   impl->prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
   api::PreparedSave& p = *impl->prepared;
-  run_agreed(comm, "stage the data for an asynchronous save", [&] {
+  const auto start_job = [&] {
     io::FileWriteOptions write_options = api::file_write_options(options);
     write_options.background_writes = true;
-    // In the background, the copies start once every rank is through this
-    // step, the call's last collective: started earlier, they would take the
-    // cores that ranks still inside the call need.
-    write_options.start_paused = staging == AsyncStaging::kInBackground;
     impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
                                                    api::write_items_of(api::make_save_pieces(p)), pool, write_options);
-    if (staging == AsyncStaging::kBeforeReturn) impl->job->wait_staged();
-  });
-  impl->job->start();
+  };
+  if (staging == AsyncStaging::kBeforeReturn) {
+    run_agreed(comm, "stage the data for an asynchronous save", [&] {
+      start_job();
+      impl->job->wait_staged();
+    });
+  } else {
+    // No collective after planning: with 4 ranks on 2 cores each one costs
+    // 5-15 ms, most of such a call (PERFORMANCE.md). A rank that cannot
+    // start keeps the error; finalize raises it on every rank, as it does a
+    // failed write.
+    try {
+      start_job();
+    } catch (...) {
+      impl->not_started = std::current_exception();
+    }
+  }
   // The write items hold what they copy from (the tensors' storage, shared);
   // the caller's state dict itself is no longer referenced.
   p.split = {};

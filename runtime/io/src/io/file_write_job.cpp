@@ -54,7 +54,7 @@ FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::
   }
   file_ = File(path_, File::Mode::kCreateTruncate);
   if (options_.direct_io && slice % File::kDirectAlignment == 0) file_.try_enable_direct();
-  if (!options_.start_paused) start();
+  start();
 }
 
 void FileWriteJob::start() {
@@ -158,7 +158,6 @@ void FileWriteJob::run() {
 }
 
 void FileWriteJob::wait_staged() {
-  start();
   std::unique_lock<std::mutex> lock(mutex_);
   progress_.wait(lock, [&] { return staged_ == slices_.size() || error_ || cancelled_ || synced_; });
   if (error_) std::rethrow_exception(error_);
@@ -166,7 +165,6 @@ void FileWriteJob::wait_staged() {
 }
 
 FileWritten FileWriteJob::wait() {
-  start();
   std::unique_lock<std::mutex> lock(mutex_);
   progress_.wait(lock, [&] { return synced_ || error_ || cancelled_; });
   if (error_) std::rethrow_exception(error_);

@@ -41,9 +41,6 @@ struct FileWriteOptions {
   // (nice +10): an asynchronous save's writing must not slow the training
   // that goes on meanwhile, nor the staging of other ranks on the node.
   bool background_writes = false;
-  // Create the file but start no thread until start() (or a wait): lets the
-  // caller finish its collectives before the copies take the cores.
-  bool start_paused = false;
 };
 
 struct ItemWritten {
@@ -69,13 +66,11 @@ class FileWriteJob {
   FileWriteJob(const FileWriteJob&) = delete;
   FileWriteJob& operator=(const FileWriteJob&) = delete;
 
-  // Starts the threads of a job made with start_paused (once; no-op after).
-  void start();
   // Blocks until every byte was copied out of its source (sources may change
-  // afterwards). Rethrows the first error. Starts a paused job.
+  // afterwards). Rethrows the first error.
   void wait_staged();
   // Blocks until everything is written, fsync'ed and closed. Rethrows the
-  // first error. Starts a paused job.
+  // first error.
   FileWritten wait();
   // wait() would return or throw without blocking.
   bool finished() const;
@@ -95,6 +90,7 @@ class FileWriteJob {
     BufferPool::Buffer buffer;
   };
 
+  void start();
   void run();
   void stage(size_t slice, uint8_t* dst);
   void write(const Staged& staged);
