@@ -101,22 +101,15 @@ class GroupCommunicator final : public Communicator {
 
   std::vector<std::string> gather_bytes(std::string_view local, int root) override {
     check_rank(root, "gather_bytes", "root");
-    const bool is_root = rank_ == root;
-    // Every rank pads to the same width, so every rank needs every size.
-    const std::vector<int64_t> sizes = all_gather_sizes(local.size(), "gather_bytes");
-    const int64_t width = *std::max_element(sizes.begin(), sizes.end());
-    if (width == 0) return is_root ? std::vector<std::string>(size_) : std::vector<std::string>{};
-    std::vector<at::Tensor> inputs{padded_bytes(local, width)};
-    at::Tensor output;
-    std::vector<std::vector<at::Tensor>> outputs;  // c10d wants none on non-roots
-    if (is_root) {
-      output = at::empty({size_, width}, byte_options());
-      outputs.push_back(rows_of(output));
-    }
-    c10d::GatherOptions options;
-    options.rootRank = root;
-    run("gather_bytes", [&] { return byte_group_->gather(outputs, inputs, options); });
-    return is_root ? split_rows(output, sizes) : std::vector<std::string>{};
+    // An all-to-all in which only the root's parts are not empty: the root
+    // holds exactly the bytes sent, where a gather of rows padded to the
+    // longest would hold world x the longest (write results at commit: one
+    // rank writing many chunks would cost gigabytes on a large job).
+    std::vector<std::string> parts(static_cast<size_t>(size_));
+    parts[static_cast<size_t>(root)] = std::string(local);
+    std::vector<std::string> received = all_to_all_bytes(parts);
+    if (rank_ != root) return {};
+    return received;
   }
 
   std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
@@ -273,16 +266,6 @@ class GroupCommunicator final : public Communicator {
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
-  }
-
-  std::vector<int64_t> all_gather_sizes(size_t local_size, const char* what) {
-    std::vector<at::Tensor> inputs{to_byte_device(at::full({1}, static_cast<int64_t>(local_size), at::kLong))};
-    at::Tensor output = at::empty({size_, 1}, byte_options().dtype(at::kLong));
-    std::vector<std::vector<at::Tensor>> outputs{rows_of(output)};
-    run(fmt::format("{} (sizes)", what), [&] { return byte_group_->allgather(outputs, inputs); });
-    at::Tensor host = to_host(output).contiguous();
-    const int64_t* data = host.data_ptr<int64_t>();
-    return std::vector<int64_t>(data, data + size_);
   }
 
   at::TensorOptions byte_options() const { return at::TensorOptions().dtype(at::kByte).device(byte_device_); }
