@@ -196,15 +196,17 @@ std::vector<int> balance_within_holder_sets(const std::vector<SharedShard>& shar
       if (shards[a].bytes != shards[b].bytes) return shards[a].bytes > shards[b].bytes;
       return comes_before(shards[a], shards[b]);
     });
-    // Position p is holders[(start + p) % n]; the least load wins, ties the lowest position.
+    // plan/balance.h's rule, for items that all share one candidate set: a
+    // heap of the holders' loads instead of a scan of every candidate per
+    // item (a set can span the world). Position p is holders[(start + p) % n];
+    // the least load wins, ties the lowest position.
     const size_t n = holders.size();
     const size_t start = io::xxh3(holders.data(), n * sizeof(int)) % n;
     using Slot = std::pair<uint64_t, size_t>;  // (load, position)
-    std::priority_queue<Slot, std::vector<Slot>, std::greater<>> least;
     std::vector<Slot> initial;
     initial.reserve(n);
     for (size_t p = 0; p < n; ++p) initial.emplace_back(0, p);
-    least = decltype(least)(std::greater<>(), std::move(initial));
+    std::priority_queue<Slot, std::vector<Slot>, std::greater<>> least(std::greater<>(), std::move(initial));
     for (size_t m : members) {
       auto [load, position] = least.top();
       least.pop();
