@@ -185,6 +185,43 @@ TEST(CommGlooTest, SendRecvAroundARing) {
   });
 }
 
+TEST(CommGlooTest, ExchangeTensorsPostsEverySendAndReceiveAtOnce) {
+  // Every rank sends two tensors to every other rank and receives theirs,
+  // all in one batch: with blocking sends in this order every rank would
+  // wait on its first peer. Receives land in place, strided ones included.
+  constexpr int kWorld = 3;
+  run_ranks(kWorld, [](Communicator& comm) {
+    const int me = comm.rank();
+    std::vector<PeerTensor> sends, recvs;
+    std::vector<at::Tensor> whole;  // receivers' backing tensors (the strided landings are views of them)
+    for (int peer = 0; peer < kWorld; ++peer) {
+      if (peer == me) continue;
+      for (int k = 0; k < 2; ++k) {
+        sends.push_back(PeerTensor{at::full({4}, me * 100 + peer * 10 + k, at::kLong), peer, me * 10 + k});
+        whole.push_back(at::zeros({4, 2}, at::kLong));
+        recvs.push_back(PeerTensor{whole.back().select(1, k), peer, peer * 10 + k});
+      }
+    }
+    comm.exchange_tensors(sends, recvs);
+    size_t i = 0;
+    for (int peer = 0; peer < kWorld; ++peer) {
+      if (peer == me) continue;
+      for (int k = 0; k < 2; ++k, ++i) {
+        EXPECT_TRUE(whole[i].select(1, k).equal(at::full({4}, peer * 100 + me * 10 + k, at::kLong)))
+            << "rank " << me << " from " << peer << " #" << k << ": " << whole[i];
+        EXPECT_TRUE(whole[i].select(1, 1 - k).equal(at::zeros({4}, at::kLong))) << "the other column is untouched";
+      }
+    }
+    EXPECT_NO_THROW(comm.exchange_tensors({}, {}));
+  });
+}
+
+TEST(CommSingleProcessTest, ExchangeTensorsHasNoPeers) {
+  auto comm = make_single_process_communicator();
+  EXPECT_NO_THROW(comm->exchange_tensors({}, {}));
+  EXPECT_THROW(comm->exchange_tensors({PeerTensor{at::zeros({1}), 1, 0}}, {}), CommError);
+}
+
 TEST(CommGlooTest, InvalidRanksAreCommErrorsNamingTheRank) {
   run_ranks(2, [](Communicator& comm) {
     try {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "distckpt/core/errors.h"
 
@@ -25,27 +27,54 @@ at::Tensor produce_checked(const ExchangeCallbacks& cb, const std::vector<Transf
   return payload;
 }
 
-void run_point_to_point(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& cb) {
+// The transfers in windows of at most batch_bytes moved (a larger transfer
+// has a window alone), each posted as one batch: one NCCL group, or Gloo's
+// asynchronous sends and receives. Every rank cuts the same windows.
+void run_point_to_point(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& cb,
+                        uint64_t batch_bytes) {
   const int me = comm.rank();
   const at::Device device = comm.tensor_device();
-  for (size_t k = 0; k < transfers.size(); ++k) {
-    const Transfer& t = transfers[k];
-    if (t.from == me && t.to == me) {
-      cb.deliver(k, cb.produce(k));
-      continue;
+  const auto tag_of = [](size_t k) { return static_cast<int>(k & 0x3fffffff); };
+  for (size_t a = 0; a < transfers.size();) {
+    size_t b = a;
+    uint64_t moved = 0;
+    for (; b < transfers.size(); ++b) {
+      const uint64_t bytes = transfers[b].from == transfers[b].to ? 0 : transfers[b].bytes;
+      if (b > a && moved + bytes > batch_bytes) break;
+      moved += bytes;
     }
-    // No message for an empty payload: both ends know it is empty.
-    if (t.from == me) {
-      at::Tensor payload = produce_checked(cb, transfers, k);
-      if (t.bytes > 0) comm.send_tensor(payload.to(device).contiguous(), t.to, static_cast<int>(k & 0x3fffffff));
-    } else if (t.to == me) {
-      at::Tensor landing = cb.landing && t.bytes > 0 ? cb.landing(k) : at::Tensor();
-      const bool in_place = landing.defined();
-      if (!in_place)
-        landing = at::empty({static_cast<int64_t>(t.bytes)}, at::TensorOptions().dtype(at::kByte).device(device));
-      if (t.bytes > 0) comm.recv_tensor(landing, t.from, static_cast<int>(k & 0x3fffffff));
-      if (!in_place) cb.deliver(k, landing);
+    // produce may reuse its buffer at the next call: a payload still to be
+    // sent when produce is called again is copied first.
+    size_t last_produce = b;
+    for (size_t k = a; k < b; ++k) {
+      if (transfers[k].from == me) last_produce = k;
     }
+    std::vector<PeerTensor> sends, recvs;
+    std::vector<std::pair<size_t, size_t>> delivered;  // (transfer, its receive) received outside a landing
+    for (size_t k = a; k < b; ++k) {
+      const Transfer& t = transfers[k];
+      if (t.from == me && t.to == me) {
+        cb.deliver(k, cb.produce(k));
+      } else if (t.from == me) {
+        const at::Tensor payload = produce_checked(cb, transfers, k);
+        if (t.bytes == 0) continue;  // no message for an empty payload: both ends know it is empty
+        at::Tensor wire = payload.to(device).contiguous();
+        if (k != last_produce && wire.data_ptr() == payload.data_ptr()) wire = wire.clone();
+        sends.push_back(PeerTensor{std::move(wire), t.to, tag_of(k)});
+      } else if (t.to == me && t.bytes > 0) {
+        at::Tensor landing = cb.landing ? cb.landing(k) : at::Tensor();
+        if (!landing.defined()) {
+          landing = at::empty({static_cast<int64_t>(t.bytes)}, at::TensorOptions().dtype(at::kByte).device(device));
+          delivered.emplace_back(k, recvs.size());
+        }
+        recvs.push_back(PeerTensor{std::move(landing), t.from, tag_of(k)});
+      } else if (t.to == me) {
+        cb.deliver(k, at::empty({0}, at::TensorOptions().dtype(at::kByte).device(device)));
+      }
+    }
+    comm.exchange_tensors(sends, recvs);
+    for (const auto& [k, r] : delivered) cb.deliver(k, recvs[r].tensor);
+    a = b;
   }
 }
 
@@ -126,7 +155,7 @@ void exchange(Communicator& comm, const std::vector<Transfer>& transfers, const 
   if (mode == ExchangeMode::kAllGather) {
     run_all_gather(comm, transfers, callbacks, batch_bytes);
   } else {
-    run_point_to_point(comm, transfers, callbacks);
+    run_point_to_point(comm, transfers, callbacks, batch_bytes);
   }
 }
 

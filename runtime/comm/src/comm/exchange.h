@@ -1,11 +1,11 @@
 // The one engine for rank-to-rank payloads (fully parallel load, tensor-aware
-// state dicts). Every rank passes the same transfers in the same order; every
-// rank walks that order, so the earliest unfinished transfer always has both
-// of its ranks ready and the exchange cannot deadlock.
+// state dicts). Every rank passes the same transfers in the same order and
+// cuts them into the same windows; a window's sends and receives are posted
+// together before any is waited for, so the exchange cannot deadlock.
 //
 // Transfers to oneself are produced and delivered locally, never sent. Extra
-// memory: one payload (point to point) or one round's contributions from
-// every rank (all-gather).
+// memory: one window's payloads, at most batch_bytes moved (point to point),
+// or one round's contributions from every rank (all-gather).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,7 +25,7 @@ struct Transfer {
 };
 
 enum class ExchangeMode {
-  kPointToPoint,  // send_tensor/recv_tensor, one tag per transfer
+  kPointToPoint,  // windows of at most batch_bytes, each one exchange_tensors batch
   kAllGather,     // rounds of all_gather_bytes, each rank contributing at most batch_bytes
 };
 

@@ -213,6 +213,34 @@ class GroupCommunicator final : public Communicator {
     run(what, [&] { return tensor_group_->send(tensors, dst, tag); });
   }
 
+  void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs) override {
+    const std::string what = fmt::format("exchange of {} sends and {} receives", sends.size(), recvs.size());
+    // Everything is posted before anything is waited for, so no order of
+    // the lists can deadlock two ranks that post to each other.
+    std::vector<std::vector<at::Tensor>> send_lists, recv_lists;
+    for (const PeerTensor& s : sends) {
+      check_peer(s.peer, what);
+      check_tensor(s.tensor, what);
+      send_lists.push_back({s.tensor.contiguous()});
+    }
+    for (const PeerTensor& r : recvs) {
+      check_peer(r.peer, what);
+      check_tensor(r.tensor, what);
+      recv_lists.push_back({r.tensor.contiguous()});
+    }
+    run(what, [&] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> posted;
+      for (size_t i = 0; i < sends.size(); ++i)
+        posted.push_back(tensor_group_->send(send_lists[i], sends[i].peer, sends[i].tag));
+      for (size_t i = 0; i < recvs.size(); ++i)
+        posted.push_back(tensor_group_->recv(recv_lists[i], recvs[i].peer, recvs[i].tag));
+      return AllWork{std::move(posted)};
+    });
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      if (!recv_lists[i][0].is_same(recvs[i].tensor)) const_cast<at::Tensor&>(recvs[i].tensor).copy_(recv_lists[i][0]);
+    }
+  }
+
   void recv_tensor(at::Tensor& tensor, int src, int tag) override {
     const std::string what = fmt::format("recv_tensor from rank {} (tag {})", src, tag);
     check_peer(src, what);
@@ -224,6 +252,15 @@ class GroupCommunicator final : public Communicator {
 
  private:
   static constexpr int64_t kLengthBytes = sizeof(int64_t);
+
+  // Several posted operations waited for as one (run() calls ->wait()).
+  struct AllWork {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    const AllWork* operator->() const { return this; }
+    void wait() const {
+      for (const auto& work : works) work->wait();
+    }
+  };
 
   // What all_gather_bytes carries in its first round: up to 120 bytes a
   // message, less in large worlds, so that round stays within 4 MiB a rank.

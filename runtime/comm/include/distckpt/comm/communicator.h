@@ -14,6 +14,13 @@
 
 namespace distckpt {
 
+// One side of a point-to-point transfer in a batch.
+struct PeerTensor {
+  at::Tensor tensor;
+  int peer = 0;
+  int tag = 0;  // matches a send with its receive where the backend has tags (Gloo)
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -42,6 +49,13 @@ class Communicator {
   // Point to point, for exchanges between subsets of ranks.
   virtual void send_tensor(const at::Tensor& tensor, int dst, int tag) = 0;
   virtual void recv_tensor(at::Tensor& tensor, int src, int tag) = 0;
+  // Every send and receive of a batch, returned when all are done: one NCCL
+  // group, or Gloo's asynchronous sends and receives all posted at once.
+  // Sends and receives between two ranks pair up in list order (and by
+  // tag); receiving tensors are written in place. The default (for
+  // communicators that only forward send/recv) goes peer by peer in rank
+  // order, which cannot deadlock, but one message at a time.
+  virtual void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs);
 
   // Where tensors passed to broadcast/send/recv must live: the CPU for Gloo,
   // the current GPU for NCCL.
