@@ -12,7 +12,15 @@ set_target_properties(distckpt_launch PROPERTIES EXPORT_NAME launch)
 file(RELATIVE_PATH _distckpt_bin_to_lib ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
 set_target_properties(distckpt_cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_distckpt_bin_to_lib}")
 # distckpt's include directory is already part of its INSTALL_INTERFACE.
-install(TARGETS distckpt distckpt_gen distckpt_cli distckpt_launch
+set(_distckpt_installed distckpt distckpt_gen distckpt_cli distckpt_launch)
+# Imported as distckpt::nccl where it was built (find_package(distckpt COMPONENTS nccl)).
+if(TARGET distckpt_nccl)
+  set_target_properties(distckpt_nccl PROPERTIES EXPORT_NAME nccl)
+  target_include_directories(distckpt_nccl PUBLIC $<INSTALL_INTERFACE:include>)
+  list(APPEND _distckpt_installed distckpt_nccl)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/nccl/include/distckpt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endif()
+install(TARGETS ${_distckpt_installed}
   EXPORT distckptTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -44,4 +44,8 @@ cmake --build "$work/build" -j2 || fail "building the outside project"
 echo "== run"
 "$work/build/outside_project" "$work/ckpt" || fail "the outside project's binary"
 "$prefix/bin/distckpt" verify "$work/ckpt" || fail "the installed 'distckpt verify'"
+if [[ -f "$prefix/include/distckpt/nccl/nccl_communicator.h" ]]; then
+  [[ -x "$work/build/outside_nccl" ]] || fail "distckpt::nccl is installed but the outside project did not link it"
+  "$work/build/outside_nccl" || fail "the outside project's NCCL binary"
+fi
 echo "outside_project: passed"
