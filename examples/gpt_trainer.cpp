@@ -18,8 +18,10 @@
 // training gives the same logical model whatever the layout.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -51,6 +53,7 @@ struct Args {
   std::string load_exchange = "auto";  // how a piece several ranks need reaches them (LoadExchange)
   std::string save_mapping;            // --save writes safetensors under this mapping of the schema
   bool overwrite = false;
+  std::string device = "cpu";  // cuda: parameters and optimizer state live on this rank's GPU
 };
 
 struct Coords {
@@ -219,6 +222,11 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
   return iteration;
 }
 
+int64_t local_rank() {
+  const char* value = std::getenv("LOCAL_RANK");
+  return value != nullptr && *value != '\0' ? std::atoll(value) : 0;
+}
+
 // The config parameters both schemas share.
 template <typename Config>
 Config common_config(const Args& a) {
@@ -244,12 +252,18 @@ int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
   const auto& cfg = layout.config();
   const example::Dims dims{cfg.hidden,   cfg.ffn,   cfg.vocab, cfg.heads, cfg.kv_groups,
                            cfg.head_dim, a.experts, a.tp,      a.etp};
+  // Ranks share the visible GPUs round-robin (LOCAL_RANK as torchrun sets it).
+  const at::Device device =
+      a.device == "cuda"
+          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank() % torch::cuda::device_count()))
+          : at::Device(at::kCPU);
   // One module per model chunk (virtual pipeline stage), as an interleaved schedule runs them.
   std::vector<example::Gpt> chunks;
   const int64_t last_chunk = layout.chunk_count() - 1;
   for (int64_t k = 0; k <= last_chunk; ++k) {
     const bool first = c.pp == 0 && k == 0, last = c.pp == a.pp - 1 && k == last_chunk;
     chunks.emplace_back(dims, layout.decoder_layers_chunk(k).second, local_experts, first, last, a.mtp_layers);
+    chunks.back()->to(device);  // before binding: the schema's builders keep these tensors
     layout.bind_chunk(k, chunks.back()->named_parameters());
   }
 
@@ -263,7 +277,7 @@ int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
       for (auto& p : chunks[k]->named_parameters()) {
         const std::string name = distckpt::layout::chunk_prefix(k) + p.key();
         p.value().copy_(local_value(meta.at(name), 0.0));
-        targets.push_back(local_value(meta.at(name), 0.5));
+        targets.push_back(local_value(meta.at(name), 0.5).to(device));
         params.emplace_back(name, p.value());
       }
     }
@@ -343,6 +357,8 @@ int main(int argc, char** argv) {
   app.add_option("--save-mapping", a.save_mapping,
                  "--save writes Hugging Face safetensors under this mapping of the schema, from every rank; "
                  "weights only");
+  app.add_option("--device", a.device, "where parameters and optimizer state live: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -355,6 +371,9 @@ int main(int argc, char** argv) {
     }
     if (a.model == "gpt" && (a.ep != 1 || a.mtp_layers != 0)) throw Error("--ep and --mtp-layers need --model moe");
     if (a.async_save_every > 0 && a.async_save_root.empty()) throw Error("--async-save-every needs --async-save-root");
+    if (a.device == "cuda" && !torch::cuda::is_available()) {
+      throw Error("--device cuda: no GPU is visible, or LibTorch was built without CUDA");
+    }
     // Parallel folding: the expert mesh (etp, ep, edp) decomposes the same tp * cp * dp ranks of a stage.
     const int64_t stage_ranks = a.tp * a.cp * a.dp;
     if (stage_ranks % (a.etp * a.ep) != 0) {

@@ -12,6 +12,7 @@
 
 #include "api/access_integrity.h"
 #include "api/checkpoint_reader.h"
+#include "api/device_copies.h"
 #include "api/load_requests.h"
 #include "api/load_result.h"
 #include "api/read_engine.h"
@@ -99,6 +100,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   // CPU (storage reads land in host memory), moved once complete.
   std::vector<std::pair<Value*, at::Device>> moves;
   std::vector<PendingCommit> commits;
+  std::vector<std::pair<at::Tensor, at::Tensor>> to_device;  // (pinned host, device destination)
   run_agreed(comm, "plan the reads", [&] {
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
       if (leaf->kind() != Kind::kShardedTensor) {
@@ -113,13 +115,32 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
       }
       *leaf = Value(api::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
     }
+    // Reads into device tensors land in pinned host memory, copied over once all are read.
+    for (api::TensorRead& r : reads) {
+      if (r.dest.is_cpu()) continue;
+      at::Tensor host = api::pinned_host_like(r.dest);
+      to_device.emplace_back(host, r.dest);
+      r.dest = host;
+    }
   });
   api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
   run_agreed(comm, "commit the tensors read in their stored dtype", [&] {
     for (const PendingCommit& c : commits) commit(c, options);
   });
   run_agreed(comm, "move the loaded tensors to their devices", [&] {
-    for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
+    api::HostToDevice copies;
+    for (const auto& [host, dest] : to_device) copies.copy(host, dest);
+    for (auto& [leaf, device] : moves) {
+      const at::Tensor host = leaf->as_tensor();
+      if (!device.is_cuda()) {
+        *leaf = Value(host.to(device));
+        continue;
+      }
+      at::Tensor dest = at::empty(host.sizes(), host.options().device(device).pinned_memory(false));
+      copies.copy(host, dest);
+      *leaf = Value(std::move(dest));
+    }
+    copies.done();
   });
 
   Value common;

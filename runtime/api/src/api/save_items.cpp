@@ -64,39 +64,43 @@ const std::shared_ptr<io::BufferPool>& sync_write_pool() {
   return pool;
 }
 
-io::WriteItem tensor_write_item(at::Tensor data) {
+io::WriteItem tensor_write_item(at::Tensor data, std::shared_ptr<const CopiesDone> pending) {
   if (!data.is_contiguous()) data = data.contiguous();  // the one case that needs a copy of the whole shard
   const uint64_t bytes = static_cast<uint64_t>(data.numel()) * data.element_size();
-  if (data.device().is_cpu()) {
-    return io::WriteItem{bytes, [data](uint64_t offset, uint64_t n, uint8_t* dst) {
-                           io::stream_copy(dst, static_cast<const uint8_t*>(data.data_ptr()) + offset, n);
-                         }};
-  }
-  return io::WriteItem{bytes, [data](uint64_t offset, uint64_t n, uint8_t* dst) {
-                         const auto byte = at::TensorOptions().dtype(at::kByte);
-                         at::Tensor source = at::from_blob(static_cast<uint8_t*>(data.data_ptr()) + offset,
-                                                           {static_cast<int64_t>(n)}, byte.device(data.device()));
-                         at::from_blob(dst, {static_cast<int64_t>(n)}, byte).copy_(source);
+  return io::WriteItem{bytes, [data, pending](uint64_t offset, uint64_t n, uint8_t* dst) {
+                         if (pending) pending->wait();  // returns at once once the copies ran
+                         io::stream_copy(dst, static_cast<const uint8_t*>(data.data_ptr()) + offset, n);
                        }};
 }
 
-std::vector<SavePiece> make_save_pieces(const PreparedSave& p) {
+std::vector<SavePiece> make_save_pieces(const PreparedSave& p, std::shared_ptr<const CopiesDone>* pending) {
   std::vector<SavePiece> pieces;
   pieces.reserve(p.assignment.size());
   const size_t n = p.tensors.size();
+  DeviceToHost to_host;
   for (uint32_t i : p.assignment) {
     pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.stored_dtypes[i], p.options.transform, p.rank)
                            : object_piece(*p.objects[i - n]));
+    if (pieces.back().data.defined() && !pieces.back().data.is_cpu()) {
+      pieces.back().data = to_host.copy(pieces.back().data);
+    }
+  }
+  std::shared_ptr<const CopiesDone> copies = to_host.done();
+  if (pending != nullptr) {
+    *pending = std::move(copies);
+  } else if (copies) {
+    copies->wait();
   }
   return pieces;
 }
 
-std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces) {
+std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces,
+                                          const std::shared_ptr<const CopiesDone>& pending) {
   std::vector<io::WriteItem> items;
   items.reserve(pieces.size());
   for (const SavePiece& piece : pieces) {
     if (!piece.object) {
-      items.push_back(tensor_write_item(piece.data));
+      items.push_back(tensor_write_item(piece.data, pending));
       continue;
     }
     items.push_back(

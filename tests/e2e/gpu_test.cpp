@@ -1,0 +1,125 @@
+// CUDA tensors in save and load. Every case skips where no GPU is visible or
+// LibTorch has no CUDA (this project's own machines); scripts/gpu-check.sh
+// runs them on a GPU machine. The processes of a job share its one GPU and
+// talk over Gloo (NCCL refuses two ranks on one GPU).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <tuple>
+
+#include "core/device_event.h"
+#include "distckpt/distckpt.h"
+#include "support/process.h"
+#include "support/ranks.h"
+
+namespace {
+
+using namespace distckpt;
+const std::string kBin = DISTCKPT_BIN_DIR;
+const std::string kGpt =
+    "--model gpt --layers 4 --hidden 32 --heads 4 --kv-groups 2 --ffn 64 --vocab 64 --optimizer adam";
+
+#define SKIP_WITHOUT_GPU()                                                                              \
+  if (!torch::cuda::is_available()) {                                                                   \
+    GTEST_SKIP() << "no GPU visible, or LibTorch without CUDA (scripts/gpu-check.sh runs this on one)"; \
+  }
+
+CommandResult trainer(int ranks, const std::string& flags) {
+  return run_command(
+      fmt::format("OMP_NUM_THREADS=1 {0}/distckpt-launch -n {1} -- {0}/distckpt-gpt-trainer {2} {3} 2>&1", kBin, ranks,
+                  kGpt, flags));
+}
+
+std::string digest(const std::string& dir) {
+  const CommandResult r = run_command(kBin + "/distckpt digest " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+TEST(GpuSaveLoad, FourProcessesOnOneGpuSaveAndReshardCudaTensors) {
+  SKIP_WITHOUT_GPU();
+  TempDir tmp("gpu-reshard");
+  const std::string cpu = tmp.file("cpu"), gpu = tmp.file("gpu"), wide = tmp.file("wide"), one = tmp.file("one");
+  // The values: trained on the CPU under (tp=2, pp=2), optimizer state included.
+  CommandResult r = trainer(4, "--tp 2 --pp 2 --steps 2 --save " + cpu);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = digest(cpu);
+  // Loaded into CUDA tensors and saved from them under the same layout,
+  // then under (tp=4, pp=1), then by one process: the same bytes each time.
+  for (const auto& [ranks, flags, from, to] :
+       {std::tuple{4, "--tp 2 --pp 2", cpu, gpu}, std::tuple{4, "--tp 4", gpu, wide}, std::tuple{1, "", wide, one}}) {
+    r = trainer(ranks, fmt::format("{} --device cuda --load {} --save {}", flags, from, to));
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(digest(to), want) << flags;
+    EXPECT_TRUE(verify_checkpoint(to).intact());
+  }
+}
+
+TEST(GpuAsyncSave, ReturnsWhileAKernelRunsAndSavesTheValuesOfTheCall) {
+  SKIP_WITHOUT_GPU();
+  const at::Device device(at::kCUDA, 0);
+  auto comm = make_single_process_communicator();
+  const at::Tensor values = at::rand({4096, 4096}, at::kFloat);  // 64 MiB
+  at::Tensor weights = values.to(device);
+  StateDict sd;
+  sd["w"] = Value(ShardedTensor::from_rank_offsets("w", weights, {}));
+  TempDir dir("gpu-async");
+  AsyncQueueOptions queue_options;
+  queue_options.staging = AsyncStaging::kInBackground;
+  AsyncCallsQueue queue(*comm, queue_options);
+  queue.save(sd, dir.file("warm"));  // plans once; the timed call reuses the plan
+  queue.close();
+
+  // The trainer's step: seconds of kernels queued on the current stream.
+  at::Tensor a = at::rand({8192, 8192}, at::TensorOptions().device(device)) / 8192;
+  const auto queued_at = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i) a = at::tanh(a.matmul(a));
+  DeviceEvent step_done(device);
+  step_done.record(current_stream(device));
+
+  AsyncCallsQueue timed(*comm, queue_options);
+  const auto call = std::chrono::steady_clock::now();
+  timed.save(sd, dir.file("ckpt"));
+  const auto returned = std::chrono::steady_clock::now();
+  const bool step_still_running = !step_done.query();
+  weights.add_(1);  // queued after the call: runs after the copy, never reaches the checkpoint
+  timed.wait_staged();
+  step_done.synchronize();
+  const auto step_end = std::chrono::steady_clock::now();
+  timed.close();
+
+  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  std::printf("gpu async save of 64 MiB: the call blocked the trainer %.2f ms while its %.0f ms of kernels ran\n",
+              ms(returned - call), ms(step_end - queued_at));
+  EXPECT_TRUE(step_still_running) << "the kernels ended before the call returned: the call waited for the GPU";
+  StateDict request;
+  request["w"] = Value(ShardedTensor::from_rank_offsets("w", at::zeros({4096, 4096}, at::kFloat), {}));
+  const LoadResult loaded = load(request, dir.file("ckpt"), *comm);
+  EXPECT_TRUE(at::equal(loaded.state_dict.at("w").as_tensor(), values));
+  EXPECT_TRUE(at::equal(weights.cpu(), values + 1));
+}
+
+TEST(GpuSaveLoad, RequestsWithoutDataLandOnTheirDevice) {
+  SKIP_WITHOUT_GPU();
+  auto comm = make_single_process_communicator();
+  const at::Tensor values = at::arange(0, 4096, at::kDouble).view({64, 64});
+  StateDict sd;
+  sd["w"] = Value(ShardedTensor::from_rank_offsets("w", values.cuda(), {}));
+  TempDir dir("gpu-device-request");
+  save(sd, dir.file("ckpt"), *comm);
+  StateDict request;
+  ShardedTensor wanted = ShardedTensor::from_rank_offsets("w", values, {});
+  wanted.data = at::Tensor();
+  wanted.device = at::Device(at::kCUDA, 0);
+  request["w"] = Value(std::move(wanted));
+  const at::Tensor back = load(request, dir.file("ckpt"), *comm).state_dict.at("w").as_tensor();
+  EXPECT_TRUE(back.is_cuda());
+  EXPECT_TRUE(at::equal(back.cpu(), values));
+}
+
+}  // namespace
