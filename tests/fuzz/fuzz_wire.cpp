@@ -32,7 +32,7 @@ void round_trip(std::string_view bytes, Decode decode, Encode encode) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 18) {
+  switch (which % 19) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return api::decode_plan_announcement(b, from); },
@@ -108,10 +108,18 @@ void run(uint8_t which, std::string_view m) {
           m, [&](std::string_view b) { return plan::decode_plan_part(b, from, items); },
           [&](const plan::LocalPlan& p) { return plan::encode_plan_part(p, items); });
     }
+    case 17: {
+      const api::ReadPlanMessage read_plan = api::decode_read_plan(m, from);
+      plan::decode_needs(read_plan.needs, from);
+      const std::string encoded = api::encode_read_plan(read_plan.host, read_plan.needs);
+      const api::ReadPlanMessage again = api::decode_read_plan(encoded, from);
+      if (api::encode_read_plan(again.host, again.needs) != encoded) std::abort();
+      return;
+    }
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 17; ++i) {
+      for (uint8_t i = 0; i < 18; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

@@ -9,6 +9,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "api/access_integrity.h"
 #include "api/checkpoint_reader.h"
@@ -101,7 +104,9 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   std::vector<std::pair<Value*, at::Device>> moves;
   std::vector<PendingCommit> commits;
   std::vector<std::pair<at::Tensor, at::Tensor>> to_device;  // (pinned host, device destination)
-  run_agreed(comm, "plan the reads", [&] {
+  const api::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
+  // One collective agrees on planning and carries what the read engine shares.
+  const std::vector<std::string> read_plans = gather_agreed(comm, "plan the reads", [&] {
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
       if (leaf->kind() != Kind::kShardedTensor) {
         *leaf = api::load_object(*reader, leaf->as_sharded_object());
@@ -122,29 +127,30 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
       to_device.emplace_back(host, r.dest);
       r.dest = host;
     }
+    return api::local_read_plan(reads, comm, engine);
   });
-  api::execute_reads(*reader, reads, comm, {options.exchange, io_threads, options.exchange_batch_bytes});
-  run_agreed(comm, "commit the tensors read in their stored dtype", [&] {
-    for (const PendingCommit& c : commits) commit(c, options);
-  });
-  run_agreed(comm, "move the loaded tensors to their devices", [&] {
-    api::HostToDevice copies;
-    for (const auto& [host, dest] : to_device) copies.copy(host, dest);
-    for (auto& [leaf, device] : moves) {
-      const at::Tensor host = leaf->as_tensor();
-      if (!device.is_cuda()) {
-        *leaf = Value(host.to(device));
-        continue;
-      }
-      at::Tensor dest = at::empty(host.sizes(), host.options().device(device).pinned_memory(false));
-      copies.copy(host, dest);
-      *leaf = Value(std::move(dest));
-    }
-    copies.done();
-  });
+  api::execute_reads(*reader, reads, comm, engine, read_plans);
 
+  // One agreed step for the rest: each collective costs milliseconds when ranks share cores.
   Value common;
-  run_agreed(comm, "read the common state", [&] { common = reader->read_common_state(); });
+  run_agreed(comm, "finish the load (commit converted tensors, move tensors to their devices, read the common state)",
+             [&] {
+               for (const PendingCommit& c : commits) commit(c, options);
+               api::HostToDevice copies;
+               for (const auto& [host, dest] : to_device) copies.copy(host, dest);
+               for (auto& [leaf, device] : moves) {
+                 const at::Tensor host = leaf->as_tensor();
+                 if (!device.is_cuda()) {
+                   *leaf = Value(host.to(device));
+                   continue;
+                 }
+                 at::Tensor dest = at::empty(host.sizes(), host.options().device(device).pinned_memory(false));
+                 copies.copy(host, dest);
+                 *leaf = Value(std::move(dest));
+               }
+               copies.done();
+               common = reader->read_common_state();
+             });
   LoadResult result =
       api::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
   result.bytes_read = reader->bytes_read();

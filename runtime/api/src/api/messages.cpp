@@ -1,5 +1,10 @@
 #include "api/messages.h"
 
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
 #include "plan/wire.h"
 
@@ -68,6 +73,31 @@ CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::st
                     fmt::format("{} paths but {} hashes", out.paths.size(), out.hashes.size()));
   }
   return out;
+}
+
+std::string encode_read_plan(const std::string& host, const std::string& needs) {
+  const std::string host_bytes = host.empty() ? std::string() : encode_host_name(host);
+  const auto length = static_cast<uint32_t>(host_bytes.size());
+  std::string out(sizeof length, '\0');
+  std::memcpy(out.data(), &length, sizeof length);
+  return out + host_bytes + needs;
+}
+
+ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& origin) {
+  uint32_t length = 0;
+  if (bytes.size() < sizeof length) {
+    throw ProtocolError(fmt::format("{} sent a read plan of {} bytes, too short for its header", origin, bytes.size()));
+  }
+  std::memcpy(&length, bytes.data(), sizeof length);
+  bytes.remove_prefix(sizeof length);
+  if (length > bytes.size()) {
+    throw ProtocolError(
+        fmt::format("{} sent a read plan whose host name claims {} of its {} bytes", origin, length, bytes.size()));
+  }
+  ReadPlanMessage m;
+  if (length > 0) m.host = decode_host_name(std::string(bytes.substr(0, length)), origin);
+  m.needs = std::string(bytes.substr(length));
+  return m;
 }
 
 }  // namespace distckpt::api

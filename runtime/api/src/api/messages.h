@@ -37,4 +37,14 @@ std::vector<std::string> decode_requested_keys(std::string_view bytes, const std
 std::string encode_host_name(const std::string& name);
 std::string decode_host_name(std::string_view bytes, const std::string& origin);
 
+// What a rank tells the others when a load plans its reads: its host name
+// (empty: not asked) and its needs (plan::encode_needs), in one message so
+// that one collective carries both.
+struct ReadPlanMessage {
+  std::string host;
+  std::string needs;  // copied out: FlatBuffers readers need the alignment of a buffer of its own
+};
+std::string encode_read_plan(const std::string& host, const std::string& needs);
+ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& origin);
+
 }  // namespace distckpt::api

@@ -214,36 +214,31 @@ void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& n
   }
 }
 
-struct ExchangeChoice {
-  LoadExchange mode = LoadExchange::kNone;
-  std::vector<int> host_of_rank;  // kAuto: pieces needed on one host only are shared through its memory
-};
-
-// kAuto: point to point between hosts, shared memory within one (collective:
-// one all-gather of host names).
-ExchangeChoice resolve(LoadExchange exchange, Communicator& comm) {
-  if (exchange != LoadExchange::kAuto || comm.size() == 1) {
-    return {exchange == LoadExchange::kAuto ? LoadExchange::kNone : exchange, {}};
-  }
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  const std::vector<std::string> gathered = comm.all_gather_bytes(encode_host_name(name));
-  ExchangeChoice choice{LoadExchange::kBroadcast, {}};
-  std::map<std::string, int> hosts;
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    const std::string host = decode_host_name(gathered[r], fmt::format("rank {}", r));
-    choice.host_of_rank.push_back(hosts.emplace(host, static_cast<int>(hosts.size())).first->second);
-  }
-  return choice;
+// Whether pieces several ranks need are read once and shared.
+bool shares(const ReadEngineOptions& options, const Communicator& comm) {
+  return options.exchange != LoadExchange::kNone && comm.size() > 1;
 }
 
 }  // namespace
 
+std::string local_read_plan(const std::vector<TensorRead>& reads, const Communicator& comm,
+                            const ReadEngineOptions& options) {
+  if (!shares(options, comm)) return {};
+  std::string host;
+  if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) == 0) host = name;
+  }
+  std::vector<plan::PieceNeed> needs;
+  needs.reserve(reads.size());
+  for (const TensorRead& r : reads) needs.push_back(r.need);
+  return encode_read_plan(host, plan::encode_needs(comm.rank(), needs));
+}
+
 void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                   const ReadEngineOptions& options) {
+                   const ReadEngineOptions& options, const std::vector<std::string>& plans) {
   at::NoGradGuard no_grad;
-  const ExchangeChoice choice = resolve(options.exchange, comm);
-  const bool share = choice.mode != LoadExchange::kNone && comm.size() > 1;
+  const bool share = shares(options, comm);
   const int me = share ? comm.rank() : 0;
   std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
@@ -251,17 +246,27 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     const TensorRecord& record = reader.index().tensors.at(tensor);
     return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
   };
+  // kAuto: point to point between hosts, shared memory within one.
+  const LoadExchange mode = options.exchange == LoadExchange::kAuto ? LoadExchange::kBroadcast : options.exchange;
   plan::LoadSchedule schedule;
   if (share) {
-    const std::vector<std::string> gathered =
-        comm.all_gather_bytes(plan::encode_needs(me, needs[static_cast<size_t>(me)]));
     run_agreed(comm, "plan the fully parallel load", [&] {
-      for (size_t r = 0; r < gathered.size(); ++r) {
+      if (plans.size() != needs.size()) {
+        throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), needs.size()));
+      }
+      std::vector<int> host_of_rank;
+      std::map<std::string, int> hosts;
+      for (size_t r = 0; r < plans.size(); ++r) {
+        const std::string origin = fmt::format("rank {}", r);
+        const ReadPlanMessage m = decode_read_plan(plans[r], origin);
+        if (options.exchange == LoadExchange::kAuto) {
+          host_of_rank.push_back(hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second);
+        }
         if (static_cast<int>(r) == me) continue;
-        needs[r] = plan::decode_needs(gathered[r], fmt::format("rank {}", r));
+        needs[r] = plan::decode_needs(m.needs, origin);
         check_needs(reader, needs[r], static_cast<int>(r));
       }
-      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, choice.host_of_rank);
+      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, host_of_rank);
     });
   } else {
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
@@ -274,9 +279,8 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     if (share && !schedule.shared.empty()) {
       // Messages first: ranks on other hosts wait for them.
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error =
-          exchange_shared_pieces(context, choice.mode == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
-                                                                                  : comm::ExchangeMode::kPointToPoint);
+      error = exchange_shared_pieces(context, mode == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
+                                                                               : comm::ExchangeMode::kPointToPoint);
       std::exception_ptr host_error;
       if (!exchange_on_host(context, host_error)) {  // no shared memory: each rank reads its parts itself
         std::vector<int32_t> own(reads.size(), 0);

@@ -5,6 +5,7 @@
 // across hosts as messages (api/exchange.h).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "api/checkpoint_reader.h"
@@ -20,9 +21,16 @@ struct ReadEngineOptions {
   uint64_t slab_bytes = uint64_t{8} << 20;
 };
 
-// Collective: fills every read's destination. An error on any rank (a
-// missing or corrupt piece, a failed transfer) is raised on every rank.
+// What the other ranks need of this rank's reads to share pieces (its host
+// and needs; empty when nothing is shared). Not collective: load sends it
+// with its agreement on planning, so one collective carries both.
+std::string local_read_plan(const std::vector<TensorRead>& reads, const Communicator& comm,
+                            const ReadEngineOptions& options);
+
+// Collective: fills every read's destination. `plans` holds every rank's
+// local_read_plan, by rank. An error on any rank (a missing or corrupt
+// piece, a failed transfer) is raised on every rank.
 void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                   const ReadEngineOptions& options);
+                   const ReadEngineOptions& options, const std::vector<std::string>& plans);
 
 }  // namespace distckpt::api
