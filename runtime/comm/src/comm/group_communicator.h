@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/c10d_compat.h"
+#include "comm/peer_order.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/comm/process_group.h"
 #include "distckpt/core/errors.h"
@@ -215,8 +216,9 @@ class GroupCommunicator final : public Communicator {
 
   void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs) override {
     const std::string what = fmt::format("exchange of {} sends and {} receives", sends.size(), recvs.size());
-    // Everything is posted before anything is waited for, so no order of
-    // the lists can deadlock two ranks that post to each other.
+    // Everything is posted before anything is waited for, in pairwise order
+    // (comm/peer_order.h): c10d's NCCL runs a pair's sends and receives on
+    // one stream, where two ranks that both send first could wait forever.
     std::vector<std::vector<at::Tensor>> send_lists, recv_lists;
     for (const PeerTensor& s : sends) {
       check_peer(s.peer, what);
@@ -230,10 +232,15 @@ class GroupCommunicator final : public Communicator {
     }
     run(what, [&] {
       std::vector<c10::intrusive_ptr<c10d::Work>> posted;
-      for (size_t i = 0; i < sends.size(); ++i)
-        posted.push_back(tensor_group_->send(send_lists[i], sends[i].peer, sends[i].tag));
-      for (size_t i = 0; i < recvs.size(); ++i)
-        posted.push_back(tensor_group_->recv(recv_lists[i], recvs[i].peer, recvs[i].tag));
+      for (const comm::PeerOp& o : comm::pairwise_order(rank_, sends, recvs)) {
+        if (o.send) {
+          posted.push_back(
+              tensor_group_->send(send_lists[static_cast<size_t>(o.op - sends.data())], o.op->peer, o.op->tag));
+        } else {
+          posted.push_back(
+              tensor_group_->recv(recv_lists[static_cast<size_t>(o.op - recvs.data())], o.op->peer, o.op->tag));
+        }
+      }
       return AllWork{std::move(posted)};
     });
     for (size_t i = 0; i < recvs.size(); ++i) {
