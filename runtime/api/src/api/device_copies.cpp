@@ -16,9 +16,6 @@ c10::Stream side_after_current(at::Device device) {
   return side;
 }
 
-// A device named with its index, so that one device is one map key.
-at::Device indexed(at::Device device) { return device.has_index() ? device : current_stream(device).device(); }
-
 // The side stream of `device` in `sides`, made (after the current stream) on first use.
 c10::Stream side_of(std::vector<std::pair<at::Device, c10::Stream>>& sides, at::Device device) {
   for (const auto& [d, side] : sides) {
@@ -39,7 +36,7 @@ void CopiesDone::wait() const {
 }
 
 at::Tensor DeviceToHost::copy(const at::Tensor& source) {
-  const at::Device device = indexed(source.device());
+  const at::Device device = with_index(source.device());
   const c10::Stream side = side_of(sides_, device);
   at::Tensor host = pinned_host_like(source);
   {
@@ -66,7 +63,7 @@ std::shared_ptr<const CopiesDone> DeviceToHost::done() {
 }
 
 void HostToDevice::copy(const at::Tensor& host, const at::Tensor& dest) {
-  const at::Device device = indexed(dest.device());
+  const at::Device device = with_index(dest.device());
   const c10::Stream side = side_of(sides_, device);
   c10::StreamGuard on_side(side);
   at::Tensor(dest).copy_(host, /*non_blocking=*/true);

@@ -246,8 +246,6 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     const TensorRecord& record = reader.index().tensors.at(tensor);
     return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
   };
-  // kAuto: point to point between hosts, shared memory within one.
-  const LoadExchange mode = options.exchange == LoadExchange::kAuto ? LoadExchange::kBroadcast : options.exchange;
   plan::LoadSchedule schedule;
   if (share) {
     run_agreed(comm, "plan the fully parallel load", [&] {
@@ -279,8 +277,10 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     if (share && !schedule.shared.empty()) {
       // Messages first: ranks on other hosts wait for them.
       const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
-      error = exchange_shared_pieces(context, mode == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather
-                                                                               : comm::ExchangeMode::kPointToPoint);
+      // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
+      error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
+                                                  ? comm::ExchangeMode::kAllGather
+                                                  : comm::ExchangeMode::kPointToPoint);
       std::exception_ptr host_error;
       if (!exchange_on_host(context, host_error)) {  // no shared memory: each rank reads its parts itself
         std::vector<int32_t> own(reads.size(), 0);

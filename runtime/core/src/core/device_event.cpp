@@ -13,12 +13,11 @@ const c10::impl::DeviceGuardImplInterface& guard_of(at::Device device) {
   return *c10::impl::getDeviceGuardImpl(device.type());
 }
 
-// A device that names no index means the current one.
-at::Device indexed(at::Device device) { return device.has_index() ? device : guard_of(device).getDevice(); }
-
 }  // namespace
 
-DeviceEvent::DeviceEvent(at::Device device) : device_(indexed(device)) {}
+at::Device with_index(at::Device device) { return device.has_index() ? device : guard_of(device).getDevice(); }
+
+DeviceEvent::DeviceEvent(at::Device device) : device_(with_index(device)) {}
 
 DeviceEvent::~DeviceEvent() {
   if (event_ != nullptr) guard_of(device_).destroyEvent(event_, device_.index());
@@ -45,12 +44,12 @@ void DeviceEvent::synchronize() const {
 }
 
 c10::Stream current_stream(at::Device device) {
-  const at::Device d = indexed(device);
+  const at::Device d = with_index(device);
   return guard_of(d).getStream(d);
 }
 
 c10::Stream side_stream(at::Device device) {
-  const at::Device d = indexed(device);
+  const at::Device d = with_index(device);
   return guard_of(d).getStreamFromGlobalPool(d, /*isHighPriority=*/false);
 }
 

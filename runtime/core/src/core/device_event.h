@@ -35,6 +35,9 @@ class DeviceEvent {
   void* event_ = nullptr;
 };
 
+// `device` with its index: the current device of its type when it names none.
+at::Device with_index(at::Device device);
+
 // The stream LibTorch's kernels on `device` currently go to.
 c10::Stream current_stream(at::Device device);
 // A stream from LibTorch's pool for `device`, for copies that must not wait

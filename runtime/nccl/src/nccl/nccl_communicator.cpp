@@ -114,7 +114,7 @@ class NcclCommunicator final : public Communicator {
     const std::string what = fmt::format("broadcast_tensor from rank {}", root);
     check_rank(root, what);
     at::Tensor dense = checked(tensor, what).contiguous();
-    run(what, {dense}, [&] {
+    run(what, [&] {
       return ncclBroadcast(dense.data_ptr(), dense.data_ptr(), dense.nbytes(), ncclUint8, root, comm_, stream_);
     });
     if (!dense.is_same(tensor)) tensor.copy_(dense);
@@ -134,7 +134,8 @@ class NcclCommunicator final : public Communicator {
   void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs) override {
     const std::string what = fmt::format("exchange of {} send{} and {} receive{}", sends.size(),
                                          sends.size() == 1 ? "" : "s", recvs.size(), recvs.size() == 1 ? "" : "s");
-    std::vector<at::Tensor> send_dense, recv_dense, used;
+    if (sends.empty() && recvs.empty()) return;
+    std::vector<at::Tensor> send_dense, recv_dense;
     for (const PeerTensor& s : sends) {
       check_peer(s.peer, what);
       send_dense.push_back(checked(s.tensor, what).contiguous());
@@ -143,9 +144,7 @@ class NcclCommunicator final : public Communicator {
       check_peer(r.peer, what);
       recv_dense.push_back(checked(r.tensor, what).contiguous());
     }
-    used = send_dense;
-    used.insert(used.end(), recv_dense.begin(), recv_dense.end());
-    run(what, used, [&] {
+    run(what, [&] {
       ncclResult_t result = ncclGroupStart();
       for (size_t i = 0; i < sends.size() && result == ncclSuccess; ++i) {
         result = ncclSend(send_dense[i].data_ptr(), send_dense[i].nbytes(), ncclUint8, sends[i].peer, comm_, stream_);
@@ -165,12 +164,11 @@ class NcclCommunicator final : public Communicator {
   // Enqueues NCCL work on our stream after the caller's pending work on the
   // tensors, then waits for it under the watchdog.
   template <typename Enqueue>
-  void run(const std::string& what, const std::vector<at::Tensor>& tensors, Enqueue&& enqueue) {
+  void run(const std::string& what, Enqueue&& enqueue) {
     if (aborted_) {
       throw CommError(fmt::format("{} on rank {}: the NCCL communicator was aborted earlier ({}); create a new one",
                                   what, rank(), aborted_because_));
     }
-    if (tensors.empty()) return;
     // Our stream waits for what the caller's current stream has queued (the
     // kernels that produced these tensors); the CPU does not.
     DeviceEvent produced(tensor_device());
