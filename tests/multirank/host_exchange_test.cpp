@@ -12,60 +12,19 @@
 #include <string>
 
 #include "multirank/checkpoint_fixtures.h"
+#include "support/counting_communicator.h"
 #include "support/ranks.h"
 
 namespace distckpt {
 namespace {
 
+using testing::CommCounts;
+using testing::CountingCommunicator;
 using testing::global_tensor;
 
 constexpr int kRanks = 4;
 const Shape kShape{256, 1024};  // float32: four 256 KiB row chunks, each one checksum block
 constexpr uint64_t kStoredBytes = 256 * 1024 * 4;
-
-// Forwards to a real communicator, counting the bytes every message carries.
-class CountingCommunicator final : public Communicator {
- public:
-  CountingCommunicator(Communicator& inner, std::atomic<uint64_t>& bytes) : inner_(inner), bytes_(bytes) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::vector<std::string> all_gather_bytes(std::string_view local) override {
-    bytes_ += local.size();
-    return inner_.all_gather_bytes(local);
-  }
-  std::string broadcast_bytes(std::string_view data, int root) override {
-    bytes_ += data.size();
-    return inner_.broadcast_bytes(data, root);
-  }
-  std::vector<std::string> gather_bytes(std::string_view local, int root) override {
-    bytes_ += local.size();
-    return inner_.gather_bytes(local, root);
-  }
-  std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
-    for (const std::string& p : parts) bytes_ += p.size();
-    return inner_.scatter_bytes(parts, root);
-  }
-  std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) override {
-    for (const std::string& p : parts) bytes_ += p.size();
-    return inner_.all_to_all_bytes(parts);
-  }
-  void barrier() override { inner_.barrier(); }
-  void broadcast_tensor(at::Tensor& tensor, int root) override {
-    bytes_ += tensor.nbytes();
-    inner_.broadcast_tensor(tensor, root);
-  }
-  void send_tensor(const at::Tensor& tensor, int dst, int tag) override {
-    bytes_ += tensor.nbytes();
-    inner_.send_tensor(tensor, dst, tag);
-  }
-  void recv_tensor(at::Tensor& tensor, int src, int tag) override { inner_.recv_tensor(tensor, src, tag); }
-  std::string backend() const override { return inner_.backend(); }
-  std::optional<std::chrono::milliseconds> timeout() const override { return inner_.timeout(); }
-
- private:
-  Communicator& inner_;
-  std::atomic<uint64_t>& bytes_;
-};
 
 std::string save_rows(const TempDir& tmp) {
   const std::string dir = tmp.file("ckpt");
@@ -93,9 +52,10 @@ struct HostLoad {
 };
 
 HostLoad load_columns(const std::string& dir, int64_t rows, LoadExchange exchange) {
-  std::atomic<uint64_t> read{0}, messages{0};
+  std::atomic<uint64_t> read{0};
+  CommCounts counts;
   run_ranks(kRanks, [&](Communicator& comm) {
-    CountingCommunicator counting(comm, messages);
+    CountingCommunicator counting(comm, counts);
     LoadOptions options;
     options.exchange = exchange;
     options.exchange_batch_bytes = 16 << 10;  // slabs of 4 rows: more rounds than slots, so slots are reused
@@ -106,7 +66,7 @@ HostLoad load_columns(const std::string& dir, int64_t rows, LoadExchange exchang
         << "rank " << comm.rank();
     read += r.bytes_read;
   });
-  return HostLoad{read.load(), messages.load()};
+  return HostLoad{read.load(), counts.bytes.load()};
 }
 
 // This process's shared-memory names left in /dev/shm.
@@ -141,6 +101,28 @@ TEST(HostExchange, TheHostReadsOnlyTheChunksItNeeds) {
   EXPECT_EQ(half.read, kStoredBytes / 2);
   const HostLoad part = load_columns(dir, 10, LoadExchange::kAuto);  // 10 rows of chunk 0, one checksum block
   EXPECT_EQ(part.read, kStoredBytes / 4);
+}
+
+// Each collective is a round every rank waits in (milliseconds when ranks
+// share cores), so a load's count is part of its cost: opening with the key
+// check, planning the reads, planning the parallel load, then one agreement
+// on the reads' outcome and the rest; sharing within the host sets up in two.
+TEST(HostExchange, ALoadAgreesInFourCollectivesAndSharingSetsUpInTwoMore) {
+  TempDir tmp("host-exchange-collectives");
+  const std::string dir = save_rows(tmp);
+  auto collectives_per_rank = [&](bool columns) {
+    CommCounts counts;
+    run_ranks(kRanks, [&](Communicator& comm) {
+      CountingCommunicator counting(comm, counts);
+      const int64_t rows = kShape[0] / kRanks;
+      StateDict own_rows = Value::dict();
+      own_rows["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({rows, kShape[1]}), {{0, comm.rank(), kRanks}});
+      load(columns ? column_request(comm.rank(), kShape[0]) : own_rows, dir, counting);
+    });
+    return counts.collectives.load() / kRanks;
+  };
+  EXPECT_EQ(collectives_per_rank(false), 4u);
+  EXPECT_EQ(collectives_per_rank(true), 6u);
 }
 
 TEST(HostExchange, RanksPlanningDifferentSlotsAllFailSayingWhatToPass) {

@@ -71,7 +71,11 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
                      const LoadOptions& options) {
   std::unique_ptr<api::CheckpointReader> reader;
   api::SplitStateDict split;
+  api::KeyMismatch mismatch;
   int io_threads = 0;
+  // Each collective costs milliseconds when ranks share cores: the key check
+  // joins the opening's agreement unless its mode gathers keys itself.
+  const bool keys_collective = api::key_check_is_collective(options.strict);
   run_agreed(comm, "open the checkpoint", [&] {
     io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
@@ -84,18 +88,19 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
         leaf->as_sharded_object().validate_metadata_integrity();
       }
     }
+    if (!keys_collective) mismatch = api::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
   });
 
-  api::KeyMismatch mismatch;
-  // The *_ALL modes all-gather the requested keys, so every rank reaches this
-  // collective; a raise on one rank is then agreed on by all.
-  std::exception_ptr key_error;
-  try {
-    mismatch = api::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
-  } catch (...) {
-    key_error = std::current_exception();
+  if (keys_collective) {
+    // Every rank reaches the mode's all-gather; a raise on one rank is then agreed on by all.
+    std::exception_ptr key_error;
+    try {
+      mismatch = api::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
+    } catch (...) {
+      key_error = std::current_exception();
+    }
+    agree_on_errors(comm, "check keys against the checkpoint", key_error);
   }
-  agree_on_errors(comm, "check keys against the checkpoint", key_error);
   if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
 
   std::vector<api::TensorRead> reads;
@@ -129,12 +134,15 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     }
     return api::local_read_plan(reads, comm, engine);
   });
-  api::execute_reads(*reader, reads, comm, engine, read_plans);
+  const std::exception_ptr read_error = api::execute_reads(*reader, reads, comm, engine, read_plans);
 
-  // One agreed step for the rest: each collective costs milliseconds when ranks share cores.
+  // One agreed step for the reads' outcome and the rest.
   Value common;
-  run_agreed(comm, "finish the load (commit converted tensors, move tensors to their devices, read the common state)",
+  run_agreed(comm,
+             "read the tensors and finish the load (commit converted tensors, move tensors to their devices, read the "
+             "common state)",
              [&] {
+               if (read_error) std::rethrow_exception(read_error);
                for (const PendingCommit& c : commits) commit(c, options);
                api::HostToDevice copies;
                for (const auto& [host, dest] : to_device) copies.copy(host, dest);

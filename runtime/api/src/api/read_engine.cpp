@@ -235,8 +235,8 @@ std::string local_read_plan(const std::vector<TensorRead>& reads, const Communic
   return encode_read_plan(host, plan::encode_needs(comm.rank(), needs));
 }
 
-void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                   const ReadEngineOptions& options, const std::vector<std::string>& plans) {
+std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
+                                 const ReadEngineOptions& options, const std::vector<std::string>& plans) {
   at::NoGradGuard no_grad;
   const bool share = shares(options, comm);
   const int me = share ? comm.rank() : 0;
@@ -295,7 +295,7 @@ void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& read
     const std::exception_ptr private_error = runner.join();
     if (private_error) error = private_error;  // this rank's own read failure names the cause
   }
-  agree_on_errors(comm, "read tensors", error);
+  return error;
 }
 
 }  // namespace distckpt::api

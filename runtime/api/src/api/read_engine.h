@@ -5,6 +5,7 @@
 // across hosts as messages (api/exchange.h).
 #pragma once
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,12 @@ std::string local_read_plan(const std::vector<TensorRead>& reads, const Communic
                             const ReadEngineOptions& options);
 
 // Collective: fills every read's destination. `plans` holds every rank's
-// local_read_plan, by rank. An error on any rank (a missing or corrupt
-// piece, a failed transfer) is raised on every rank.
-void execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                   const ReadEngineOptions& options, const std::vector<std::string>& plans);
+// local_read_plan, by rank. Returns this rank's read error (a missing or
+// corrupt piece, a failed transfer; nullptr when none) without agreeing on
+// it: the caller folds it into its next agreement, which must follow on
+// every rank, so that one collective reports it everywhere.
+[[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads,
+                                               Communicator& comm, const ReadEngineOptions& options,
+                                               const std::vector<std::string>& plans);
 
 }  // namespace distckpt::api

@@ -27,6 +27,10 @@ std::set<std::string> global_requested_keys(const std::set<std::string>& local, 
 
 }  // namespace
 
+bool key_check_is_collective(StrictHandling mode) {
+  return mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
+}
+
 KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
                                 StrictHandling mode) {
   if (mode == StrictHandling::kAssumeOkUnexpected) return {};
@@ -53,9 +57,7 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
       skip = true;
     }
   }
-  const bool check_missing =
-      mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
-  if (check_missing) {
+  if (key_check_is_collective(mode)) {
     const std::set<std::string> everywhere = global_requested_keys(requested, comm);
     for (const auto* keys : {&stored.tensors, &stored.object_keys}) {
       for (const std::string& k : *keys) {

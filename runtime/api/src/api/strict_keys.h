@@ -36,6 +36,9 @@ struct StoredKeys {
 // Collective for the *_ALL modes (one all-gather of requested keys). Applies
 // `mode`: raises KeyMismatchError, logs, and removes unexpected entries from
 // `sharded` where the mode says to skip them. Returns what was found.
+// Whether handle_key_mismatch is collective in `mode` (the *_ALL modes).
+bool key_check_is_collective(StrictHandling mode);
+
 KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
                                 StrictHandling mode);
 KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Communicator& comm, StrictHandling mode);
