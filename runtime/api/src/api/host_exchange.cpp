@@ -82,9 +82,9 @@ std::string printable(std::string text) {
   return text;
 }
 
-class HostExchange {
+class HostRounds {
  public:
-  explicit HostExchange(const ExchangeContext& c)
+  explicit HostRounds(const ExchangeContext& c)
       : c_(c),
         me_(c.comm.rank()),
         layout_(static_cast<size_t>(c.comm.size())),
@@ -92,15 +92,28 @@ class HostExchange {
     place_slabs();
   }
 
-  bool run(std::exception_ptr& error) {
+  // Not collective: this rank's region, created when it takes part, and
+  // what its peers need to map it (empty when it takes no part).
+  std::string offer() {
+    const Layout& own = layout_[static_cast<size_t>(me_)];
+    if (rounds_ == 0 || !own.involved) return {};
+    try {
+      region_ = io::SharedRegion::create(own.bytes());
+      return fmt::format("{} {} {}", region_.name(), pid_namespace(), layout_digest());
+    } catch (const std::exception& e) {
+      return std::string(1, kRefused) + e.what();
+    }
+  }
+
+  bool run(const std::vector<std::string>& offers, std::exception_ptr& error) {
     if (rounds_ == 0) return true;
-    if (!set_up()) return false;
+    if (!set_up(offers)) return false;
     if (layout_[static_cast<size_t>(me_)].involved) {
       std::vector<std::exception_ptr> reader_errors(kReadThreads);
       {
         std::vector<std::thread> readers;
         struct Join {  // on every path; a failure also tells the threads and the peers to stop waiting
-          HostExchange& x;
+          HostRounds& x;
           std::vector<std::thread>& threads;
           bool ok = false;
           ~Join() {
@@ -186,22 +199,15 @@ class HostExchange {
     return io::hex64(hash.digest());
   }
 
-  // Two all-gathers: each involved rank's region name, pid namespace and
-  // layout digest; then whether every rank mapped its peers' regions. A
-  // refusal anywhere makes every rank return false before anything is read.
-  bool set_up() {
-    const std::string digest = layout_digest();
-    std::string offer;
-    const Layout& own = layout_[static_cast<size_t>(me_)];
-    if (own.involved) {
-      try {
-        region_ = io::SharedRegion::create(own.bytes());
-        offer = fmt::format("{} {} {}", region_.name(), pid_namespace(), digest);
-      } catch (const std::exception& e) {
-        offer = std::string(1, kRefused) + e.what();
-      }
+  // Every rank's offer (all-gathered by the caller): region name, pid
+  // namespace and layout digest; then one all-gather of whether every rank
+  // mapped its peers' regions. A refusal anywhere makes every rank return
+  // false before anything is read.
+  bool set_up(const std::vector<std::string>& offers) {
+    if (offers.size() != layout_.size()) {
+      throw ProtocolError(fmt::format("{} shared-memory offers for {} ranks", offers.size(), layout_.size()));
     }
-    const std::vector<std::string> offers = c_.comm.all_gather_bytes(offer);
+    const std::string digest = layout_digest();
     if (refused(offers)) return false;
     std::vector<std::string> names(offers.size());
     std::vector<uint64_t> namespaces(offers.size(), 0);
@@ -415,8 +421,18 @@ class HostExchange {
 
 }  // namespace
 
-bool exchange_on_host(const ExchangeContext& context, std::exception_ptr& error) {
-  return HostExchange(context).run(error);
+struct HostExchange::State {
+  explicit State(const ExchangeContext& context) : rounds(context) {}
+  HostRounds rounds;
+};
+
+HostExchange::HostExchange(const ExchangeContext& context) : state_(std::make_unique<State>(context)) {}
+HostExchange::~HostExchange() = default;
+
+std::string HostExchange::offer() { return state_->rounds.offer(); }
+
+bool HostExchange::run(const std::vector<std::string>& offers, std::exception_ptr& error) {
+  return state_->rounds.run(offers, error);
 }
 
 }  // namespace distckpt::api

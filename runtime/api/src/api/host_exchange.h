@@ -2,8 +2,9 @@
 // on one host (plan::SharedPiece::same_host) is read once, by its reader,
 // into a shared-memory region (io/shared_memory.h) that the other needers map
 // read-only and copy their parts from. The bytes never pass through a socket,
-// and after two all-gathers that set the regions up no collective runs: the
-// ranks signal each other through counters in their regions.
+// and after two all-gathers that set the regions up (the first one is the
+// caller's agreement on planning) no collective runs: the ranks signal each
+// other through counters in their regions.
 //
 // The slabs run in rounds. A reading rank's region holds four slots of at
 // most one batch (or one slab, if larger); round t uses slot t % 4. A
@@ -18,17 +19,42 @@
 #pragma once
 
 #include <exception>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "api/exchange.h"
 
 namespace distckpt::api {
 
-// Collective. Serves every same_host piece of the schedule and returns true,
-// keeping this rank's first read error in `error`; or, when some rank could
-// not set up or map shared memory, returns false on every rank (having read
-// nothing, and logged why) so that each rank reads its parts of those pieces
-// itself. Ranks that planned different layouts (different batch sizes) throw
-// Error on every rank; communication failures throw CommError.
-bool exchange_on_host(const ExchangeContext& context, std::exception_ptr& error);
+// One load's exchange within the host.
+class HostExchange {
+ public:
+  // Not collective: places the slabs of the schedule's same_host pieces.
+  // `context` (and the schedule it names) must outlive this object.
+  explicit HostExchange(const ExchangeContext& context);
+  ~HostExchange();
+  HostExchange(const HostExchange&) = delete;
+  HostExchange& operator=(const HostExchange&) = delete;
+
+  // Not collective: creates this rank's shared-memory region when it takes
+  // part and returns what its peers need to map it (empty when it takes no
+  // part; a refusal when the region could not be made). The caller
+  // all-gathers every rank's offer, with its agreement on planning.
+  std::string offer();
+
+  // Collective. Given every rank's offer, by rank: serves every same_host
+  // piece of the schedule and returns true, keeping this rank's first read
+  // error in `error`; or, when some rank could not set up or map shared
+  // memory, returns false on every rank (having read nothing, and logged
+  // why) so that each rank reads its parts of those pieces itself. Ranks that
+  // planned different layouts (different batch sizes) throw Error on every
+  // rank; communication failures throw CommError.
+  bool run(const std::vector<std::string>& offers, std::exception_ptr& error);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace distckpt::api

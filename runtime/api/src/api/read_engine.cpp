@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -247,8 +248,12 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
     return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
   };
   plan::LoadSchedule schedule;
+  const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
+  std::unique_ptr<HostExchange> host;
+  std::vector<std::string> host_offers;
   if (share) {
-    run_agreed(comm, "plan the fully parallel load", [&] {
+    // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
+    host_offers = gather_agreed(comm, "plan the fully parallel load", [&] {
       if (plans.size() != needs.size()) {
         throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), needs.size()));
       }
@@ -265,6 +270,8 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
         check_needs(reader, needs[r], static_cast<int>(r));
       }
       schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, host_of_rank);
+      host = std::make_unique<HostExchange>(context);
+      return host->offer();
     });
   } else {
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
@@ -276,13 +283,12 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
                       options.threads);
     if (share && !schedule.shared.empty()) {
       // Messages first: ranks on other hosts wait for them.
-      const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
       // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
       error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
                                                   ? comm::ExchangeMode::kAllGather
                                                   : comm::ExchangeMode::kPointToPoint);
       std::exception_ptr host_error;
-      if (!exchange_on_host(context, host_error)) {  // no shared memory: each rank reads its parts itself
+      if (!host->run(host_offers, host_error)) {  // no shared memory: each rank reads its parts itself
         std::vector<int32_t> own(reads.size(), 0);
         for (size_t i = 0; i < reads.size(); ++i) {
           const int32_t slot = schedule.shared_slot[static_cast<size_t>(me)][i];
