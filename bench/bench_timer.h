@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "disk_stats.h"
 #include "distckpt/comm/communicator.h"
 
 namespace bench {
@@ -16,13 +17,16 @@ namespace bench {
 class Timer {
  public:
   explicit Timer(distckpt::Communicator& comm) : comm_(comm) {}
+  // `disk`, when given, records what the device did in the same interval.
   template <typename F>
-  void run(F&& f) {
+  void run(F&& f, DiskWatch* disk = nullptr) {
     comm_.barrier();
+    if (disk != nullptr) disk->start();
     const auto t0 = std::chrono::steady_clock::now();
     f();
     comm_.barrier();
     samples_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (disk != nullptr) disk->stop(samples_.back());
   }
   // NaN when nothing was timed (a figure the run skipped).
   double median() const {

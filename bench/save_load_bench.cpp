@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   bench::RankTimer dc_bg_call(*comm), dc_bg_wait(*comm);
   bench::Timer raw_buffered(*comm), raw_direct(*comm), raw_read(*comm), raw_into(*comm), raw_floor(*comm),
       dc_save(*comm), dc_async(*comm), dc_load(*comm), dc_reshard(*comm), t_save(*comm), t_load(*comm);
+  bench::DiskWatch disk_raw(dir), disk_floor(dir), disk_load(dir), disk_reshard(dir);  // the reads' device activity
   constexpr uint64_t kBuffer = uint64_t{64} << 20;
   std::vector<uint8_t> buffer(kBuffer);
   void* aligned_memory = nullptr;
@@ -237,13 +238,13 @@ int main(int argc, char** argv) {
       }
     });
     cold();
-    raw_into.run([&] { raw_read_into(raw, raw_dest, kBuffer); });
+    raw_into.run([&] { raw_read_into(raw, raw_dest, kBuffer); }, &disk_raw);
     cold();
-    raw_floor.run([&] { raw_read_verify_copy(raw, raw_dest, kBuffer); });
+    raw_floor.run([&] { raw_read_verify_copy(raw, raw_dest, kBuffer); }, &disk_floor);
     cold();
-    dc_load.run([&] { load(same, ckpt, *comm, load_options); });
+    dc_load.run([&] { load(same, ckpt, *comm, load_options); }, &disk_load);
     cold();
-    dc_reshard.run([&] { load(columns, ckpt, *comm, load_options); });
+    dc_reshard.run([&] { load(columns, ckpt, *comm, load_options); }, &disk_reshard);
     if (loads_only) continue;
     cold();
     t_load.run([&] {
@@ -292,6 +293,15 @@ int main(int argc, char** argv) {
         "load [{:.3f}]  resharded load [{:.3f}]\n",
         fmt::join(dc_async.samples(), " "), fmt::join(raw_into.samples(), " "), fmt::join(raw_floor.samples(), " "),
         fmt::join(dc_load.samples(), " "), fmt::join(dc_reshard.samples(), " "));
+    if (disk_raw.valid()) {
+      auto disk = [](const bench::DiskWatch& d) {
+        return fmt::format("{:.3f} GB, busy {:.0f}%", d.median_read_gb(), 100 * d.median_busy());
+      };
+      fmt::print(
+          "the disk during each read (medians: bytes the device read, share of the time it had I/O in flight): raw "
+          "read into tensors {}; floor {}; load {}; resharded load {}\n",
+          disk(disk_raw), disk(disk_floor), disk(disk_load), disk(disk_reshard));
+    }
     fmt::print(
         "RESULT ranks={} gb={:.3f} raw_write_buffered_s={:.3f} raw_write_direct_s={:.3f} save_s={:.3f} "
         "async_blocked_s={:.3f} torch_save_s={:.3f} raw_read_buffer_s={:.3f} raw_read_s={:.3f} load_s={:.3f} "
