@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -63,6 +64,9 @@ void fix_checksums(std::string& file) {
 }
 
 void read_file(const std::string& bytes) {
+  struct Remove {  // the file goes with each input: a run leaves nothing behind in /dev/shm
+    ~Remove() { std::remove(scratch_path().c_str()); }
+  } remove;
   {
     std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
