@@ -82,9 +82,11 @@ std::string printable(std::string text) {
   return text;
 }
 
-class HostRounds {
+}  // namespace
+
+class HostExchange::Rounds {
  public:
-  explicit HostRounds(const ExchangeContext& c)
+  explicit Rounds(const ExchangeContext& c)
       : c_(c),
         me_(c.comm.rank()),
         layout_(static_cast<size_t>(c.comm.size())),
@@ -105,15 +107,66 @@ class HostRounds {
     }
   }
 
-  bool run(const std::vector<std::string>& offers, std::exception_ptr& error) {
+  // Every rank's offer (all-gathered by the caller): region name, pid
+  // namespace and layout digest; then one all-gather of whether every rank
+  // mapped its peers' regions, after which the names are unlinked. A refusal
+  // anywhere makes every rank return false before anything is read.
+  bool set_up(const std::vector<std::string>& offers) {
     if (rounds_ == 0) return true;
-    if (!set_up(offers)) return false;
+    if (offers.size() != layout_.size()) {
+      throw ProtocolError(fmt::format("{} shared-memory offers for {} ranks", offers.size(), layout_.size()));
+    }
+    const std::string digest = layout_digest();
+    const auto fall_back = [this] {
+      region_ = io::SharedRegion();  // its name goes now, not when the reads are done
+      return false;
+    };
+    if (refused(offers)) return fall_back();
+    std::vector<std::string> names(offers.size());
+    std::vector<uint64_t> namespaces(offers.size(), 0);
+    for (size_t r = 0; r < offers.size(); ++r) {
+      if (offers[r].empty()) continue;
+      std::istringstream fields(offers[r]);
+      std::string peer_digest;
+      fields >> names[r] >> namespaces[r] >> peer_digest;
+      if (peer_digest != digest) {  // every rank sees every offer: all throw
+        throw Error(
+            fmt::format("rank {} planned the load's exchange within the host differently from rank {}: pass the same "
+                        "LoadOptions (exchange_batch_bytes) and the same request structure on every rank",
+                        r, me_));
+      }
+    }
+    std::string mapped;
+    try {
+      std::set<int> peers = readers_;
+      peers.insert(needers_.begin(), needers_.end());
+      const uint64_t own_namespace = pid_namespace();
+      for (int p : peers) {
+        const std::string& name = names[static_cast<size_t>(p)];
+        Peer peer{io::SharedRegion::open_read_only(name, layout_[static_cast<size_t>(p)].bytes()), pid_in(name)};
+        // A pid from another namespace names some other process: only the timeout watches that peer.
+        peer.watch_pid = own_namespace != 0 && namespaces[static_cast<size_t>(p)] == own_namespace;
+        if (peer.watch_pid && ::kill(peer.pid, 0) != 0 && errno == ESRCH) {
+          throw Error(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
+        }
+        peers_.emplace(p, std::move(peer));
+      }
+    } catch (const std::exception& e) {
+      mapped = std::string(1, kRefused) + e.what();
+    }
+    if (refused(c_.comm.all_gather_bytes(mapped))) return fall_back();
+    region_.unlink();  // every peer holds its mapping now
+    return true;
+  }
+
+  void run(std::exception_ptr& error) {
+    if (rounds_ == 0) return;
     if (layout_[static_cast<size_t>(me_)].involved) {
       std::vector<std::exception_ptr> reader_errors(kReadThreads);
       {
         std::vector<std::thread> readers;
         struct Join {  // on every path; a failure also tells the threads and the peers to stop waiting
-          HostRounds& x;
+          Rounds& x;
           std::vector<std::thread>& threads;
           bool ok = false;
           ~Join() {
@@ -139,7 +192,6 @@ class HostRounds {
       }
     }
     error = error_;
-    return true;
   }
 
  private:
@@ -197,53 +249,6 @@ class HostRounds {
       hash.update(fields, sizeof fields);
     }
     return io::hex64(hash.digest());
-  }
-
-  // Every rank's offer (all-gathered by the caller): region name, pid
-  // namespace and layout digest; then one all-gather of whether every rank
-  // mapped its peers' regions. A refusal anywhere makes every rank return
-  // false before anything is read.
-  bool set_up(const std::vector<std::string>& offers) {
-    if (offers.size() != layout_.size()) {
-      throw ProtocolError(fmt::format("{} shared-memory offers for {} ranks", offers.size(), layout_.size()));
-    }
-    const std::string digest = layout_digest();
-    if (refused(offers)) return false;
-    std::vector<std::string> names(offers.size());
-    std::vector<uint64_t> namespaces(offers.size(), 0);
-    for (size_t r = 0; r < offers.size(); ++r) {
-      if (offers[r].empty()) continue;
-      std::istringstream fields(offers[r]);
-      std::string peer_digest;
-      fields >> names[r] >> namespaces[r] >> peer_digest;
-      if (peer_digest != digest) {  // every rank sees every offer: all throw
-        throw Error(
-            fmt::format("rank {} planned the load's exchange within the host differently from rank {}: pass the same "
-                        "LoadOptions (exchange_batch_bytes) and the same request structure on every rank",
-                        r, me_));
-      }
-    }
-    std::string mapped;
-    try {
-      std::set<int> peers = readers_;
-      peers.insert(needers_.begin(), needers_.end());
-      const uint64_t own_namespace = pid_namespace();
-      for (int p : peers) {
-        const std::string& name = names[static_cast<size_t>(p)];
-        Peer peer{io::SharedRegion::open_read_only(name, layout_[static_cast<size_t>(p)].bytes()), pid_in(name)};
-        // A pid from another namespace names some other process: only the timeout watches that peer.
-        peer.watch_pid = own_namespace != 0 && namespaces[static_cast<size_t>(p)] == own_namespace;
-        if (peer.watch_pid && ::kill(peer.pid, 0) != 0 && errno == ESRCH) {
-          throw Error(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
-        }
-        peers_.emplace(p, std::move(peer));
-      }
-    } catch (const std::exception& e) {
-      mapped = std::string(1, kRefused) + e.what();
-    }
-    if (refused(c_.comm.all_gather_bytes(mapped))) return false;
-    region_.unlink();  // every peer holds its mapping now
-    return true;
   }
 
   bool refused(const std::vector<std::string>& answers) const {
@@ -419,20 +424,13 @@ class HostRounds {
   uint32_t published_ = 0;              // rounds whose count is raised
 };
 
-}  // namespace
-
-struct HostExchange::State {
-  explicit State(const ExchangeContext& context) : rounds(context) {}
-  HostRounds rounds;
-};
-
-HostExchange::HostExchange(const ExchangeContext& context) : state_(std::make_unique<State>(context)) {}
+HostExchange::HostExchange(const ExchangeContext& context) : rounds_(std::make_unique<Rounds>(context)) {}
 HostExchange::~HostExchange() = default;
 
-std::string HostExchange::offer() { return state_->rounds.offer(); }
+std::string HostExchange::offer() { return rounds_->offer(); }
 
-bool HostExchange::run(const std::vector<std::string>& offers, std::exception_ptr& error) {
-  return state_->rounds.run(offers, error);
-}
+bool HostExchange::set_up(const std::vector<std::string>& offers) { return rounds_->set_up(offers); }
+
+void HostExchange::run(std::exception_ptr& error) { rounds_->run(error); }
 
 }  // namespace distckpt::api

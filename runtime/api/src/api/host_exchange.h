@@ -43,18 +43,23 @@ class HostExchange {
   // all-gathers every rank's offer, with its agreement on planning.
   std::string offer();
 
-  // Collective. Given every rank's offer, by rank: serves every same_host
-  // piece of the schedule and returns true, keeping this rank's first read
-  // error in `error`; or, when some rank could not set up or map shared
-  // memory, returns false on every rank (having read nothing, and logged
-  // why) so that each rank reads its parts of those pieces itself. Ranks that
-  // planned different layouts (different batch sizes) throw Error on every
-  // rank; communication failures throw CommError.
-  bool run(const std::vector<std::string>& offers, std::exception_ptr& error);
+  // Collective. Given every rank's offer, by rank: maps the peers' regions
+  // and removes this rank's name, returning true; or, when some rank could
+  // not set up or map shared memory, returns false on every rank (having
+  // logged why) so that each rank reads its parts of those pieces itself.
+  // Ranks that planned different layouts (different batch sizes) throw Error
+  // on every rank; communication failures throw CommError.
+  bool set_up(const std::vector<std::string>& offers);
+
+  // After set_up returned true: serves every same_host piece of the
+  // schedule, keeping this rank's first read error in `error`. Waits on
+  // peers through the regions' counters (CommError when one gave up, died
+  // or stood still for the timeout); no collective.
+  void run(std::exception_ptr& error);
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  class Rounds;  // the slabs' rounds, the regions and the counters (host_exchange.cpp)
+  std::unique_ptr<Rounds> rounds_;
 };
 
 }  // namespace distckpt::api

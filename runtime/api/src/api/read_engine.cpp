@@ -250,10 +250,10 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
   plan::LoadSchedule schedule;
   const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
   std::unique_ptr<HostExchange> host;
-  std::vector<std::string> host_offers;
+  bool on_host = false;  // same_host pieces go through shared memory
   if (share) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
-    host_offers = gather_agreed(comm, "plan the fully parallel load", [&] {
+    const std::vector<std::string> offers = gather_agreed(comm, "plan the fully parallel load", [&] {
       if (plans.size() != needs.size()) {
         throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), needs.size()));
       }
@@ -273,14 +273,20 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
       host = std::make_unique<HostExchange>(context);
       return host->offer();
     });
+    // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
+    on_host = host->set_up(offers);
   } else {
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
   }
 
+  // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
+  std::vector<int32_t> own = schedule.shared_slot[static_cast<size_t>(me)];
+  for (int32_t& slot : own) {
+    if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
+  }
   std::exception_ptr error;
   {
-    TaskRunner runner(private_tasks(reader, reads, schedule.shared_slot[static_cast<size_t>(me)], options.slab_bytes),
-                      options.threads);
+    TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
     if (share && !schedule.shared.empty()) {
       // Messages first: ranks on other hosts wait for them.
       // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
@@ -288,14 +294,7 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
                                                   ? comm::ExchangeMode::kAllGather
                                                   : comm::ExchangeMode::kPointToPoint);
       std::exception_ptr host_error;
-      if (!host->run(host_offers, host_error)) {  // no shared memory: each rank reads its parts itself
-        std::vector<int32_t> own(reads.size(), 0);
-        for (size_t i = 0; i < reads.size(); ++i) {
-          const int32_t slot = schedule.shared_slot[static_cast<size_t>(me)][i];
-          if (slot >= 0 && schedule.shared[static_cast<size_t>(slot)].same_host) own[i] = -1;
-        }
-        host_error = TaskRunner(private_tasks(reader, reads, own, options.slab_bytes), options.threads).join();
-      }
+      if (on_host) host->run(host_error);
       if (!error) error = host_error;
     }
     const std::exception_ptr private_error = runner.join();

@@ -30,15 +30,15 @@ struct StoredKeys {
   }
 };
 
+// Whether handle_key_mismatch is collective in `mode` (the *_ALL modes).
+bool key_check_is_collective(StrictHandling mode);
+
 // Keys are reported as Megatron does: tensor and object keys, not shards. A
 // requested shard that is not stored is skipped (where the mode skips) and
 // its key reported unexpected; a stored key no rank requests is missing.
 // Collective for the *_ALL modes (one all-gather of requested keys). Applies
 // `mode`: raises KeyMismatchError, logs, and removes unexpected entries from
 // `sharded` where the mode says to skip them. Returns what was found.
-// Whether handle_key_mismatch is collective in `mode` (the *_ALL modes).
-bool key_check_is_collective(StrictHandling mode);
-
 KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
                                 StrictHandling mode);
 KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Communicator& comm, StrictHandling mode);
