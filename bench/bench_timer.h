@@ -14,6 +14,13 @@
 
 namespace bench {
 
+// NaN when there is nothing to take the median of (a figure the run skipped).
+inline double median_of(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 class Timer {
  public:
   explicit Timer(distckpt::Communicator& comm) : comm_(comm) {}
@@ -28,13 +35,7 @@ class Timer {
     samples_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (disk != nullptr) disk->stop(samples_.back());
   }
-  // NaN when nothing was timed (a figure the run skipped).
-  double median() const {
-    if (samples_.empty()) return std::numeric_limits<double>::quiet_NaN();
-    std::vector<double> sorted = samples_;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[sorted.size() / 2];
-  }
+  double median() const { return median_of(samples_); }
   const std::vector<double>& samples() const { return samples_; }
 
  protected:

@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -46,8 +45,8 @@ class DiskWatch {
     read_gb_.push_back(static_cast<double>(after.read_bytes - before_.read_bytes) / 1e9);
     busy_.push_back(seconds > 0 ? static_cast<double>(after.busy_ms - before_.busy_ms) / 1e3 / seconds : 0);
   }
-  double median_read_gb() const { return median(read_gb_); }
-  double median_busy() const { return median(busy_); }
+  const std::vector<double>& read_gb() const { return read_gb_; }  // per step
+  const std::vector<double>& busy() const { return busy_; }        // per step, a fraction of its time
 
  private:
   std::optional<DiskCounters> read() const {
@@ -65,12 +64,6 @@ class DiskWatch {
     }
     return std::nullopt;
   }
-  static double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-
   unsigned major_ = 0, minor_ = 0;
   bool valid_ = false;
   DiskCounters before_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_files.h"
+#include "bench_timer.h"
 #include "core/device_event.h"
 #include "distckpt/distckpt.h"
 #include "io/file.h"
@@ -29,11 +30,6 @@ using namespace distckpt;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -98,7 +94,8 @@ int main(int argc, char** argv) {
     saved.push_back(seconds_since(t0));
     bench::drop_page_cache(dir);
   }
-  const double c = median(d2h), w = median(raw), s = median(saved), bound = std::max(c, w);
+  const double c = bench::median_of(d2h), w = bench::median_of(raw), s = bench::median_of(saved),
+               bound = std::max(c, w);
   fmt::print("| {} CUDA tensors, {:.3f} GB, median of {} | s | GB/s | |\n|---|---|---|---|\n", tensors, gb, reps);
   fmt::print("| device -> pinned host copy | {:.3f} | {:.2f} | |\n", c, gb / c);
   fmt::print("| raw write + fsync (from pinned memory) | {:.3f} | {:.2f} | |\n", w, gb / w);

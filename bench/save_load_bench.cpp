@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
         fmt::join(dc_load.samples(), " "), fmt::join(dc_reshard.samples(), " "));
     if (disk_raw.valid()) {
       auto disk = [](const bench::DiskWatch& d) {
-        return fmt::format("{:.3f} GB, busy {:.0f}%", d.median_read_gb(), 100 * d.median_busy());
+        return fmt::format("{:.3f} GB, busy {:.0f}%", bench::median_of(d.read_gb()), 100 * bench::median_of(d.busy()));
       };
       fmt::print(
           "the disk during each read (medians: bytes the device read, share of the time it had I/O in flight): raw "
