@@ -122,4 +122,29 @@ TEST(GpuSaveLoad, RequestsWithoutDataLandOnTheirDevice) {
   EXPECT_TRUE(at::equal(back.cpu(), values));
 }
 
+TEST(GpuSaveLoad, LoadsMoreThanItsStagingInRoundsOfOneWindow) {
+  SKIP_WITHOUT_GPU();
+  auto comm = make_single_process_communicator();
+  const at::Tensor values = at::rand({4096, 4096}, at::kFloat);  // 64 MiB: 32 rounds of 2 MiB windows
+  const at::Tensor bias = at::arange(0, 1 << 20, at::kDouble);   // 8 MiB, requested without data
+  StateDict sd;
+  sd["w"] = Value(ShardedTensor::from_rank_offsets("w", values, {}));
+  sd["b"] = Value(ShardedTensor::from_rank_offsets("b", bias, {}));
+  TempDir dir("gpu-staging-rounds");
+  save(sd, dir.file("ckpt"), *comm);
+  StateDict request;
+  request["w"] = Value(ShardedTensor::from_rank_offsets("w", at::zeros({4096, 4096}, at::kCUDA), {}));
+  ShardedTensor b = ShardedTensor::from_rank_offsets("b", bias, {});
+  b.data = at::Tensor();
+  b.device = at::Device(at::kCUDA, 0);
+  request["b"] = Value(std::move(b));
+  LoadOptions options;
+  options.device_staging_bytes = 4 << 20;
+  const LoadResult loaded = load(request, dir.file("ckpt"), *comm, options);
+  EXPECT_TRUE(at::equal(loaded.state_dict.at("w").as_tensor().cpu(), values));
+  const at::Tensor back = loaded.state_dict.at("b").as_tensor();
+  EXPECT_TRUE(back.is_cuda());
+  EXPECT_TRUE(at::equal(back.cpu(), bias));
+}
+
 }  // namespace

@@ -110,10 +110,13 @@ void run(uint8_t which, std::string_view m) {
     }
     case 17: {
       const api::ReadPlanMessage read_plan = api::decode_read_plan(m, from);
-      plan::decode_needs(read_plan.needs, from);
-      const std::string encoded = api::encode_read_plan(read_plan.host, read_plan.needs);
+      const auto rounds = [](const api::ReadPlanMessage& p) {
+        return std::vector<std::string>(p.rounds.begin(), p.rounds.end());
+      };
+      for (std::string_view needs : read_plan.rounds) plan::decode_needs(std::string(needs), from);
+      const std::string encoded = api::encode_read_plan(read_plan.host, rounds(read_plan));
       const api::ReadPlanMessage again = api::decode_read_plan(encoded, from);
-      if (api::encode_read_plan(again.host, again.needs) != encoded) std::abort();
+      if (api::encode_read_plan(again.host, rounds(again)) != encoded) std::abort();
       return;
     }
     default:

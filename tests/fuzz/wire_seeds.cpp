@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   write_seed(dir, 14, "shared_shards", plan::encode_shared_shards({s}));
   write_seed(dir, 15, "writer_choices", plan::encode_writer_choices({{7, 2}, {5, 1}}));
   write_seed(dir, 16, "plan_part", plan::encode_plan_part(p, {2, 4, 9}));
-  write_seed(dir, 17, "read_plan", api::encode_read_plan("node-3", plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}})));
+  write_seed(dir, 17, "read_plan",
+             api::encode_read_plan("node-3", {plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}}),
+                                              plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
   return 0;
 }

@@ -25,6 +25,21 @@ c10::Stream side_of(std::vector<std::pair<at::Device, c10::Stream>>& sides, at::
   return sides.back().second;
 }
 
+// Events after the copies queued on `sides` (cleared); each device's current
+// stream waits for them, so the caller's later kernels run after the copies.
+std::shared_ptr<const CopiesDone> copies_done(std::vector<std::pair<at::Device, c10::Stream>>& sides) {
+  if (sides.empty()) return nullptr;
+  auto copies = std::make_shared<CopiesDone>();
+  for (const auto& [device, side] : sides) {
+    auto finished = std::make_unique<DeviceEvent>(device);
+    finished->record(side);
+    finished->block(current_stream(device));
+    copies->events.push_back(std::move(finished));
+  }
+  sides.clear();
+  return copies;
+}
+
 }  // namespace
 
 at::Tensor pinned_host_like(const at::Tensor& like) {
@@ -49,18 +64,7 @@ at::Tensor DeviceToHost::copy(const at::Tensor& source) {
   return host;
 }
 
-std::shared_ptr<const CopiesDone> DeviceToHost::done() {
-  if (sides_.empty()) return nullptr;
-  auto copies = std::make_shared<CopiesDone>();
-  for (const auto& [device, side] : sides_) {
-    auto finished = std::make_unique<DeviceEvent>(device);
-    finished->record(side);
-    finished->block(current_stream(device));  // later kernels cannot change a source before it is copied
-    copies->events.push_back(std::move(finished));
-  }
-  sides_.clear();
-  return copies;
-}
+std::shared_ptr<const CopiesDone> DeviceToHost::done() { return copies_done(sides_); }
 
 void HostToDevice::copy(const at::Tensor& host, const at::Tensor& dest) {
   const at::Device device = with_index(dest.device());
@@ -70,13 +74,6 @@ void HostToDevice::copy(const at::Tensor& host, const at::Tensor& dest) {
   c10::impl::getDeviceGuardImpl(device.type())->recordDataPtrOnStream(dest.storage().data_ptr(), side);
 }
 
-void HostToDevice::done() {
-  for (const auto& [device, side] : sides_) {
-    DeviceEvent finished(device);
-    finished.record(side);
-    finished.block(current_stream(device));
-  }
-  sides_.clear();
-}
+std::shared_ptr<const CopiesDone> HostToDevice::done() { return copies_done(sides_); }
 
 }  // namespace distckpt::api

@@ -47,11 +47,11 @@ class HostToDevice {
  public:
   // Queues the copy of `host` (pinned) into `dest` (on a device).
   void copy(const at::Tensor& host, const at::Tensor& dest);
-  // Orders the caller's streams after the copies queued so far; the CPU does
-  // not wait (the host tensors stay alive until their copies ran: the
-  // caching host allocator keeps freed pinned blocks until their streams
-  // pass them).
-  void done();
+  // Orders the caller's streams after the copies queued so far and returns
+  // what the CPU waits for before reusing the host memory (null when nothing
+  // was queued). The CPU does not wait here: host tensors from LibTorch's
+  // caching host allocator stay reserved until their copies ran.
+  std::shared_ptr<const CopiesDone> done();
 
  private:
   std::vector<std::pair<at::Device, c10::Stream>> sides_;

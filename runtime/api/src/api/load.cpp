@@ -15,7 +15,7 @@
 
 #include "api/access_integrity.h"
 #include "api/checkpoint_reader.h"
-#include "api/device_copies.h"
+#include "api/device_staging.h"
 #include "api/load_requests.h"
 #include "api/load_result.h"
 #include "api/read_engine.h"
@@ -73,12 +73,14 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   api::SplitStateDict split;
   api::KeyMismatch mismatch;
   int io_threads = 0;
+  std::optional<api::DeviceStaging> staging;
   // Each collective costs milliseconds when ranks share cores: the key check
   // joins the opening's agreement unless its mode gathers keys itself.
   const bool keys_collective = api::key_check_is_collective(options.strict);
   run_agreed(comm, "open the checkpoint", [&] {
     io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
+    staging.emplace(options.device_staging_bytes);
     reader = open();
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));
     for (const Value* leaf : api::sharded_leaves(split.sharded)) {
@@ -103,60 +105,44 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   }
   if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
 
-  std::vector<api::TensorRead> reads;
-  // Requests without data that want another device than the CPU: read on the
-  // CPU (storage reads land in host memory), moved once complete.
+  std::vector<std::vector<api::TensorRead>> rounds;
+  // Requests without data for a device other than the CPU or CUDA: read on
+  // the CPU, moved once complete (CUDA ones are made on their device).
   std::vector<std::pair<Value*, at::Device>> moves;
   std::vector<PendingCommit> commits;
-  std::vector<std::pair<at::Tensor, at::Tensor>> to_device;  // (pinned host, device destination)
   const api::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
   // One collective agrees on planning and carries what the read engine shares.
   const std::vector<std::string> read_plans = gather_agreed(comm, "plan the reads", [&] {
+    std::vector<api::TensorRead> reads;
     for (Value* leaf : api::sharded_leaves(split.sharded)) {
       if (leaf->kind() != Kind::kShardedTensor) {
         *leaf = api::load_object(*reader, leaf->as_sharded_object());
         continue;
       }
       const ShardedTensor& request = leaf->as_sharded_tensor();
-      if (!request.data.defined() && request.device != at::Device(at::kCPU)) moves.emplace_back(leaf, request.device);
+      if (!request.data.defined() && !request.device.is_cpu() && !request.device.is_cuda()) {
+        moves.emplace_back(leaf, request.device);
+      }
       if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
         commits.push_back(std::move(*c));
         continue;
       }
       *leaf = Value(api::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
     }
-    // Reads into device tensors land in pinned host memory, copied over once all are read.
-    for (api::TensorRead& r : reads) {
-      if (r.dest.is_cpu()) continue;
-      at::Tensor host = api::pinned_host_like(r.dest);
-      to_device.emplace_back(host, r.dest);
-      r.dest = host;
-    }
-    return api::local_read_plan(reads, comm, engine);
+    rounds = staging->plan_rounds(std::move(reads));
+    return api::local_read_plan(rounds, comm, engine);
   });
-  const std::exception_ptr read_error = api::execute_reads(*reader, reads, comm, engine, read_plans);
+  const std::exception_ptr read_error = api::execute_reads(*reader, rounds, comm, engine, read_plans, *staging);
 
   // One agreed step for the reads' outcome and the rest.
   Value common;
   run_agreed(comm,
-             "read the tensors and finish the load (commit converted tensors, move tensors to their devices, read the "
-             "common state)",
+             "read the tensors and finish the load (commit converted tensors, move tensors to their devices, "
+             "read the common state)",
              [&] {
                if (read_error) std::rethrow_exception(read_error);
                for (const PendingCommit& c : commits) commit(c, options);
-               api::HostToDevice copies;
-               for (const auto& [host, dest] : to_device) copies.copy(host, dest);
-               for (auto& [leaf, device] : moves) {
-                 const at::Tensor host = leaf->as_tensor();
-                 if (!device.is_cuda()) {
-                   *leaf = Value(host.to(device));
-                   continue;
-                 }
-                 at::Tensor dest = at::empty(host.sizes(), host.options().device(device).pinned_memory(false));
-                 copies.copy(host, dest);
-                 *leaf = Value(std::move(dest));
-               }
-               copies.done();
+               for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
                common = reader->read_common_state();
              });
   LoadResult result =

@@ -67,8 +67,10 @@ at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& requ
   at::Tensor data = request.data;
   if (!data.defined()) {
     const Shape shape = request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;
-    // Bound for a device: read into pinned memory, the source of the copy there.
-    data = at::empty(shape, at::TensorOptions().dtype(request.dtype).pinned_memory(request.device.is_cuda()));
+    // Made on its CUDA device and read into through pinned host memory
+    // (api/device_staging.h); other devices get the tensor when it is read.
+    const at::Device device = request.device.is_cuda() ? request.device : at::Device(at::kCPU);
+    data = at::empty(shape, at::TensorOptions().dtype(request.dtype).device(device));
   }
   const bool padded = stored.global_shape != request.global_shape;
   const Box stored_whole{Shape(stored.global_shape.size(), 0), stored.global_shape};

@@ -75,28 +75,71 @@ CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::st
   return out;
 }
 
-std::string encode_read_plan(const std::string& host, const std::string& needs) {
+namespace {
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// Takes a T off the front of `bytes`, or says what is missing.
+template <typename T>
+T take(std::string_view& bytes, const std::string& origin, const char* what) {
+  T value{};
+  if (bytes.size() < sizeof value) {
+    throw ProtocolError(
+        fmt::format("{} sent a read plan that ends inside its {} ({} bytes left)", origin, what, bytes.size()));
+  }
+  std::memcpy(&value, bytes.data(), sizeof value);
+  bytes.remove_prefix(sizeof value);
+  return value;
+}
+
+// `length` bytes off the front of `bytes`.
+std::string_view take_bytes(std::string_view& bytes, uint64_t length, const std::string& origin, const char* what) {
+  if (length > bytes.size()) {
+    throw ProtocolError(fmt::format("{} sent a read plan whose {} claims {} of its {} remaining bytes", origin, what,
+                                    length, bytes.size()));
+  }
+  const std::string_view taken = bytes.substr(0, static_cast<size_t>(length));
+  bytes.remove_prefix(static_cast<size_t>(length));
+  return taken;
+}
+
+}  // namespace
+
+// u32 host length, host (encode_host_name), u32 rounds, then per round a u64 length and its needs.
+std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs) {
   const std::string host_bytes = host.empty() ? std::string() : encode_host_name(host);
-  const auto length = static_cast<uint32_t>(host_bytes.size());
-  std::string out(sizeof length, '\0');
-  std::memcpy(out.data(), &length, sizeof length);
-  return out + host_bytes + needs;
+  std::string out;
+  put(out, static_cast<uint32_t>(host_bytes.size()));
+  out += host_bytes;
+  put(out, static_cast<uint32_t>(round_needs.size()));
+  for (const std::string& needs : round_needs) {
+    put(out, static_cast<uint64_t>(needs.size()));
+    out += needs;
+  }
+  return out;
 }
 
 ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& origin) {
-  uint32_t length = 0;
-  if (bytes.size() < sizeof length) {
-    throw ProtocolError(fmt::format("{} sent a read plan of {} bytes, too short for its header", origin, bytes.size()));
-  }
-  std::memcpy(&length, bytes.data(), sizeof length);
-  bytes.remove_prefix(sizeof length);
-  if (length > bytes.size()) {
-    throw ProtocolError(
-        fmt::format("{} sent a read plan whose host name claims {} of its {} bytes", origin, length, bytes.size()));
-  }
   ReadPlanMessage m;
-  if (length > 0) m.host = decode_host_name(std::string(bytes.substr(0, length)), origin);
-  m.needs = std::string(bytes.substr(length));
+  const auto host_length = take<uint32_t>(bytes, origin, "header");
+  const std::string_view host = take_bytes(bytes, host_length, origin, "host name");
+  if (!host.empty()) m.host = decode_host_name(std::string(host), origin);
+  const auto rounds = take<uint32_t>(bytes, origin, "round count");
+  // Each round takes at least its length: a count the bytes cannot hold is refused before reserving.
+  if (rounds > bytes.size() / sizeof(uint64_t)) {
+    throw ProtocolError(fmt::format("{} sent a read plan of {} rounds in {} bytes", origin, rounds, bytes.size()));
+  }
+  m.rounds.reserve(rounds);
+  for (uint32_t k = 0; k < rounds; ++k) {
+    const auto length = take<uint64_t>(bytes, origin, "round length");
+    m.rounds.push_back(take_bytes(bytes, length, origin, "round"));
+  }
+  if (!bytes.empty()) {
+    throw ProtocolError(fmt::format("{} sent a read plan with {} bytes after its last round", origin, bytes.size()));
+  }
   return m;
 }
 

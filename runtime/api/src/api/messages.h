@@ -38,13 +38,14 @@ std::string encode_host_name(const std::string& name);
 std::string decode_host_name(std::string_view bytes, const std::string& origin);
 
 // What a rank tells the others when a load plans its reads: its host name
-// (empty: not asked) and its needs (plan::encode_needs), in one message so
-// that one collective carries both.
+// (empty: not asked) and its needs (plan::encode_needs) round by round (a
+// load whose device-bound reads exceed one staging window runs in rounds,
+// api/device_staging.h), in one message so that one collective carries all.
 struct ReadPlanMessage {
   std::string host;
-  std::string needs;  // copied out: FlatBuffers readers need the alignment of a buffer of its own
+  std::vector<std::string_view> rounds;  // views of the decoded bytes: each round's encoded needs
 };
-std::string encode_read_plan(const std::string& host, const std::string& needs);
+std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs);
 ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& origin);
 
 }  // namespace distckpt::api

@@ -220,28 +220,36 @@ bool shares(const ReadEngineOptions& options, const Communicator& comm) {
   return options.exchange != LoadExchange::kNone && comm.size() > 1;
 }
 
-}  // namespace
+// Every rank's read plan, decoded once in the first round's agreement.
+struct SharedPlans {
+  std::vector<ReadPlanMessage> by_rank;  // views into the gathered plans
+  std::vector<int> host_of_rank;         // kAuto: an index per host name
+  size_t rounds = 0;                     // the most any rank runs
+};
 
-std::string local_read_plan(const std::vector<TensorRead>& reads, const Communicator& comm,
-                            const ReadEngineOptions& options) {
-  if (!shares(options, comm)) return {};
-  std::string host;
-  if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
-    char name[256] = {};
-    if (gethostname(name, sizeof name - 1) == 0) host = name;
+void decode_plans(const std::vector<std::string>& plans, size_t ranks, LoadExchange exchange, SharedPlans& out) {
+  if (plans.size() != ranks) throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), ranks));
+  std::map<std::string, int> hosts;
+  for (size_t r = 0; r < plans.size(); ++r) {
+    out.by_rank.push_back(decode_read_plan(plans[r], fmt::format("rank {}", r)));
+    const ReadPlanMessage& m = out.by_rank.back();
+    if (exchange == LoadExchange::kAuto) {
+      out.host_of_rank.push_back(hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second);
+    }
+    out.rounds = std::max(out.rounds, m.rounds.size());
   }
-  std::vector<plan::PieceNeed> needs;
-  needs.reserve(reads.size());
-  for (const TensorRead& r : reads) needs.push_back(r.need);
-  return encode_read_plan(host, plan::encode_needs(comm.rank(), needs));
 }
 
-std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                                 const ReadEngineOptions& options, const std::vector<std::string>& plans) {
-  at::NoGradGuard no_grad;
-  const bool share = shares(options, comm);
-  const int me = share ? comm.rank() : 0;
-  std::vector<std::vector<plan::PieceNeed>> needs(share ? static_cast<size_t>(comm.size()) : 1);
+// Reads one round's pieces; with `shared`, pieces several ranks need are read
+// once and exchanged, after `prepare` and an agreement on the round's plan
+// (an `earlier` error of any rank fails the agreement on every rank, which
+// rethrows). Returns this rank's read error.
+std::exception_ptr read_round(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
+                              const ReadEngineOptions& options, const std::vector<std::string>& plans,
+                              SharedPlans* shared, size_t round, const std::exception_ptr& earlier,
+                              const std::function<void()>& prepare) {
+  const int me = shared ? comm.rank() : 0;
+  std::vector<std::vector<plan::PieceNeed>> needs(shared ? static_cast<size_t>(comm.size()) : 1);
   for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
   const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
     const TensorRecord& record = reader.index().tensors.at(tensor);
@@ -251,31 +259,30 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
   const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
   std::unique_ptr<HostExchange> host;
   bool on_host = false;  // same_host pieces go through shared memory
-  if (share) {
+  if (shared) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
-    const std::vector<std::string> offers = gather_agreed(comm, "plan the fully parallel load", [&] {
-      if (plans.size() != needs.size()) {
-        throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), needs.size()));
-      }
-      std::vector<int> host_of_rank;
-      std::map<std::string, int> hosts;
-      for (size_t r = 0; r < plans.size(); ++r) {
+    // A later round's agreement also reports what failed in the round before it.
+    const std::string phase =
+        round == 0 ? "plan the fully parallel load" : fmt::format("read the tensors (staging round {})", round);
+    const std::vector<std::string> offers = gather_agreed(comm, phase, [&] {
+      if (earlier) std::rethrow_exception(earlier);
+      prepare();
+      if (round == 0) decode_plans(plans, needs.size(), options.exchange, *shared);
+      for (size_t r = 0; r < needs.size(); ++r) {
+        const ReadPlanMessage& m = shared->by_rank[r];
+        if (static_cast<int>(r) == me || round >= m.rounds.size()) continue;
         const std::string origin = fmt::format("rank {}", r);
-        const ReadPlanMessage m = decode_read_plan(plans[r], origin);
-        if (options.exchange == LoadExchange::kAuto) {
-          host_of_rank.push_back(hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second);
-        }
-        if (static_cast<int>(r) == me) continue;
-        needs[r] = plan::decode_needs(m.needs, origin);
+        needs[r] = plan::decode_needs(std::string(m.rounds[round]), origin);  // copied: FlatBuffers wants alignment
         check_needs(reader, needs[r], static_cast<int>(r));
       }
-      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, host_of_rank);
+      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, shared->host_of_rank);
       host = std::make_unique<HostExchange>(context);
       return host->offer();
     });
     // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
     on_host = host->set_up(offers);
   } else {
+    prepare();
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
   }
 
@@ -285,20 +292,68 @@ std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<Ten
     if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
   }
   std::exception_ptr error;
-  {
-    TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
-    if (share && !schedule.shared.empty()) {
-      // Messages first: ranks on other hosts wait for them.
-      // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
-      error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
-                                                  ? comm::ExchangeMode::kAllGather
-                                                  : comm::ExchangeMode::kPointToPoint);
-      std::exception_ptr host_error;
-      if (on_host) host->run(host_error);
-      if (!error) error = host_error;
+  TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
+  if (shared && !schedule.shared.empty()) {
+    // Messages first: ranks on other hosts wait for them.
+    // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
+    error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
+                                                ? comm::ExchangeMode::kAllGather
+                                                : comm::ExchangeMode::kPointToPoint);
+    std::exception_ptr host_error;
+    if (on_host) host->run(host_error);
+    if (!error) error = host_error;
+  }
+  const std::exception_ptr private_error = runner.join();
+  if (private_error) error = private_error;  // this rank's own read failure names the cause
+  return error;
+}
+
+}  // namespace
+
+std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
+                            const ReadEngineOptions& options) {
+  if (!shares(options, comm)) return {};
+  std::string host;
+  if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) == 0) host = name;
+  }
+  std::vector<std::string> round_needs;
+  std::vector<plan::PieceNeed> needs;
+  for (const std::vector<TensorRead>& reads : rounds) {
+    needs.clear();
+    for (const TensorRead& r : reads) needs.push_back(r.need);
+    round_needs.push_back(plan::encode_needs(comm.rank(), needs));
+  }
+  return encode_read_plan(host, round_needs);
+}
+
+std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
+                                 Communicator& comm, const ReadEngineOptions& options,
+                                 const std::vector<std::string>& plans, DeviceStaging& staging) {
+  at::NoGradGuard no_grad;
+  const bool share = shares(options, comm);
+  SharedPlans shared;
+  std::vector<TensorRead> none;  // a round past this rank's last
+  std::exception_ptr error;
+  for (size_t k = 0; k < std::max<size_t>(1, share ? shared.rounds : rounds.size()); ++k) {
+    std::vector<TensorRead>& reads = k < rounds.size() ? rounds[k] : none;
+    try {
+      error = read_round(reader, reads, comm, options, plans, share ? &shared : nullptr, k, error,
+                         [&] { staging.stage(reads, k); });
+    } catch (...) {
+      // Shared: the agreement threw, on every rank alike (the failed rank
+      // rethrows what failed in its staging, copies or reads), so all stop.
+      return std::current_exception();
     }
-    const std::exception_ptr private_error = runner.join();
-    if (private_error) error = private_error;  // this rank's own read failure names the cause
+    if (!error) {
+      try {
+        staging.deliver();
+      } catch (...) {
+        error = std::current_exception();  // the next round's agreement reports it
+      }
+    }
+    if (error && !share) return error;  // no other rank waits for this one's rounds
   }
   return error;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/checkpoint_reader.h"
+#include "api/device_staging.h"
 #include "api/load_requests.h"
 #include "distckpt/api/options.h"
 #include "distckpt/comm/communicator.h"
@@ -23,18 +24,22 @@ struct ReadEngineOptions {
 };
 
 // What the other ranks need of this rank's reads to share pieces (its host
-// and needs; empty when nothing is shared). Not collective: load sends it
-// with its agreement on planning, so one collective carries both.
-std::string local_read_plan(const std::vector<TensorRead>& reads, const Communicator& comm,
+// and its needs, round by round; empty when nothing is shared). Not
+// collective: load sends it with its agreement on planning, so one
+// collective carries both.
+std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
                             const ReadEngineOptions& options);
 
-// Collective: fills every read's destination. `plans` holds every rank's
-// local_read_plan, by rank. Returns this rank's read error (a missing or
-// corrupt piece, a failed transfer; nullptr when none) without agreeing on
-// it: the caller folds it into its next agreement, which must follow on
-// every rank, so that one collective reports it everywhere.
-[[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, const std::vector<TensorRead>& reads,
+// Collective: fills every read's destination, round by round (`rounds` from
+// staging.plan_rounds): before a round, `staging` points its staged reads at
+// host memory; after it, copies them to their destinations. When pieces are
+// shared, every rank runs as many rounds as the rank with the most. `plans`
+// holds every rank's local_read_plan, by rank. Returns this rank's read error
+// (a missing or corrupt piece, a failed transfer; nullptr when none) without
+// agreeing on it: the caller folds it into its next agreement, which must
+// follow on every rank, so that one collective reports it everywhere.
+[[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                                Communicator& comm, const ReadEngineOptions& options,
-                                               const std::vector<std::string>& plans);
+                                               const std::vector<std::string>& plans, DeviceStaging& staging);
 
 }  // namespace distckpt::api
