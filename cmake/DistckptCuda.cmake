@@ -4,12 +4,17 @@
 # NCCL are found and says in one configure line why not where they are not;
 # ON makes their absence an error; OFF skips it. The toolkit is found the way
 # CMake's FindCUDAToolkit looks (nvcc on PATH, CUDAToolkit_ROOT, /usr/local/cuda);
-# NCCL beside it (the CUDA 13 toolkit ships it), or under NCCL_ROOT.
+# NCCL beside it (the CUDA 13 toolkit ships it), or under NCCL_ROOT (a pip
+# install's nvidia/nccl folder holds only libnccl.so.2, also found).
+#
+# DISTCKPT_WITH_NCCL (c10d's ProcessGroupNCCL) needs nccl.h too, whatever
+# this option says: c10d's header includes it. It must be the header of the
+# NCCL that LibTorch loads, since c10d's Options embed ncclConfig_t.
 set(DISTCKPT_NCCL_COMMUNICATOR AUTO CACHE STRING "Build the NCCL communicator: AUTO, ON or OFF")
 set_property(CACHE DISTCKPT_NCCL_COMMUNICATOR PROPERTY STRINGS AUTO ON OFF)
 
 set(DISTCKPT_HAS_NCCL_COMMUNICATOR OFF)
-if(DISTCKPT_NCCL_COMMUNICATOR STREQUAL "OFF")
+if(DISTCKPT_NCCL_COMMUNICATOR STREQUAL "OFF" AND NOT DISTCKPT_WITH_NCCL)
   message(STATUS "distckpt: NCCL communicator OFF (DISTCKPT_NCCL_COMMUNICATOR=OFF)")
   return()
 endif()
@@ -18,15 +23,22 @@ set(_distckpt_cuda_missing "")
 find_package(CUDAToolkit QUIET)
 if(NOT CUDAToolkit_FOUND)
   set(_distckpt_cuda_missing "no CUDA toolkit found (put nvcc on PATH or set CUDAToolkit_ROOT)")
-else()
-  find_path(DISTCKPT_NCCL_INCLUDE_DIR nccl.h
-    HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(DISTCKPT_NCCL_LIBRARY nccl
-    HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
-  if(NOT DISTCKPT_NCCL_INCLUDE_DIR OR NOT DISTCKPT_NCCL_LIBRARY)
-    set(_distckpt_cuda_missing
-      "CUDA ${CUDAToolkit_VERSION} found but not NCCL (nccl.h, libnccl; set NCCL_ROOT)")
-  endif()
+endif()
+find_path(DISTCKPT_NCCL_INCLUDE_DIR nccl.h
+  HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+find_library(DISTCKPT_NCCL_LIBRARY NAMES nccl libnccl.so.2
+  HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+if(DISTCKPT_WITH_NCCL AND NOT DISTCKPT_NCCL_INCLUDE_DIR)
+  message(FATAL_ERROR "distckpt: DISTCKPT_WITH_NCCL=ON, but nccl.h (which c10d's ProcessGroupNCCL.hpp includes) "
+    "was not found; set NCCL_ROOT to the NCCL LibTorch loads (for a pip install of PyTorch: "
+    "site-packages/nvidia/nccl)")
+endif()
+if(NOT _distckpt_cuda_missing AND (NOT DISTCKPT_NCCL_INCLUDE_DIR OR NOT DISTCKPT_NCCL_LIBRARY))
+  set(_distckpt_cuda_missing "CUDA ${CUDAToolkit_VERSION} found but not NCCL (nccl.h, libnccl; set NCCL_ROOT)")
+endif()
+if(DISTCKPT_NCCL_COMMUNICATOR STREQUAL "OFF")
+  message(STATUS "distckpt: NCCL communicator OFF (DISTCKPT_NCCL_COMMUNICATOR=OFF)")
+  return()
 endif()
 
 if(_distckpt_cuda_missing)

@@ -72,14 +72,50 @@ configure() {
   # Debian 12's flatc (glibc >= 2.34, GLIBCXX_3.4.29, as libfmt9 and libflatbuffers2 need too)
   # generates the FlatBuffers headers at build time: fail here, not minutes into the build.
   "$ROOT/usr/bin/flatc" --version || { echo "flatc cannot run on this host (glibc $(getconf GNU_LIBC_VERSION))"; return 1; }
-  local tp tinc='' d h cmake gen=("Unix Makefiles")
+  local tp tinc='' d h cmake gen=("Unix Makefiles") info torch_cuda='' torch_nccl='' pip_nccl='' nccl_h
+  local with_nccl=${DISTCKPT_GPU_CHECK_NCCL:-ON}
   if [ -z "${DISTCKPT_TORCH_PREFIX:-}" ]; then
-    tp=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)
-print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())') || return 1
-    echo "${tp#*$'\n'}"; echo "${tp#*$'\n'}" >&3; tp=${tp%%$'\n'*}
+    # Line 1: the CMake prefix; 2: what is shown; 3: CUDA and NCCL versions; 4: pip's NCCL folder, if any.
+    info=$(python3 -c 'import torch, importlib.util
+print(torch.utils.cmake_prefix_path)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())
+try: nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception: nccl = ""
+print(torch.version.cuda or "", nccl)
+try: print(importlib.util.find_spec("nvidia.nccl").submodule_search_locations[0])
+except Exception: print("")') || return 1
+    mapfile -t info <<<"$info"
+    tp=${info[0]}; echo "${info[1]}"; echo "${info[1]}" >&3
+    read -r torch_cuda torch_nccl <<<"${info[2]:-}"; pip_nccl=${info[3]:-}
   else
     tp=$DISTCKPT_TORCH_PREFIX
   fi
+  # nvcc of the CUDA LibTorch was built with: its CMake config enables CUDA
+  # and refuses a toolkit of another version than the one it finds first.
+  [ ! -x /usr/local/cuda/bin/nvcc ] || PATH=$PATH:/usr/local/cuda/bin
+  # (Warnings, not failures: LibTorch's config says what it cannot do without.)
+  if ! command -v nvcc >/dev/null; then
+    echo "warning: no nvcc on PATH or in /usr/local/cuda/bin; LibTorch's CMake config looks for the CUDA toolkit" | tee /dev/fd/3
+  else
+    d=$(nvcc --version | grep -oE 'release [0-9]+\.[0-9]+' | cut -d' ' -f2)
+    if [ -n "$torch_cuda" ] && [ "${d%%.*}" != "${torch_cuda%%.*}" ]; then
+      echo "warning: nvcc is CUDA $d, LibTorch was built with CUDA $torch_cuda" | tee /dev/fd/3
+    fi
+  fi
+  # c10d's ProcessGroupNCCL embeds ncclConfig_t: distckpt must compile with
+  # the nccl.h of the NCCL LibTorch loads (pip's, when PyTorch came from pip).
+  if [ -n "$pip_nccl" ] && [ -f "$pip_nccl/include/nccl.h" ]; then
+    export NCCL_ROOT=$pip_nccl
+  fi
+  nccl_h=${NCCL_ROOT:-$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/..}/include/nccl.h
+  if [ "$with_nccl" = ON ] && [ -n "$torch_nccl" ] && [ -f "$nccl_h" ]; then
+    d=$(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\)[ \t]*\([0-9]*\).*/\2/p' "$nccl_h" | paste -sd.)
+    if [ "$d" != "$torch_nccl" ]; then
+      with_nccl=OFF
+      echo "DISTCKPT_WITH_NCCL=OFF: $nccl_h is NCCL $d, LibTorch loads NCCL $torch_nccl (set NCCL_ROOT to its folder)" | tee /dev/fd/3
+    fi
+  fi
+  echo "CUDA: nvcc $(command -v nvcc || echo none), LibTorch's CUDA ${torch_cuda:-?}, NCCL ${torch_nccl:-?}, nccl.h ${nccl_h}" | tee /dev/fd/3
   for d in "$tp/include" "$tp/../../include"; do [ -d "$d/torch" ] && { tinc=$(cd "$d" && pwd); break; }; done
   [ -n "$tinc" ] || { echo "no LibTorch headers beside $tp"; return 1; }
   # LibTorch's include dir comes first on every compile line. Its gloo headers must win
@@ -98,16 +134,15 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.
   [ "$(printf '3.22\n%s\n' "$d" | sort -V | head -n 1)" = 3.22 ] || cmake=$ROOT/usr/bin/cmake
   d=$(command -v ninja || true); [ -n "$d" ] || { "$ROOT/usr/bin/ninja" --version >/dev/null 2>&1 && d=$ROOT/usr/bin/ninja; }
   [ -z "$d" ] || gen=(Ninja -DCMAKE_MAKE_PROGRAM="$d")
-  [ ! -x /usr/local/cuda/bin/nvcc ] || PATH=$PATH:/usr/local/cuda/bin  # FindCUDAToolkit (LibTorch's and ours)
   CMAKE=$cmake
   # Root first, so find_package takes the unpacked packages over any of the host (or /usr);
   # its multiarch cmake dir by name, for hosts whose CMake knows no lib/x86_64-linux-gnu.
   "$CMAKE" -S . -B "$BUILD" -G "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDISTCKPT_PCH=ON \
     -DCMAKE_PREFIX_PATH="$ROOT/usr;$LIBDIR/cmake;$tp" -DFLATC="$ROOT/usr/bin/flatc" \
-    -DDISTCKPT_WITH_NCCL="${DISTCKPT_GPU_CHECK_NCCL:-ON}" \
+    -DDISTCKPT_WITH_NCCL="$with_nccl" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} \
     -DCMAKE_CXX_FLAGS="-I$DEPS/first -isystem $ROOT/usr/include" \
     -DCMAKE_EXE_LINKER_FLAGS="-L$LIBDIR" -DCMAKE_SHARED_LINKER_FLAGS="-L$LIBDIR" || return 1
-  echo "configure: $CMAKE, ${gen[0]}, LibTorch $tp, NCCL ${DISTCKPT_GPU_CHECK_NCCL:-ON}" >&3
+  echo "configure: $CMAKE, ${gen[0]}, LibTorch $tp, DISTCKPT_WITH_NCCL $with_nccl" >&3
 }
 
 build() {

@@ -288,7 +288,7 @@ TEST(CommGlooTest, UnavailableBackendsAreRejected) {
   ProcessGroupOptions options;
   options.backend = "mpi";
   EXPECT_THROW(communicator_from_store(store, 0, 1, options), CommError);
-#ifndef USE_C10D_NCCL
+#ifndef DISTCKPT_C10D_NCCL
   options.backend = "nccl";
   try {
     communicator_from_store(store, 0, 1, options);

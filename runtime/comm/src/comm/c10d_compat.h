@@ -20,7 +20,9 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 
-#ifdef USE_C10D_NCCL
+// DISTCKPT_WITH_NCCL defines DISTCKPT_C10D_NCCL; CUDA builds of LibTorch
+// define USE_C10D_NCCL for every user, which alone must not pull in nccl.h.
+#ifdef DISTCKPT_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -33,7 +35,7 @@ using BackendGroup = c10d::ProcessGroup;
 #endif
 
 // Whether this build of LibTorch can make a NCCL group at all.
-#ifdef USE_C10D_NCCL
+#ifdef DISTCKPT_C10D_NCCL
 inline constexpr bool kHasNccl = true;
 #else
 inline constexpr bool kHasNccl = false;

@@ -103,11 +103,13 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
     } else {
       files = names_ending(dir_, safetensors::kFileSuffix);
       if (files.size() != 1) {
-        throw CheckpointError(fmt::format(
-            files.empty() ? "'{}' holds no checkpoint: no metadata.json, no safetensors index, no .safetensors file"
-                          : "'{}' holds several .safetensors files but no index saying which tensor is where; add "
-                            "its model.safetensors.index.json or pass one file",
-            dir_));
+        throw CheckpointError(
+            files.empty()
+                ? fmt::format("'{}' holds no checkpoint: no metadata.json, no safetensors index, no .safetensors file",
+                              dir_)
+                : fmt::format("'{}' holds several .safetensors files but no index saying which tensor is where; add "
+                              "its model.safetensors.index.json or pass one file",
+                              dir_));
       }
     }
   }
