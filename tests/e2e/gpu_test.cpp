@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 
+#include "api/save_items.h"
 #include "core/device_event.h"
 #include "distckpt/distckpt.h"
 #include "support/process.h"
@@ -145,6 +146,23 @@ TEST(GpuSaveLoad, LoadsMoreThanItsStagingInRoundsOfOneWindow) {
   const at::Tensor back = loaded.state_dict.at("b").as_tensor();
   EXPECT_TRUE(back.is_cuda());
   EXPECT_TRUE(at::equal(back.cpu(), bias));
+}
+
+TEST(GpuSaveLoad, SynchronousSaveCopiesDeviceShardsThroughTheWriteBuffersOnly) {
+  SKIP_WITHOUT_GPU();
+  auto comm = make_single_process_communicator();
+  const at::Tensor values = at::rand({8192, 8192}, at::kFloat);  // 256 MiB, four times the write buffers
+  at::Tensor weights = values.cuda();
+  weights.mul_(2);  // queued on the current stream: the save must see it done
+  StateDict sd;
+  sd["w"] = Value(ShardedTensor::from_rank_offsets("w", weights, {}));
+  TempDir dir("gpu-sync-save");
+  save(sd, dir.file("ckpt"), *comm);
+  const std::shared_ptr<io::BufferPool>& pool = api::sync_write_pool();
+  EXPECT_LE(pool->peak_allocated_bytes(), pool->capacity_bytes());
+  StateDict request;
+  request["w"] = Value(ShardedTensor::from_rank_offsets("w", at::zeros({8192, 8192}, at::kFloat), {}));
+  EXPECT_TRUE(at::equal(load(request, dir.file("ckpt"), *comm).state_dict.at("w").as_tensor(), values * 2));
 }
 
 }  // namespace

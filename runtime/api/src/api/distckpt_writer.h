@@ -21,6 +21,8 @@ class DistckptWriter final : public StorageWriter {
 
   StorageFormat format() const override { return StorageFormat::kDistckpt; }
   const std::string& location() const override { return save_.paths.target; }
+  // Device shards are copied into the write buffers slice by slice (api/save_items.h).
+  bool takes_device_tensors() const override { return true; }
   void claim() override;
   void prepare(const SaveContents&) override {}  // the plan's metadata skeleton is the layout
   std::string write(std::vector<SavePiece> pieces) override;

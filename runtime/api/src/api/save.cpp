@@ -15,7 +15,8 @@ SaveReport save_with(const StateDict& state_dict, const std::string& dir, Storag
   return api::finalize_save(
       *prepared,
       [&] {
-        std::vector<SavePiece> pieces = api::make_save_pieces(*prepared);
+        std::vector<SavePiece> pieces =
+            api::make_save_pieces(*prepared, nullptr, prepared->writer->takes_device_tensors());
         api::RankWritten written;
         written.items = pieces.size();
         for (const SavePiece& piece : pieces)

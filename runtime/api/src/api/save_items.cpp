@@ -1,6 +1,7 @@
 #include "api/save_items.h"
 
 #include <ATen/Functions.h>
+#include <c10/core/StreamGuard.h>
 #include <fmt/format.h>
 
 #include <cstring>
@@ -57,10 +58,41 @@ SavePiece object_piece(const ShardedObject& object) {
                    std::make_shared<const std::string>(object.data)};
 }
 
+// What `device`'s current stream has queued by now, recorded once per save.
+std::shared_ptr<const DeviceEvent> queued_on(
+    std::vector<std::pair<at::Device, std::shared_ptr<const DeviceEvent>>>& queued, at::Device device) {
+  for (const auto& [d, event] : queued) {
+    if (d == device) return event;
+  }
+  auto event = std::make_shared<DeviceEvent>(device);
+  event->record(current_stream(device));
+  queued.emplace_back(device, event);
+  return event;
+}
+
+// Copies slices of device `data` into the writer's buffers on the calling
+// writer thread, each on a side stream that first waits for `queued`; the
+// thread waits for its copy (the buffer is written out next).
+io::WriteItem device_write_item(const at::Tensor& data, std::shared_ptr<const DeviceEvent> queued) {
+  const uint64_t bytes = static_cast<uint64_t>(data.numel()) * data.element_size();
+  return io::WriteItem{bytes, [data, queued](uint64_t offset, uint64_t n, uint8_t* dst) {
+                         const at::Device device = queued->device();
+                         const c10::Stream side = side_stream(device);
+                         queued->block(side);
+                         c10::StreamGuard on_side(side);
+                         const auto length = static_cast<int64_t>(n);
+                         const at::Tensor source =
+                             at::from_blob(static_cast<uint8_t*>(data.data_ptr()) + offset, {length},
+                                           at::TensorOptions().dtype(at::kByte).device(device));
+                         at::from_blob(dst, {length}, at::kByte).copy_(source);  // returns once copied
+                       }};
+}
+
 }  // namespace
 
 const std::shared_ptr<io::BufferPool>& sync_write_pool() {
-  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, false});
+  // Pinned with CUDA: device shards are copied straight into these buffers.
+  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, at::hasCUDA()});
   return pool;
 }
 
@@ -73,7 +105,8 @@ io::WriteItem tensor_write_item(at::Tensor data, std::shared_ptr<const CopiesDon
                        }};
 }
 
-std::vector<SavePiece> make_save_pieces(const PreparedSave& p, std::shared_ptr<const CopiesDone>* pending) {
+std::vector<SavePiece> make_save_pieces(const PreparedSave& p, std::shared_ptr<const CopiesDone>* pending,
+                                        bool keep_on_device) {
   std::vector<SavePiece> pieces;
   pieces.reserve(p.assignment.size());
   const size_t n = p.tensors.size();
@@ -81,7 +114,7 @@ std::vector<SavePiece> make_save_pieces(const PreparedSave& p, std::shared_ptr<c
   for (uint32_t i : p.assignment) {
     pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.stored_dtypes[i], p.options.transform, p.rank)
                            : object_piece(*p.objects[i - n]));
-    if (pieces.back().data.defined() && !pieces.back().data.is_cpu()) {
+    if (!keep_on_device && pieces.back().data.defined() && !pieces.back().data.is_cpu()) {
       pieces.back().data = to_host.copy(pieces.back().data);
     }
   }
@@ -98,7 +131,12 @@ std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces,
                                           const std::shared_ptr<const CopiesDone>& pending) {
   std::vector<io::WriteItem> items;
   items.reserve(pieces.size());
+  std::vector<std::pair<at::Device, std::shared_ptr<const DeviceEvent>>> queued;  // per device: the values to save
   for (const SavePiece& piece : pieces) {
+    if (!piece.object && !piece.data.is_cpu()) {
+      items.push_back(device_write_item(piece.data, queued_on(queued, with_index(piece.data.device()))));
+      continue;
+    }
     if (!piece.object) {
       items.push_back(tensor_write_item(piece.data, pending));
       continue;

@@ -29,6 +29,7 @@ class DeviceEvent {
   void synchronize() const;
   // The native handle (a cudaEvent_t for CUDA); null before record().
   void* native() const { return event_; }
+  at::Device device() const { return device_; }
 
  private:
   at::Device device_;

@@ -52,7 +52,7 @@ struct SavePiece {
   Shape global_shape;                         // the tensor's
   Box box;                                    // in the tensor's global coordinates (an object: its place in the grid)
   std::optional<FlatRange> flat;              // the elements of `box` it holds; all when unset
-  at::Tensor data;                            // contiguous; CPU or device memory
+  at::Tensor data;                            // contiguous; on the CPU unless takes_device_tensors()
   std::shared_ptr<const std::string> object;  // set for an object instead of data
 };
 
@@ -62,6 +62,9 @@ class StorageWriter {
 
   virtual StorageFormat format() const = 0;
   virtual const std::string& location() const = 0;
+  // Whether write() takes pieces whose data is on a device (CUDA) as they
+  // are. Otherwise a synchronous save first copies them to host memory.
+  virtual bool takes_device_tensors() const { return false; }
 
   // Coordinator, first: refuses a destination this save must not replace
   // (CheckpointError saying what to do) and claims it.
