@@ -26,7 +26,7 @@ if(NOT CUDAToolkit_FOUND)
 endif()
 find_path(DISTCKPT_NCCL_INCLUDE_DIR nccl.h
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-find_library(DISTCKPT_NCCL_LIBRARY NAMES nccl libnccl.so.2
+find_library(DISTCKPT_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
 if(DISTCKPT_WITH_NCCL AND NOT DISTCKPT_NCCL_INCLUDE_DIR)
   message(FATAL_ERROR "distckpt: DISTCKPT_WITH_NCCL=ON, but nccl.h (which c10d's ProcessGroupNCCL.hpp includes) "

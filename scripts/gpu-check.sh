@@ -65,6 +65,9 @@ EOF
   echo "unpack: $(ls "$DEBS"/*.deb | wc -l) debs into gpu-deps/root" >&3
 }
 
+# A line for the log (stdout) and for the console (fd 3).
+both() { echo "$1"; echo "$1" >&3; }
+
 configure() {
   [ "$(uname -m)" = x86_64 ] || { echo "the debs are amd64, this host is $(uname -m)"; return 1; }
   compgen -G "$DEBS/*.deb" >/dev/null || { echo "no debs in gpu-deps/debs: run 'fetch' and carry it"; return 1; }
@@ -79,7 +82,7 @@ configure() {
     info=$(python3 -c 'import torch, importlib.util
 print(torch.utils.cmake_prefix_path)
 print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())
-try: nccl = ".".join(map(str, torch.cuda.nccl.version()))
+try: nccl = ".".join(map(str, torch.cuda.nccl.version()[:3]))
 except Exception: nccl = ""
 print(torch.version.cuda or "", nccl)
 try: print(importlib.util.find_spec("nvidia.nccl").submodule_search_locations[0])
@@ -95,11 +98,11 @@ except Exception: print("")') || return 1
   [ ! -x /usr/local/cuda/bin/nvcc ] || PATH=$PATH:/usr/local/cuda/bin
   # (Warnings, not failures: LibTorch's config says what it cannot do without.)
   if ! command -v nvcc >/dev/null; then
-    echo "warning: no nvcc on PATH or in /usr/local/cuda/bin; LibTorch's CMake config looks for the CUDA toolkit" | tee /dev/fd/3
+    both "warning: no nvcc on PATH or in /usr/local/cuda/bin; LibTorch's CMake config looks for the CUDA toolkit"
   else
     d=$(nvcc --version | grep -oE 'release [0-9]+\.[0-9]+' | cut -d' ' -f2)
     if [ -n "$torch_cuda" ] && [ "${d%%.*}" != "${torch_cuda%%.*}" ]; then
-      echo "warning: nvcc is CUDA $d, LibTorch was built with CUDA $torch_cuda" | tee /dev/fd/3
+      both "warning: nvcc is CUDA $d, LibTorch was built with CUDA $torch_cuda"
     fi
   fi
   # c10d's ProcessGroupNCCL embeds ncclConfig_t: distckpt must compile with
@@ -112,10 +115,14 @@ except Exception: print("")') || return 1
     d=$(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\)[ \t]*\([0-9]*\).*/\2/p' "$nccl_h" | paste -sd.)
     if [ "$d" != "$torch_nccl" ]; then
       with_nccl=OFF
-      echo "DISTCKPT_WITH_NCCL=OFF: $nccl_h is NCCL $d, LibTorch loads NCCL $torch_nccl (set NCCL_ROOT to its folder)" | tee /dev/fd/3
+      both "DISTCKPT_WITH_NCCL=OFF: $nccl_h is NCCL $d, LibTorch loads NCCL $torch_nccl (set NCCL_ROOT to its folder)"
     fi
   fi
-  echo "CUDA: nvcc $(command -v nvcc || echo none), LibTorch's CUDA ${torch_cuda:-?}, NCCL ${torch_nccl:-?}, nccl.h ${nccl_h}" | tee /dev/fd/3
+  # The header checked above is the one CMake uses (not one from its cache or another prefix).
+  local nccl_args=()
+  [ ! -f "$nccl_h" ] || nccl_args+=(-DDISTCKPT_NCCL_INCLUDE_DIR="$(cd "${nccl_h%/nccl.h}" && pwd)")
+  [ -z "$pip_nccl" ] || [ ! -f "$pip_nccl/lib/libnccl.so.2" ] || nccl_args+=(-DDISTCKPT_NCCL_LIBRARY="$pip_nccl/lib/libnccl.so.2")
+  both "CUDA: nvcc $(command -v nvcc || echo none), LibTorch's CUDA ${torch_cuda:-?}, NCCL ${torch_nccl:-?}, nccl.h $nccl_h"
   for d in "$tp/include" "$tp/../../include"; do [ -d "$d/torch" ] && { tinc=$(cd "$d" && pwd); break; }; done
   [ -n "$tinc" ] || { echo "no LibTorch headers beside $tp"; return 1; }
   # LibTorch's include dir comes first on every compile line. Its gloo headers must win
@@ -139,7 +146,7 @@ except Exception: print("")') || return 1
   # its multiarch cmake dir by name, for hosts whose CMake knows no lib/x86_64-linux-gnu.
   "$CMAKE" -S . -B "$BUILD" -G "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDISTCKPT_PCH=ON \
     -DCMAKE_PREFIX_PATH="$ROOT/usr;$LIBDIR/cmake;$tp" -DFLATC="$ROOT/usr/bin/flatc" \
-    -DDISTCKPT_WITH_NCCL="$with_nccl" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} \
+    -DDISTCKPT_WITH_NCCL="$with_nccl" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} ${nccl_args[@]+"${nccl_args[@]}"} \
     -DCMAKE_CXX_FLAGS="-I$DEPS/first -isystem $ROOT/usr/include" \
     -DCMAKE_EXE_LINKER_FLAGS="-L$LIBDIR" -DCMAKE_SHARED_LINKER_FLAGS="-L$LIBDIR" || return 1
   echo "configure: $CMAKE, ${gen[0]}, LibTorch $tp, DISTCKPT_WITH_NCCL $with_nccl" >&3

@@ -41,11 +41,20 @@ void split_read(const TensorRead& read, uint64_t limit, std::vector<TensorRead>&
   }
 }
 
+// The largest power of two not above `bytes` (0 for 0).
+uint64_t power_of_two_below(uint64_t bytes) {
+  uint64_t p = 1;
+  while (p <= bytes / 2) p *= 2;
+  return bytes == 0 ? 0 : p;
+}
+
 }  // namespace
 
+// Windows are powers of two: LibTorch's caching host allocator rounds every
+// pinned allocation up to one, so any other size would pin more than asked.
 DeviceStaging::DeviceStaging(uint64_t staging_bytes, Staged staged)
-    : staged_(std::move(staged)), window_bytes_(staging_bytes / 2 / kAlignment * kAlignment) {
-  if (window_bytes_ == 0) {
+    : staged_(std::move(staged)), window_bytes_(power_of_two_below(staging_bytes / 2)) {
+  if (window_bytes_ < kAlignment) {
     throw Error(fmt::format("LoadOptions::device_staging_bytes is {}; it must hold two windows of at least {} bytes",
                             staging_bytes, kAlignment));
   }

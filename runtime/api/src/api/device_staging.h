@@ -30,7 +30,8 @@ class DeviceStaging {
   // Each staged view starts at a multiple of this, so any dtype may live there.
   static constexpr uint64_t kAlignment = 64;
 
-  // `staging_bytes`: both windows together; at least two aligned elements.
+  // `staging_bytes`: both windows together. Each window is the largest power
+  // of two within half of it, at least kAlignment bytes.
   explicit DeviceStaging(uint64_t staging_bytes, Staged staged = off_host);
 
   // `reads` in rounds, in their order: the first round holds every read that

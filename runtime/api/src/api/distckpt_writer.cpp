@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "api/save_commit.h"
 #include "api/save_items.h"
 
@@ -49,9 +51,11 @@ io::FileWriteOptions file_write_options(const SaveOptions& options) {
 void DistckptWriter::claim() { prepare_directory(save_.paths, save_.options.overwrite); }
 
 std::string DistckptWriter::write(std::vector<SavePiece> pieces) {
+  const bool from_device = std::any_of(pieces.begin(), pieces.end(),
+                                       [](const SavePiece& p) { return p.data.defined() && !p.data.is_cpu(); });
   const io::FileWritten written =
       io::FileWriteJob(io::safe_join(save_.paths.staging, plan::rank_file_path(save_.rank)), write_items_of(pieces),
-                       sync_write_pool(), file_write_options(save_.options))
+                       from_device ? pinned_sync_write_pool() : sync_write_pool(), file_write_options(save_.options))
           .wait();
   save_.direct_io = written.direct;
   return encode_file_written(save_.rank, written);

@@ -48,6 +48,7 @@ std::optional<PendingCommit> plan_read_as_stored(api::CheckpointReader& reader, 
   ShardedTensor as_stored = request;
   as_stored.data = at::Tensor();
   as_stored.dtype = record.dtype;
+  as_stored.device = at::Device(at::kCPU);  // the hook gets it on the CPU
   at::Tensor stored = api::plan_tensor_reads(reader, as_stored, reads);
   return PendingCommit{leaf, request, std::move(stored)};
 }
@@ -106,8 +107,9 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
 
   std::vector<std::vector<api::TensorRead>> rounds;
-  // Requests without data for a device other than the CPU or CUDA: read on
-  // the CPU, moved once complete (CUDA ones are made on their device).
+  // Requests without data for a device other than the CPU: read on the CPU
+  // and moved once complete, unless they are CUDA ones read as they are
+  // requested (made on their device and read into through staging).
   std::vector<std::pair<Value*, at::Device>> moves;
   std::vector<PendingCommit> commits;
   const api::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
@@ -120,13 +122,13 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
         continue;
       }
       const ShardedTensor& request = leaf->as_sharded_tensor();
-      if (!request.data.defined() && !request.device.is_cpu() && !request.device.is_cuda()) {
-        moves.emplace_back(leaf, request.device);
-      }
+      const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
       if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
+        if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
         commits.push_back(std::move(*c));
         continue;
       }
+      if (elsewhere && !request.device.is_cuda()) moves.emplace_back(leaf, request.device);
       *leaf = Value(api::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
     }
     rounds = staging->plan_rounds(std::move(reads));

@@ -258,13 +258,14 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
   plan::LoadSchedule schedule;
   const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
   std::unique_ptr<HostExchange> host;
-  bool on_host = false;  // same_host pieces go through shared memory
+  bool on_host = false;             // same_host pieces go through shared memory
+  std::vector<std::string> offers;  // every rank's shared-memory offer
   if (shared) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
     // A later round's agreement also reports what failed in the round before it.
     const std::string phase =
         round == 0 ? "plan the fully parallel load" : fmt::format("read the tensors (staging round {})", round);
-    const std::vector<std::string> offers = gather_agreed(comm, phase, [&] {
+    offers = gather_agreed(comm, phase, [&] {
       if (earlier) std::rethrow_exception(earlier);
       prepare();
       if (round == 0) decode_plans(plans, needs.size(), options.exchange, *shared);
@@ -279,32 +280,38 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
       host = std::make_unique<HostExchange>(context);
       return host->offer();
     });
-    // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
-    on_host = host->set_up(offers);
   } else {
     prepare();
     schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
   }
 
-  // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
-  std::vector<int32_t> own = schedule.shared_slot[static_cast<size_t>(me)];
-  for (int32_t& slot : own) {
-    if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
-  }
+  // From here on a failure is this rank's read error, returned: it still
+  // joins the next agreement, which reports it on every rank.
   std::exception_ptr error;
-  TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
-  if (shared && !schedule.shared.empty()) {
-    // Messages first: ranks on other hosts wait for them.
-    // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
-    error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
-                                                ? comm::ExchangeMode::kAllGather
-                                                : comm::ExchangeMode::kPointToPoint);
-    std::exception_ptr host_error;
-    if (on_host) host->run(host_error);
-    if (!error) error = host_error;
+  try {
+    // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
+    if (shared) on_host = host->set_up(offers);
+    // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
+    std::vector<int32_t> own = schedule.shared_slot[static_cast<size_t>(me)];
+    for (int32_t& slot : own) {
+      if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
+    }
+    TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
+    if (shared && !schedule.shared.empty()) {
+      // Messages first: ranks on other hosts wait for them.
+      // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
+      error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
+                                                  ? comm::ExchangeMode::kAllGather
+                                                  : comm::ExchangeMode::kPointToPoint);
+      std::exception_ptr host_error;
+      if (on_host) host->run(host_error);
+      if (!error) error = host_error;
+    }
+    const std::exception_ptr private_error = runner.join();
+    if (private_error) error = private_error;  // this rank's own read failure names the cause
+  } catch (...) {
+    if (!error) error = std::current_exception();
   }
-  const std::exception_ptr private_error = runner.join();
-  if (private_error) error = private_error;  // this rank's own read failure names the cause
   return error;
 }
 

@@ -91,8 +91,13 @@ io::WriteItem device_write_item(const at::Tensor& data, std::shared_ptr<const De
 }  // namespace
 
 const std::shared_ptr<io::BufferPool>& sync_write_pool() {
-  // Pinned with CUDA: device shards are copied straight into these buffers.
-  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, at::hasCUDA()});
+  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, false});
+  return pool;
+}
+
+const std::shared_ptr<io::BufferPool>& pinned_sync_write_pool() {
+  // Made on first use only: pinning memory starts CUDA, which a CPU job must not pay for.
+  static const std::shared_ptr<io::BufferPool> pool = io::BufferPool::create({kSyncPoolBytes, true});
   return pool;
 }
 

@@ -19,8 +19,10 @@ namespace distckpt::api {
 // reads wait for `pending` device copies first.
 io::WriteItem tensor_write_item(at::Tensor data, std::shared_ptr<const CopiesDone> pending = nullptr);
 
-// The pool of synchronous writes (bounded, warm, shared by every save).
+// The pool of synchronous writes (bounded, warm, shared by every save), and
+// its pinned twin for saves that copy device shards straight into it.
 const std::shared_ptr<io::BufferPool>& sync_write_pool();
+const std::shared_ptr<io::BufferPool>& pinned_sync_write_pool();
 
 // This rank's assignment, in canonical order. Throws ShardingError for an
 // assigned tensor without data or whose data does not match its declared shape.
@@ -36,7 +38,7 @@ std::vector<SavePiece> make_save_pieces(const PreparedSave& prepared,
 // the writer's buffers slice by slice as they are filled, after the work the
 // caller's current stream had queued when this was called: a synchronous
 // save then holds no host copy of a device shard, only the writer's bounded
-// buffers (pinned where LibTorch has CUDA).
+// buffers (pinned_sync_write_pool).
 std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces,
                                           const std::shared_ptr<const CopiesDone>& pending = nullptr);
 

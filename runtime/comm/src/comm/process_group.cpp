@@ -109,20 +109,8 @@ c10::intrusive_ptr<BackendGroup> make_nccl_group(const c10::intrusive_ptr<c10d::
 #ifdef DISTCKPT_C10D_NCCL
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
   nccl_options->timeout = options.timeout;
-  // Without blocking waits, LibTorch 2.x's watchdog handles a timed-out
-  // collective by ending the process; with them, wait() throws and every
-  // rank reports a CommError. The group reads the variable when it is made;
-  // a value the user set is kept, and ours does not outlive the call.
-  const bool user_set = std::getenv("TORCH_NCCL_BLOCKING_WAIT") != nullptr;
-  if (!user_set) setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
-  try {
-    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
-    if (!user_set) unsetenv("TORCH_NCCL_BLOCKING_WAIT");
-    return group;
-  } catch (...) {
-    if (!user_set) unsetenv("TORCH_NCCL_BLOCKING_WAIT");
-    throw;
-  }
+  // A timeout is the watchdog's: by default it ends the process (docs/GPU.md).
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
 #else
   // check_backend rejects "nccl" first on such builds.
   throw CommError("internal: NCCL group requested on a build without NCCL");

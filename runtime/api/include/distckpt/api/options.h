@@ -158,9 +158,10 @@ struct LoadOptions {
   // for any part on any rank, overlapping or not.
   bool validate_access_integrity = false;
   // Pinned host memory a rank reads its CUDA destinations through, at most:
-  // two windows of half this size, one filled by reads while the other is
-  // copied to the device. A rank that loads more onto its devices reads in
-  // rounds of one window each.
+  // two windows (each the largest power of two within half of this), one
+  // filled by reads while the other is copied to the device. A rank that
+  // loads more onto its devices reads in rounds of one window each. The
+  // memory stays in LibTorch's pinned-memory cache for the next load.
   uint64_t device_staging_bytes = uint64_t{2} << 30;
   // A load-side planner hook (DCP's LoadPlanner.commit_tensor), e.g. to
   // dequantize: a requested tensor stored in another dtype than requested is
