@@ -1,5 +1,4 @@
 // async_save and AsyncCallsQueue: the save pipeline cut after staging.
-#include <ATen/Context.h>
 #include <fmt/format.h>
 
 #include <exception>
@@ -130,7 +129,10 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
 AsyncCallsQueue::AsyncCallsQueue(Communicator& comm, AsyncQueueOptions options)
     : comm_(comm),
       options_(options),
-      pool_(io::BufferPool::create({options.staging_capacity_bytes, /*pinned=*/at::hasCUDA()})),
+      // Not pinned: device shards reach it already copied into pinned host
+      // tensors (api/device_copies.h), so pinning it too would only lock a
+      // second copy of the state (and start CUDA in CPU-only jobs).
+      pool_(io::BufferPool::create({options.staging_capacity_bytes, /*pinned=*/false})),
       plan_cache_(SavePlanCache::create()) {
   if (options_.max_in_flight < 1) throw Error("AsyncQueueOptions::max_in_flight must be at least 1");
 }

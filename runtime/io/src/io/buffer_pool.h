@@ -4,8 +4,8 @@
 // of memcpy speed, so staging a save into new memory every time would cost
 // more than the copy. Buffers come in power-of-two size classes (64 KiB up),
 // are kept when released, and the pool never holds more than its capacity.
-// Pinned (page-locked) buffers are used when LibTorch has CUDA, so device to
-// host copies run at full speed.
+// A pool may be pinned (page-locked, with a CUDA build of LibTorch) when
+// device shards are copied straight into its buffers, at full speed.
 #pragma once
 
 #include <condition_variable>
