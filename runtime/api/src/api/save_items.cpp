@@ -138,12 +138,10 @@ std::vector<io::WriteItem> write_items_of(const std::vector<SavePiece>& pieces,
   items.reserve(pieces.size());
   std::vector<std::pair<at::Device, std::shared_ptr<const DeviceEvent>>> queued;  // per device: the values to save
   for (const SavePiece& piece : pieces) {
-    if (!piece.object && !piece.data.is_cpu()) {
-      items.push_back(device_write_item(piece.data, queued_on(queued, with_index(piece.data.device()))));
-      continue;
-    }
     if (!piece.object) {
-      items.push_back(tensor_write_item(piece.data, pending));
+      items.push_back(piece.data.is_cpu()
+                          ? tensor_write_item(piece.data, pending)
+                          : device_write_item(piece.data, queued_on(queued, with_index(piece.data.device()))));
       continue;
     }
     items.push_back(
