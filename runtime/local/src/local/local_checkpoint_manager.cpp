@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -160,11 +161,10 @@ void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64
 }
 
 void LocalCheckpointManager::save(const TensorAwareStateDict& state, int64_t iteration) {
+  begin_save(state, iteration, nullptr);
   std::exception_ptr error;
   std::vector<std::string> created;
   try {
-    check_save(state, iteration);
-    io::make_dirs(rank_dir(comm_.rank()));
     const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
     local::write_local_file(state, iteration, path);
     created.push_back(path);
@@ -178,9 +178,7 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
                                            AsyncCallsQueue& queue) {
   auto work = std::make_shared<BackgroundWrite>();
   std::shared_ptr<TensorAwareStateDict> staged;
-  run_agreed(comm_, "stage the local checkpoint", [&] {
-    check_save(state, iteration);
-    io::make_dirs(rank_dir(comm_.rank()));
+  begin_save(state, iteration, [&] {
     // Host copies of the kept tensors: the caller's may change right away.
     std::vector<at::Tensor> copies;
     copies.reserve(state.tensors().size());
@@ -212,6 +210,46 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
       }));
 }
 
+// One collective before any rank writes: the save is checked (and staged)
+// everywhere, and every rank lists the complete files it holds of this
+// iteration or a later one. Such files were left by a run this job abandoned
+// when it resumed from an older state. They go first, on every rank, before
+// anyone writes: kept, they would be the latest after a restart and the job
+// would resume into the abandoned run, and a file of this very iteration
+// could load beside this run's files of it.
+void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64_t iteration,
+                                        const std::function<void()>& stage) {
+  const std::vector<std::string> gathered = gather_agreed(comm_, "start the local checkpoint", [&] {
+    check_save(state, iteration);
+    io::make_dirs(rank_dir(comm_.rank()));
+    if (stage) stage();
+    std::vector<local::HeldCopy> abandoned;
+    for (const Held& h : inventory()) {
+      if (h.iteration >= iteration) abandoned.push_back(local::HeldCopy{h.iteration, h.owner});
+    }
+    return local::encode_inventory(abandoned);
+  });
+  std::set<int64_t> abandoned;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    for (const local::HeldCopy& c : local::decode_inventory(gathered[r], fmt::format("rank {}", r))) {
+      abandoned.insert(c.iteration);
+    }
+  }
+  // (Temporary files of a crashed save need no agreement: they never load,
+  // and write_local_file replaces its own.)
+  if (abandoned.empty()) return;
+  if (comm_.rank() == 0) {
+    log_message(LogLevel::kWarning,
+                fmt::format("local checkpoint: saving iteration {} removes iteration(s) {} under '{}', left by a run "
+                            "that went past the state this job resumed from",
+                            iteration, fmt::join(abandoned, ", "), root_));
+  }
+  run_agreed(comm_, "remove the local checkpoints of an abandoned run", [&] {
+    remove_files([&](int64_t it) { return it >= iteration; });
+    io::fsync_dir(rank_dir(comm_.rank()));
+  });
+}
+
 // Every rank has tried to write its own file: agree, replicate, agree, then
 // clean up. A failure removes the files this save created (never a complete
 // file of an earlier save), so no half state lingers.
@@ -228,7 +266,12 @@ void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr w
     throw;
   }
   last_complete_ = iteration;
-  remove_older_than(iteration);
+  try {
+    remove_older_than(iteration);
+  } catch (const std::exception& e) {
+    // The new iteration is complete; an old file left behind is harmless.
+    log_message(LogLevel::kWarning, fmt::format("local checkpoint: {}", e.what()));
+  }
 }
 
 void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::string>& created) {
@@ -273,15 +316,22 @@ void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::strin
 }
 
 void LocalCheckpointManager::remove_older_than(int64_t iteration) {
+  remove_files([&](int64_t it) { return it < iteration; });
+}
+
+// Throws on a file it cannot remove (the callers decide whether that matters).
+void LocalCheckpointManager::remove_files(const std::function<bool(int64_t)>& of_iteration) {
   const std::string dir = rank_dir(comm_.rank());
   if (!io::is_dir(dir)) return;
+  std::vector<fs::path> doomed;
   for (const auto& entry : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, m, file_pattern()) || std::stoll(m[1].str()) >= iteration) continue;
-    std::error_code ignored;
-    fs::remove(entry.path(), ignored);
+    if (std::regex_match(name, m, file_pattern()) && of_iteration(std::stoll(m[1].str()))) {
+      doomed.push_back(entry.path());
+    }
   }
+  for (const fs::path& path : doomed) fs::remove(path);
 }
 
 std::optional<int64_t> LocalCheckpointManager::find_latest() {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ class LocalCheckpointManager {
   // Collective. Writes this rank's file, sends it to its replica peers, and
   // once every rank's copies are durable removes the older iterations (never
   // before). Refuses an iteration that is not newer than the last complete one.
+  // Files of this iteration or later ones, left by a run that went past the
+  // state this job resumed from, are removed on every rank before any rank
+  // writes (with a warning): the job never resumes into that run.
   void save(const TensorAwareStateDict& state, int64_t iteration);
   // Collective. Stages the kept tensors (copies: the caller may go on
   // training), writes this rank's file on a background thread; finalize
@@ -97,9 +101,11 @@ class LocalCheckpointManager {
   struct Held;
   std::vector<Held> inventory() const;
   void check_save(const TensorAwareStateDict& state, int64_t iteration) const;
+  void begin_save(const TensorAwareStateDict& state, int64_t iteration, const std::function<void()>& stage);
   void replicate(int64_t iteration, std::vector<std::string>& created);
   void finish_save(int64_t iteration, std::exception_ptr write_error, std::vector<std::string> created);
   void remove_older_than(int64_t iteration);
+  void remove_files(const std::function<bool(int64_t)>& of_iteration);
   // load's steps: survey who holds an intact copy, then recover the others.
   std::vector<int> survey_copies(int64_t iteration, std::optional<TensorAwareStateDict>& mine,
                                  std::vector<std::vector<int>>& holders);
