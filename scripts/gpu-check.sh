@@ -9,7 +9,9 @@
 #
 # gpu-deps/ is ignored: carry gpu-deps/debs. run writes one log per step to
 # OUTDIR (default $OUT, else build-gpu/gpu-check), ends with one line per step
-# (PASS/FAIL/SKIP) and exits non-zero when a step failed. Environment:
+# (PASS/FAIL/SKIP) and exits non-zero when a step failed (on a machine whose
+# nvidia-smi sees a GPU, a GPU test or bench that skipped counts as failed).
+# Environment:
 #   DISTCKPT_TORCH_PREFIX              CMake prefix of TorchConfig.cmake (default: python3's torch)
 #   DISTCKPT_GPU_CHECK_NCCL=ON|OFF     DISTCKPT_WITH_NCCL (c10d's ProcessGroupNCCL)
 #   DISTCKPT_GPU_CHECK_CONFIGURE_ONLY=1  stop after configuring
@@ -181,6 +183,18 @@ step() {
   if [ "$rc" = 0 ]; then record "$name" PASS "$log ($how)"; else record "$name" FAIL "$log ($how)"; fi
 }
 state() { local i; for i in "${!NAMES[@]}"; do [ "${NAMES[$i]}" != "$1" ] || echo "${STATES[$i]}"; done; }
+# fail_if_skipped NAME PATTERN: on a machine with a GPU, a passed step whose log
+# matches PATTERN (a test or the bench skipped: LibTorch saw no GPU) fails.
+fail_if_skipped() {
+  local i
+  [ "$(state nvidia-smi)" = PASS ] || return 0
+  for i in "${!NAMES[@]}"; do
+    if [ "${NAMES[$i]}" = "$1" ] && [ "${STATES[$i]}" = PASS ] && grep -q -- "$2" "$OUTDIR/$1.log"; then
+      STATES[$i]=FAIL LOGS[$i]+=" skipped although nvidia-smi sees a GPU"
+      echo "$1: FAIL: skipped although nvidia-smi sees a GPU" >&3
+    fi
+  done
+}
 
 summary() {
   local i rc=0 f
@@ -234,6 +248,9 @@ run() {
   else
     record gpu-bench SKIP
   fi
+  fail_if_skipped gpu-tests '^\[  SKIPPED \]'
+  fail_if_skipped nccl-tests '^\[  SKIPPED \]'
+  fail_if_skipped gpu-bench 'nothing measured'
   summary
 }
 
