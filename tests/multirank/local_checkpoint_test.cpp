@@ -203,6 +203,31 @@ TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 1); });
 }
 
+// After a load the job goes on from that iteration: saving it again (which
+// would replace the checkpoint resumed from) is refused, as is an iteration
+// not newer than an asynchronous save that is not finalized yet.
+TEST(LocalCheckpoint, SavesMustBeNewerThanTheLoadedAndThePendingIterations) {
+  TempDir tmp("local-newer");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) { save_iteration(tmp.path(), comm, options, 5); });
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    manager.load();
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 5), comm), 5); },
+        "local checkpoint iteration 5 is not newer than the last one saved or loaded (5)"));
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{5}));  // untouched
+    AsyncCallsQueue queue(comm);
+    manager.save_async(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 8), comm), 8, queue);
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 7), comm), 7); },
+        "iteration 7 is not newer than iteration 8, whose asynchronous save is not finalized yet"));
+    queue.close();
+    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 9), comm), 9);
+  });
+  run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 9); });
+}
+
 // Explicit groups of unequal sizes, as in nvidia-resiliency-ext's tests:
 // ranks 6, 3 and 4 are lost and come back from their groups' survivors; a
 // rank whose whole group is gone is a clear error naming the group.

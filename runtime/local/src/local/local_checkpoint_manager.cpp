@@ -121,22 +121,30 @@ std::string LocalCheckpointManager::file_path(int holder, int64_t iteration, int
 
 // Complete files of this rank's directory whose header matches their name
 // and this job's world size.
-std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::inventory() const {
-  std::vector<Held> held;
+// Files of this rank's directory named as complete local checkpoints (not
+// their temporary names), whatever their headers say.
+std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::named_files() const {
+  std::vector<Held> named;
   const std::string dir = rank_dir(comm_.rank());
-  if (!io::is_dir(dir)) return held;
+  if (!io::is_dir(dir)) return named;
   for (const auto& entry : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, file_pattern()) || m[3].matched) continue;
-    const int64_t iteration = std::stoll(m[1].str());
-    const int owner = std::stoi(m[2].str());
-    const auto header = local::probe_local_file(entry.path().string());
-    if (!header || header->iteration != iteration || header->owner_rank != owner ||
+    named.push_back(Held{std::stoll(m[1].str()), std::stoi(m[2].str())});
+  }
+  return named;
+}
+
+std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::inventory() const {
+  std::vector<Held> held;
+  for (const Held& h : named_files()) {
+    const auto header = local::probe_local_file(file_path(comm_.rank(), h.iteration, h.owner));
+    if (!header || header->iteration != h.iteration || header->owner_rank != h.owner ||
         header->world_size != comm_.size()) {
       continue;  // incomplete, foreign or from another world size: never loadable here
     }
-    held.push_back(Held{iteration, owner});
+    held.push_back(h);
   }
   return held;
 }
@@ -155,8 +163,15 @@ void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64
                     comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
   }
   if (iteration <= last_complete_) {
-    throw CheckpointError(fmt::format("local checkpoint iteration {} is not newer than the last complete one ({})",
-                                      iteration, last_complete_));
+    throw CheckpointError(
+        fmt::format("local checkpoint iteration {} is not newer than the last one saved or loaded ({})", iteration,
+                    last_complete_));
+  }
+  if (!in_flight_.empty() && iteration <= *in_flight_.rbegin()) {
+    throw CheckpointError(
+        fmt::format("local checkpoint iteration {} is not newer than iteration {}, whose asynchronous save is not "
+                    "finalized yet",
+                    iteration, *in_flight_.rbegin()));
   }
 }
 
@@ -223,12 +238,15 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
     check_save(state, iteration);
     io::make_dirs(rank_dir(comm_.rank()));
     if (stage) stage();
+    // By name, as they are removed: a file of another world size or with a
+    // damaged header would be in the way of this save all the same.
     std::vector<local::HeldCopy> abandoned;
-    for (const Held& h : inventory()) {
+    for (const Held& h : named_files()) {
       if (h.iteration >= iteration) abandoned.push_back(local::HeldCopy{h.iteration, h.owner});
     }
     return local::encode_inventory(abandoned);
   });
+  in_flight_.insert(iteration);
   std::set<int64_t> abandoned;
   for (size_t r = 0; r < gathered.size(); ++r) {
     for (const local::HeldCopy& c : local::decode_inventory(gathered[r], fmt::format("rank {}", r))) {
@@ -238,6 +256,8 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
   // (Temporary files of a crashed save need no agreement: they never load,
   // and write_local_file replaces its own.)
   if (abandoned.empty()) return;
+  // From here on, failing leaves this save unfinished (finish_save never runs).
+  in_flight_.erase(iteration);
   if (comm_.rank() == 0) {
     log_message(LogLevel::kWarning,
                 fmt::format("local checkpoint: saving iteration {} removes iteration(s) {} under '{}', left by a run "
@@ -248,6 +268,7 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
     remove_files([&](int64_t it) { return it >= iteration; });
     io::fsync_dir(rank_dir(comm_.rank()));
   });
+  in_flight_.insert(iteration);
 }
 
 // Every rank has tried to write its own file: agree, replicate, agree, then
@@ -255,6 +276,7 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
 // file of an earlier save), so no half state lingers.
 void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr write_error,
                                          std::vector<std::string> created) {
+  in_flight_.erase(iteration);
   try {
     agree_on_errors(comm_, "write the local checkpoint", write_error);
     replicate(iteration, created);
@@ -319,7 +341,8 @@ void LocalCheckpointManager::remove_older_than(int64_t iteration) {
   remove_files([&](int64_t it) { return it < iteration; });
 }
 
-// Throws on a file it cannot remove (the callers decide whether that matters).
+// Removes every file (temporary ones too) of the iterations chosen, then
+// throws naming those it could not remove (the callers decide whether that matters).
 void LocalCheckpointManager::remove_files(const std::function<bool(int64_t)>& of_iteration) {
   const std::string dir = rank_dir(comm_.rank());
   if (!io::is_dir(dir)) return;
@@ -331,7 +354,13 @@ void LocalCheckpointManager::remove_files(const std::function<bool(int64_t)>& of
       doomed.push_back(entry.path());
     }
   }
-  for (const fs::path& path : doomed) fs::remove(path);
+  std::vector<std::string> failed;
+  for (const fs::path& path : doomed) {
+    std::error_code error;
+    fs::remove(path, error);
+    if (error) failed.push_back(fmt::format("'{}': {}", path.string(), error.message()));
+  }
+  if (!failed.empty()) throw CheckpointError(fmt::format("could not remove {}", fmt::join(failed, ", ")));
 }
 
 std::optional<int64_t> LocalCheckpointManager::find_latest() {
@@ -366,6 +395,9 @@ TensorAwareStateDict LocalCheckpointManager::load(std::optional<int64_t> iterati
   std::vector<int> failed = survey_copies(*iteration, mine, holders);
   recovery_.recovered_ranks = failed;
   recover(*iteration, std::move(failed), holders, mine);
+  // The job goes on from here: saving this iteration again would replace
+  // the checkpoint it resumed from (a crash meanwhile would leave none).
+  last_complete_ = std::max(last_complete_, *iteration);
   return std::move(*mine);
 }
 

@@ -21,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,10 +71,10 @@ class LocalCheckpointManager {
 
   // Collective. Writes this rank's file, sends it to its replica peers, and
   // once every rank's copies are durable removes the older iterations (never
-  // before). Refuses an iteration that is not newer than the last complete one.
-  // Files of this iteration or later ones, left by a run that went past the
-  // state this job resumed from, are removed on every rank before any rank
-  // writes (with a warning): the job never resumes into that run.
+  // before). Refuses an iteration that is not newer than the last one saved,
+  // loaded or being saved asynchronously. Files of this iteration or later
+  // ones, left by a run that went past the state this job resumed from, are
+  // removed on every rank before any rank writes (with a warning).
   void save(const TensorAwareStateDict& state, int64_t iteration);
   // Collective. Stages the kept tensors (copies: the caller may go on
   // training), writes this rank's file on a background thread; finalize
@@ -88,6 +89,7 @@ class LocalCheckpointManager {
   // from a peer (its own copy is restored); a corrupt replica is skipped for
   // the next. Throws CheckpointError on every rank, naming the ranks, when
   // some rank has no intact copy left: fall back to the global checkpoint.
+  // Later saves must be of later iterations.
   TensorAwareStateDict load(std::optional<int64_t> iteration = std::nullopt);
   const LocalRecovery& last_recovery() const { return recovery_; }
 
@@ -99,6 +101,7 @@ class LocalCheckpointManager {
 
  private:
   struct Held;
+  std::vector<Held> named_files() const;
   std::vector<Held> inventory() const;
   void check_save(const TensorAwareStateDict& state, int64_t iteration) const;
   void begin_save(const TensorAwareStateDict& state, int64_t iteration, const std::function<void()>& stage);
@@ -118,7 +121,8 @@ class LocalCheckpointManager {
   LocalCheckpointOptions options_;
   // peers_[owner]: the ranks holding owner's files (owner included), ascending.
   std::vector<std::vector<int>> peers_;
-  int64_t last_complete_ = -1;
+  int64_t last_complete_ = -1;   // the newest iteration saved or loaded by this manager
+  std::set<int64_t> in_flight_;  // iterations whose saves began and are not finalized
   LocalRecovery recovery_;
 };
 
