@@ -1,6 +1,7 @@
 // Hung ranks in real 2-rank jobs: rank 1 is stopped (SIGSTOP, delivered by
 // strace at its first write or read of its data file, so always in the
-// middle of the save or load). With DISTCKPT_TIMEOUT_SECONDS=3, rank 0 must
+// middle of the save or load, or at its first connect, before the job's
+// communicator exists). With DISTCKPT_TIMEOUT_SECONDS=3, rank 0 must
 // fail with a timeout error that says what happened and what to do, the
 // launcher must stop the job, and no process of it may survive.
 #include <gmock/gmock.h>
@@ -38,39 +39,61 @@ class HungRankTest : public ::testing::Test {
     if (auto why = strace_unavailable()) GTEST_SKIP() << *why;
   }
 
-  // Runs ACTION with rank 1 stopped at its first `syscall` on `file`; checks
-  // rank 0's timeout error, the time it took, and that the job is gone.
-  void expect_timeout(const std::string& action, int seed, const std::string& syscall, const std::string& file) {
+  // Runs ACTION with rank 1 stopped by `stop` (an strace prefix); checks
+  // that rank 0 failed within the bound and that the job is gone; returns
+  // rank 0's error line.
+  std::string expect_stopped_rank_fails_the_job(const std::string& action, int seed, const std::string& stop) {
     const std::string stop_rank_1 =
-        "sh -c " +
-        shell_quote("if [ \"$RANK\" = 1 ]; then exec " + strace_inject(syscall, file, "signal=SIGSTOP:when=1") +
-                    " \"$@\"; else exec \"$@\"; fi") +
-        " sh";
+        "sh -c " + shell_quote("if [ \"$RANK\" = 1 ]; then exec " + stop + " \"$@\"; else exec \"$@\"; fi") + " sh";
     const auto start = std::chrono::steady_clock::now();
     const CommandResult job =
-        run_bounded("env DISTCKPT_TIMEOUT_SECONDS=3 " +
-                    probe_job(ckpt_, action, seed, "--pid-dir " + shell_quote(dir_), stop_rank_1));
+        run_bounded("env DISTCKPT_TIMEOUT_SECONDS=3 " + probe_job(ckpt_, action, seed, "", stop_rank_1));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     EXPECT_EQ(job.exit_code, 1) << job.output;
     EXPECT_LT(seconds, 60) << job.output;
     EXPECT_THAT(job.output, HasSubstr("distckpt-launch: rank 0 exited with code 1"));
-    const std::vector<std::string> lines = lines_starting(job.output, "rank 0 failed: ");
-    ASSERT_THAT(lines, SizeIs(1)) << job.output;
-    EXPECT_THAT(lines[0], HasSubstr("timed out after 3 s on rank 0 of 2"));
-    EXPECT_THAT(lines[0], HasSubstr("a peer rank is probably hung"));
-    EXPECT_THAT(lines[0], HasSubstr("raise the timeout (DISTCKPT_TIMEOUT_SECONDS"));
     EXPECT_THAT(job.output, Not(HasSubstr("rank 1 failed")));  // it never ran on
     std::cout << action << " with a stopped rank failed after " << seconds << " s\n";
+    expect_stopped_rank_gone();
+    const std::vector<std::string> lines = lines_starting(job.output, "rank 0 failed: ");
+    EXPECT_THAT(lines, SizeIs(1)) << job.output;
+    return lines.empty() ? "" : lines[0];
+  }
 
-    // The stopped rank must be gone too; give it a moment, then kill it (and fail).
-    std::ifstream pid_file(dir_ + "/pid.1");
-    pid_t stopped = 0;
-    ASSERT_TRUE(pid_file >> stopped) << "rank 1 wrote no pid file";
-    for (int i = 0; i < 100 && alive(stopped); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const bool survived = alive(stopped);
-    if (survived) ::kill(stopped, SIGKILL);
-    EXPECT_FALSE(survived) << "the stopped rank (pid " << stopped << ") outlived the job";
+  // ACTION with rank 1 stopped at its first `syscall` on `file`: rank 0's
+  // timeout error says what happened and what to do.
+  void expect_timeout(const std::string& action, int seed, const std::string& syscall, const std::string& file) {
+    const std::string line =
+        expect_stopped_rank_fails_the_job(action, seed, strace_inject(syscall, file, "signal=SIGSTOP:when=1"));
+    EXPECT_THAT(line, HasSubstr("timed out after 3 s on rank 0 of 2"));
+    EXPECT_THAT(line, HasSubstr("a peer rank is probably hung"));
+    EXPECT_THAT(line, HasSubstr("raise the timeout (DISTCKPT_TIMEOUT_SECONDS"));
+  }
+
+  // Every process of the job (the stopped rank, its strace) must be gone
+  // too; give them a moment, then kill them (and fail).
+  void expect_stopped_rank_gone() {
+    std::vector<pid_t> left = job_processes();
+    for (int i = 0; i < 100 && !left.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      left = job_processes();
+    }
+    for (pid_t pid : left) ::kill(pid, SIGKILL);
+    EXPECT_THAT(left, SizeIs(0)) << "processes of the job outlived it";
+  }
+
+  // Live processes whose command line names this test's checkpoint.
+  std::vector<pid_t> job_processes() const {
+    std::vector<pid_t> found;
+    for (const std::string& name : list_dir("/proc")) {
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream cmdline("/proc/" + name + "/cmdline");
+      const std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      const pid_t pid = static_cast<pid_t>(std::stol(name));
+      if (pid != ::getpid() && args.find(ckpt_) != std::string::npos && alive(pid)) found.push_back(pid);
+    }
+    return found;
   }
 
   TempDir temp_{"hung-rank"};
@@ -81,6 +104,16 @@ class HungRankTest : public ::testing::Test {
 TEST_F(HungRankTest, RankStoppedDuringSaveMakesTheOtherFailWithATimeout) {
   expect_timeout("save", 1, "pwrite64", dir_ + "/.ckpt.distckpt-staging/data/rank_00001.bin");
   // Nothing was committed.
+  EXPECT_FALSE(std::ifstream(ckpt_ + "/metadata.json").good());
+}
+
+// Rank 1 stops at its first connect (before its communicator exists): rank
+// 0's connection to it is bounded by the same timeout.
+TEST_F(HungRankTest, RankStoppedWhileConnectingMakesTheOtherFailWithinTheTimeout) {
+  const std::string line = expect_stopped_rank_fails_the_job(
+      "save", 1, strace_command() + " -qq -o /dev/null -e trace=connect -e inject=connect:signal=SIGSTOP:when=1");
+  EXPECT_THAT(line, HasSubstr("could not connect rank 0 of 2 (gloo backend, timeout 3000 ms)"));
+  EXPECT_THAT(line, HasSubstr("check that every rank started and can reach the others"));
   EXPECT_FALSE(std::ifstream(ckpt_ + "/metadata.json").good());
 }
 

@@ -5,17 +5,14 @@
 //   distckpt_fault_probe DIR async-save SEED ...   the same as an asynchronous save with
 //                                                  background staging, then finalized
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
-// --pid-dir D: write this process's id to D/pid.<rank> first (hung-rank tests
-// stop a rank and must find it afterwards).
 // Prints "rank R saved seed S" or "rank R loaded seed S bitwise-equal" and
 // exits 0; on an error, prints "rank R failed: WHAT" and exits 1.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <fstream>
+#include <cstdlib>
 #include <iostream>
 
 #include "distckpt/distckpt.h"
@@ -25,19 +22,19 @@ using namespace distckpt;
 
 int main(int argc, char** argv) {
   CLI::App app{"I/O fault probe"};
-  std::string dir, action, pid_dir;
+  std::string dir, action;
   int64_t seed = 0, mb = 4;
   app.add_option("dir", dir)->required();
   app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load"}));
   app.add_option("seed", seed)->required();
   app.add_option("--mb", mb, "MiB of tensor data in all");
-  app.add_option("--pid-dir", pid_dir, "write the process id to DIR/pid.<rank>");
   CLI11_PARSE(app, argc, argv);
-  int rank = -1;
+  // The launcher's RANK until the communicator is made (it may never be).
+  const char* launcher_rank = std::getenv("RANK");
+  int rank = launcher_rank != nullptr ? std::atoi(launcher_rank) : -1;
   try {
     auto comm = communicator_from_env();
     rank = comm->rank();
-    if (!pid_dir.empty()) std::ofstream(fmt::format("{}/pid.{}", pid_dir, rank)) << ::getpid() << "\n";
     if (action == "save" || action == "async-save") {
       SaveOptions options;
       options.overwrite = true;
