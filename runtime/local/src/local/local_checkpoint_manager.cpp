@@ -119,8 +119,6 @@ std::string LocalCheckpointManager::file_path(int holder, int64_t iteration, int
   return fmt::format("{}/iter_{}_owner_{}.dcl", rank_dir(holder), iteration, owner);
 }
 
-// Complete files of this rank's directory whose header matches their name
-// and this job's world size.
 // Files of this rank's directory named as complete local checkpoints (not
 // their temporary names), whatever their headers say.
 std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::named_files() const {
@@ -136,6 +134,8 @@ std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::named_files() 
   return named;
 }
 
+// Complete files of this rank's directory whose header matches their name
+// and this job's world size.
 std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::inventory() const {
   std::vector<Held> held;
   for (const Held& h : named_files()) {
@@ -225,9 +225,9 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
       }));
 }
 
-// One collective before any rank writes: the save is checked (and staged)
-// everywhere, and every rank lists the complete files it holds of this
-// iteration or a later one. Such files were left by a run this job abandoned
+// One collective before any rank writes (two when files must go): the save
+// is checked (and staged) everywhere, and every rank lists the complete
+// files it holds of this iteration or a later one. Such files were left by a run this job abandoned
 // when it resumed from an older state. They go first, on every rank, before
 // anyone writes: kept, they would be the latest after a restart and the job
 // would resume into the abandoned run, and a file of this very iteration
@@ -246,7 +246,6 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
     }
     return local::encode_inventory(abandoned);
   });
-  in_flight_.insert(iteration);
   std::set<int64_t> abandoned;
   for (size_t r = 0; r < gathered.size(); ++r) {
     for (const local::HeldCopy& c : local::decode_inventory(gathered[r], fmt::format("rank {}", r))) {
@@ -255,20 +254,19 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
   }
   // (Temporary files of a crashed save need no agreement: they never load,
   // and write_local_file replaces its own.)
-  if (abandoned.empty()) return;
-  // From here on, failing leaves this save unfinished (finish_save never runs).
-  in_flight_.erase(iteration);
-  if (comm_.rank() == 0) {
-    log_message(LogLevel::kWarning,
-                fmt::format("local checkpoint: saving iteration {} removes iteration(s) {} under '{}', left by a run "
-                            "that went past the state this job resumed from",
-                            iteration, fmt::join(abandoned, ", "), root_));
+  if (!abandoned.empty()) {
+    if (comm_.rank() == 0) {
+      log_message(LogLevel::kWarning,
+                  fmt::format("local checkpoint: saving iteration {} removes iteration(s) {} under '{}', left by a "
+                              "run that went past the state this job resumed from",
+                              iteration, fmt::join(abandoned, ", "), root_));
+    }
+    run_agreed(comm_, "remove the local checkpoints of an abandoned run", [&] {
+      remove_files([&](int64_t it) { return it >= iteration; });
+      io::fsync_dir(rank_dir(comm_.rank()));
+    });
   }
-  run_agreed(comm_, "remove the local checkpoints of an abandoned run", [&] {
-    remove_files([&](int64_t it) { return it >= iteration; });
-    io::fsync_dir(rank_dir(comm_.rank()));
-  });
-  in_flight_.insert(iteration);
+  in_flight_.insert(iteration);  // until finish_save
 }
 
 // Every rank has tried to write its own file: agree, replicate, agree, then
