@@ -228,6 +228,34 @@ TEST(LocalCheckpoint, SavesMustBeNewerThanTheLoadedAndThePendingIterations) {
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 9); });
 }
 
+// A job that resumed from its global checkpoint at iteration 15 while local
+// storage holds iterations 10 and 30 of the run it abandoned: discard_after
+// leaves 10 (older than its state) and removes 30 on every rank at once.
+TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
+  TempDir tmp("local-discard");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 10), comm), 10);
+    // Keep 10 beside 30 (a save removes the older ones): copy it aside, put it back.
+    const std::string own = manager.file_path(comm.rank(), 10, comm.rank());
+    std::filesystem::copy_file(own, own + ".keep");
+    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 30), comm), 30);
+    std::filesystem::rename(own + ".keep", own);
+  });
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(30));
+    manager.discard_after(15);
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{10}));
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 15), comm), 15); },
+        "not newer than the last one saved or loaded (15)"));
+  });
+  // Every rank put its own copy of 10 back: 10 is complete, and the latest.
+  run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 10); });
+}
+
 // Explicit groups of unequal sizes, as in nvidia-resiliency-ext's tests:
 // ranks 6, 3 and 4 are lost and come back from their groups' survivors; a
 // rank whose whole group is gone is a clear error naming the group.

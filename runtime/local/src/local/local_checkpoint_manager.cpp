@@ -269,6 +269,18 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
   in_flight_.insert(iteration);  // until finish_save
 }
 
+void LocalCheckpointManager::discard_after(int64_t iteration) {
+  run_agreed(comm_, fmt::format("discard the local checkpoints after iteration {}", iteration), [&] {
+    if (!in_flight_.empty()) {
+      throw CheckpointError(fmt::format("discard_after({}): the asynchronous save of iteration {} is not finalized",
+                                        iteration, *in_flight_.rbegin()));
+    }
+    remove_files([&](int64_t it) { return it > iteration; });
+    if (io::is_dir(rank_dir(comm_.rank()))) io::fsync_dir(rank_dir(comm_.rank()));
+  });
+  last_complete_ = iteration;
+}
+
 // Every rank has tried to write its own file: agree, replicate, agree, then
 // clean up. A failure removes the files this save created (never a complete
 // file of an earlier save), so no half state lingers.

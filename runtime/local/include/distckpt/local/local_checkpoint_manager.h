@@ -92,6 +92,13 @@ class LocalCheckpointManager {
   // Later saves must be of later iterations.
   TensorAwareStateDict load(std::optional<int64_t> iteration = std::nullopt);
   const LocalRecovery& last_recovery() const { return recovery_; }
+  // Collective. For a job that resumed from another state than find_latest()
+  // (its global checkpoint at `iteration`, a rollback): removes, on every
+  // rank, the local checkpoints of later iterations, so that no restart
+  // resumes into the run that saved them (the next save would remove them
+  // too, but a crash before it would not). Saves after it must be newer than
+  // `iteration`. Refused while an asynchronous save is in flight.
+  void discard_after(int64_t iteration);
 
   const std::string& root() const { return root_; }
   std::string rank_dir(int rank) const;  // root/rank_<R>
