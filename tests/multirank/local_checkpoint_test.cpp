@@ -228,9 +228,38 @@ TEST(LocalCheckpoint, SavesMustBeNewerThanTheLoadedAndThePendingIterations) {
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 9); });
 }
 
+// A synchronous save that finishes while an asynchronous one is in flight
+// leaves the latter's files alone (it finalizes, and the newer iteration
+// stays the last); an asynchronous save the queue refuses leaves nothing.
+TEST(LocalCheckpoint, AsynchronousSavesSurviveASynchronousOneAndARefusedQueue) {
+  TempDir tmp("local-mixed");
+  const LocalCheckpointOptions options = clique(2, 2);
+  const auto state = [](Communicator& comm, int64_t it) {
+    return TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, it), comm);
+  };
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    AsyncCallsQueue queue(comm);
+    manager.save_async(state(comm, 20), 20, queue);
+    manager.save(state(comm, 30), 30);
+    queue.close();  // finalizes 20
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{20, 30}));
+    EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(30));
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.save(state(comm, 25), 25); }, "(30)"));
+
+    AsyncCallsQueue closed(comm);
+    closed.close();
+    EXPECT_TRUE(throws_with<Error>([&] { manager.save_async(state(comm, 40), 40, closed); }, "the queue is closed"));
+    EXPECT_FALSE(io::exists(manager.file_path(comm.rank(), 40, comm.rank())));
+    manager.save(state(comm, 40), 40);  // not held back as in flight
+  });
+  run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 40); });
+}
+
 // A job that resumed from its global checkpoint at iteration 15 while local
 // storage holds iterations 10 and 30 of the run it abandoned: discard_after
-// leaves 10 (older than its state) and removes 30 on every rank at once.
+// leaves 10 (older than its state) and removes 30 on every rank; it is
+// refused while an asynchronous save is in flight.
 TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
   TempDir tmp("local-discard");
   const LocalCheckpointOptions options = clique(2, 2);
@@ -254,6 +283,18 @@ TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
   });
   // Every rank put its own copy of 10 back: 10 is complete, and the latest.
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 10); });
+  // Not while an asynchronous save is in flight.
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    AsyncCallsQueue queue(comm);
+    manager.save_async(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 16), comm), 16, queue);
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.discard_after(15); },
+                                             "the asynchronous save of iteration 16 is not finalized"));
+    queue.close();
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{16}));
+    manager.discard_after(15);
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{}));
+  });
 }
 
 // Explicit groups of unequal sizes, as in nvidia-resiliency-ext's tests:

@@ -96,7 +96,15 @@ struct BackgroundWrite {
   std::atomic<bool> done{false};
   std::exception_ptr error;
   uint64_t bytes = 0;
-  ~BackgroundWrite() { join(); }
+  // The last owner may be the thread itself (its request was dropped
+  // unfinalized): it cannot join itself, so it lets itself go.
+  ~BackgroundWrite() {
+    if (thread.joinable() && thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();
+    } else {
+      join();
+    }
+  }
   void join() {
     if (thread.joinable()) thread.join();
   }
@@ -211,24 +219,34 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
     }
     work->done = true;
   });
-  return queue.schedule(AsyncRequest::from_functions(
-      rank_dir(comm_.rank()), [work] { return work->done.load(); },
-      [this, work, iteration, path](Communicator&) {
-        work->join();
-        std::vector<std::string> created;
-        if (!work->error) created.push_back(path);
-        finish_save(iteration, work->error, created);
-        SaveReport report;
-        report.bytes_written = work->bytes;
-        report.items_written = 1;
-        return report;
-      }));
+  try {
+    return queue.schedule(AsyncRequest::from_functions(
+        rank_dir(comm_.rank()), [work] { return work->done.load(); },
+        [this, work, iteration, path](Communicator&) {
+          work->join();
+          std::vector<std::string> created;
+          if (!work->error) created.push_back(path);
+          finish_save(iteration, work->error, created);
+          SaveReport report;
+          report.bytes_written = work->bytes;
+          report.items_written = 1;
+          return report;
+        }));
+  } catch (...) {
+    // Never queued (the queue is closed, or finalizing an older save failed,
+    // on every rank alike): this save will never be finalized, so its file goes.
+    work->join();
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    in_flight_.erase(iteration);
+    throw;
+  }
 }
 
 // One collective before any rank writes (two when files must go): the save
 // is checked (and staged) everywhere, and every rank lists the complete
-// files it holds of this iteration or a later one. Such files were left by a run this job abandoned
-// when it resumed from an older state. They go first, on every rank, before
+// files it holds of this iteration or a later one. Such files were left by
+// a run this job abandoned when it resumed from an older state. They go first, on every rank, before
 // anyone writes: kept, they would be the latest after a restart and the job
 // would resume into the abandoned run, and a file of this very iteration
 // could load beside this run's files of it.
@@ -297,7 +315,7 @@ void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr w
     }
     throw;
   }
-  last_complete_ = iteration;
+  last_complete_ = std::max(last_complete_, iteration);
   try {
     remove_older_than(iteration);
   } catch (const std::exception& e) {
@@ -347,8 +365,10 @@ void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::strin
   agree_on_errors(comm_, "replicate the local checkpoint to peers", error);
 }
 
+// Not those of an asynchronous save still in flight (a synchronous save of
+// a later iteration can finish first): its finalize needs them.
 void LocalCheckpointManager::remove_older_than(int64_t iteration) {
-  remove_files([&](int64_t it) { return it < iteration; });
+  remove_files([&](int64_t it) { return it < iteration && in_flight_.count(it) == 0; });
 }
 
 // Removes every file (temporary ones too) of the iterations chosen, then
