@@ -52,6 +52,11 @@ LocalRecovery load_and_check(const std::string& root, Communicator& comm, const 
   return manager.last_recovery();
 }
 
+// This rank's state at `iteration`, as a tensor-aware state dict.
+TensorAwareStateDict state_at(Communicator& comm, int64_t iteration) {
+  return TensorAwareStateDict::from_state_dict(model(comm.rank(), comm.size(), iteration), comm);
+}
+
 void save_iteration(const std::string& root, Communicator& comm, const LocalCheckpointOptions& options,
                     int64_t iteration, TensorAwareAlgo algo = TensorAwareAlgo::kFullyParallel) {
   LocalCheckpointManager manager(root, comm, options);
@@ -214,16 +219,16 @@ TEST(LocalCheckpoint, SavesMustBeNewerThanTheLoadedAndThePendingIterations) {
     LocalCheckpointManager manager(tmp.path(), comm, options);
     manager.load();
     EXPECT_TRUE(throws_with<CheckpointError>(
-        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 5), comm), 5); },
+        [&] { manager.save(state_at(comm, 5), 5); },
         "local checkpoint iteration 5 is not newer than the last one saved or loaded (5)"));
     EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{5}));  // untouched
     AsyncCallsQueue queue(comm);
-    manager.save_async(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 8), comm), 8, queue);
+    manager.save_async(state_at(comm, 8), 8, queue);
     EXPECT_TRUE(throws_with<CheckpointError>(
-        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 7), comm), 7); },
+        [&] { manager.save(state_at(comm, 7), 7); },
         "iteration 7 is not newer than iteration 8, whose asynchronous save is not finalized yet"));
     queue.close();
-    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 9), comm), 9);
+    manager.save(state_at(comm, 9), 9);
   });
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 9); });
 }
@@ -234,24 +239,21 @@ TEST(LocalCheckpoint, SavesMustBeNewerThanTheLoadedAndThePendingIterations) {
 TEST(LocalCheckpoint, AsynchronousSavesSurviveASynchronousOneAndARefusedQueue) {
   TempDir tmp("local-mixed");
   const LocalCheckpointOptions options = clique(2, 2);
-  const auto state = [](Communicator& comm, int64_t it) {
-    return TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, it), comm);
-  };
   run_ranks(4, [&](Communicator& comm) {
     LocalCheckpointManager manager(tmp.path(), comm, options);
     AsyncCallsQueue queue(comm);
-    manager.save_async(state(comm, 20), 20, queue);
-    manager.save(state(comm, 30), 30);
+    manager.save_async(state_at(comm, 20), 20, queue);
+    manager.save(state_at(comm, 30), 30);
     queue.close();  // finalizes 20
     EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{20, 30}));
     EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(30));
-    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.save(state(comm, 25), 25); }, "(30)"));
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.save(state_at(comm, 25), 25); }, "(30)"));
 
     AsyncCallsQueue closed(comm);
     closed.close();
-    EXPECT_TRUE(throws_with<Error>([&] { manager.save_async(state(comm, 40), 40, closed); }, "the queue is closed"));
+    EXPECT_TRUE(throws_with<Error>([&] { manager.save_async(state_at(comm, 40), 40, closed); }, "the queue is closed"));
     EXPECT_FALSE(io::exists(manager.file_path(comm.rank(), 40, comm.rank())));
-    manager.save(state(comm, 40), 40);  // not held back as in flight
+    manager.save(state_at(comm, 40), 40);  // not held back as in flight
   });
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 40); });
 }
@@ -265,11 +267,11 @@ TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
   const LocalCheckpointOptions options = clique(2, 2);
   run_ranks(4, [&](Communicator& comm) {
     LocalCheckpointManager manager(tmp.path(), comm, options);
-    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 10), comm), 10);
+    manager.save(state_at(comm, 10), 10);
     // Keep 10 beside 30 (a save removes the older ones): copy it aside, put it back.
     const std::string own = manager.file_path(comm.rank(), 10, comm.rank());
     std::filesystem::copy_file(own, own + ".keep");
-    manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 30), comm), 30);
+    manager.save(state_at(comm, 30), 30);
     std::filesystem::rename(own + ".keep", own);
   });
   run_ranks(4, [&](Communicator& comm) {
@@ -277,9 +279,8 @@ TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
     EXPECT_EQ(manager.find_latest(), std::optional<int64_t>(30));
     manager.discard_after(15);
     EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{10}));
-    EXPECT_TRUE(throws_with<CheckpointError>(
-        [&] { manager.save(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 15), comm), 15); },
-        "not newer than the last one saved or loaded (15)"));
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.save(state_at(comm, 15), 15); },
+                                             "not newer than the last one saved or loaded (15)"));
   });
   // Every rank put its own copy of 10 back: 10 is complete, and the latest.
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 10); });
@@ -287,7 +288,7 @@ TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
   run_ranks(4, [&](Communicator& comm) {
     LocalCheckpointManager manager(tmp.path(), comm, options);
     AsyncCallsQueue queue(comm);
-    manager.save_async(TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 16), comm), 16, queue);
+    manager.save_async(state_at(comm, 16), 16, queue);
     EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.discard_after(15); },
                                              "the asynchronous save of iteration 16 is not finalized"));
     queue.close();

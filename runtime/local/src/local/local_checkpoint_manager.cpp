@@ -127,17 +127,36 @@ std::string LocalCheckpointManager::file_path(int holder, int64_t iteration, int
   return fmt::format("{}/iter_{}_owner_{}.dcl", rank_dir(holder), iteration, owner);
 }
 
+namespace {
+
+// A file of a rank's directory named as a local checkpoint.
+struct NamedFile {
+  fs::path path;
+  int64_t iteration;
+  int owner;
+  bool temporary;  // still being written (".tmp")
+};
+
+std::vector<NamedFile> named_files_in(const std::string& dir) {
+  std::vector<NamedFile> files;
+  if (!io::is_dir(dir)) return files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, file_pattern())) continue;
+    files.push_back(NamedFile{entry.path(), std::stoll(m[1].str()), std::stoi(m[2].str()), m[3].matched});
+  }
+  return files;
+}
+
+}  // namespace
+
 // Files of this rank's directory named as complete local checkpoints (not
 // their temporary names), whatever their headers say.
 std::vector<LocalCheckpointManager::Held> LocalCheckpointManager::named_files() const {
   std::vector<Held> named;
-  const std::string dir = rank_dir(comm_.rank());
-  if (!io::is_dir(dir)) return named;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, m, file_pattern()) || m[3].matched) continue;
-    named.push_back(Held{std::stoll(m[1].str()), std::stoi(m[2].str())});
+  for (const NamedFile& f : named_files_in(rank_dir(comm_.rank()))) {
+    if (!f.temporary) named.push_back(Held{f.iteration, f.owner});
   }
   return named;
 }
@@ -374,21 +393,12 @@ void LocalCheckpointManager::remove_older_than(int64_t iteration) {
 // Removes every file (temporary ones too) of the iterations chosen, then
 // throws naming those it could not remove (the callers decide whether that matters).
 void LocalCheckpointManager::remove_files(const std::function<bool(int64_t)>& of_iteration) {
-  const std::string dir = rank_dir(comm_.rank());
-  if (!io::is_dir(dir)) return;
-  std::vector<fs::path> doomed;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, file_pattern()) && of_iteration(std::stoll(m[1].str()))) {
-      doomed.push_back(entry.path());
-    }
-  }
   std::vector<std::string> failed;
-  for (const fs::path& path : doomed) {
+  for (const NamedFile& f : named_files_in(rank_dir(comm_.rank()))) {
+    if (!of_iteration(f.iteration)) continue;
     std::error_code error;
-    fs::remove(path, error);
-    if (error) failed.push_back(fmt::format("'{}': {}", path.string(), error.message()));
+    fs::remove(f.path, error);
+    if (error) failed.push_back(fmt::format("'{}': {}", f.path.string(), error.message()));
   }
   if (!failed.empty()) throw CheckpointError(fmt::format("could not remove {}", fmt::join(failed, ", ")));
 }
