@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "distckpt/distckpt.h"
@@ -249,6 +250,49 @@ TEST_F(SafetensorsInterop, TorchSaveFilesConvertToDistckptAndSafetensors) {
   const CommandResult cut = cli("convert " + py + "/cut.pt " + tmp_.path() + "/cut --to distckpt");
   EXPECT_EQ(cut.exit_code, 2);
   EXPECT_NE(cut.output.find("cut.pt' cannot be read as a torch.save file"), std::string::npos) << cut.output;
+}
+
+// torch.save files are read from their zip directory: zip64 records are
+// followed, every record read is checked against its CRC-32 (which
+// torch.load ignores), and the export to safetensors streams tensors through
+// its windows instead of holding the file.
+TEST_F(SafetensorsInterop, TorchSaveFilesAreCheckedAndStreamed) {
+  const std::string py = tmp_.path() + "/pt";
+  const CommandResult written =
+      run_command(fmt::format("cd {}/tests/interop && /usr/bin/python3 write_torch_save.py {}", kSource, py));
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  const auto cli = [](const std::string& args) { return run_command(kBin + "/distckpt " + args); };
+
+  // Python's zipfile with every field in zip64 records, behind a comment.
+  const std::string plain = tmp_.path() + "/plain", zip64 = tmp_.path() + "/zip64";
+  ASSERT_EQ(cli("convert " + py + "/state.pt " + plain + " --to safetensors --quiet").exit_code, 0);
+  const CommandResult from64 = cli("convert " + py + "/zip64.pt " + zip64 + " --to safetensors --quiet");
+  ASSERT_EQ(from64.exit_code, 0) << from64.output;
+  EXPECT_EQ(cli("digest " + zip64).output, cli("digest " + plain).output);
+
+  // One flipped byte in a storage: refused by every conversion, nothing written.
+  for (const char* to : {"safetensors", "distckpt", "torch"}) {
+    const std::string dst = tmp_.path() + "/damaged-" + to;
+    const CommandResult damaged = cli(fmt::format("convert {}/damaged.pt {} --to {}", py, dst, to));
+    EXPECT_EQ(damaged.exit_code, 2) << to;
+    EXPECT_NE(damaged.output.find("'" + py + "/damaged.pt': record 'state/data/0' fails its CRC-32"), std::string::npos)
+        << damaged.output;
+    EXPECT_FALSE(std::filesystem::exists(dst)) << dst;
+  }
+
+  // 48 MiB through 1 MiB windows: the buffers held stay a few windows (plus
+  // the one strided view's storage), and every value arrives.
+  ConvertOptions options;
+  options.window_bytes = uint64_t{1} << 20;
+  const std::string big = tmp_.path() + "/big";
+  const ConvertReport report = convert_to_safetensors(py + "/big.pt", big, options);
+  EXPECT_EQ(report.tensors, 3u);
+  EXPECT_EQ(report.bytes, (uint64_t{12} << 20) * 4 + 6 * 4 + 3);
+  EXPECT_LE(report.peak_buffer, uint64_t{5} << 20);
+  const StateDict loaded = load_plain_tensors(big);
+  EXPECT_TRUE(at::equal(loaded.at("big").as_tensor(), at::arange(int64_t{12} << 20, at::kFloat)));
+  EXPECT_TRUE(at::equal(loaded.at("cols").as_tensor(), at::arange(12, at::kFloat).reshape({3, 4}).slice(1, 1, 3)));
+  EXPECT_TRUE(at::equal(loaded.at("flag").as_tensor(), at::tensor({1, 0, 1}, at::kByte).to(at::kBool)));
 }
 
 }  // namespace

@@ -10,14 +10,45 @@ OUT/list.pt     a list, not a dict
 OUT/one.pt      {"w": ...}: a dict of one entry (pickle's SETITEM)
 OUT/views.pt    a Parameter, and two views of one storage (one strided), pickle protocol 4
 OUT/expanded.pt an expanded view: 4 x 3 elements over a storage of 3 (refused)
+OUT/big.pt      "big": arange(BIG) in float32 (48 MiB), "cols": a strided view, "flag": bools
+OUT/zip64.pt    state.pt's records rewritten by Python's zipfile with every size,
+                offset and count in zip64 records, and an archive comment
+OUT/damaged.pt  state.pt with one byte of its first storage flipped (its CRC-32
+                no longer matches; torch.load does not check it)
 """
 import collections
 import os
+import struct
 import sys
+import zipfile
 
 import torch
 
 from write_safetensors import TENSORS, value
+
+BIG = 12 << 20
+
+
+def rewrite_as_zip64(src, dst):
+    """Copies every record of src into dst as stored zip64 entries."""
+    limits = zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 0, 0  # every field escaped into zip64 records
+    try:
+        with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as out:
+            for info in z.infolist():
+                out.writestr(info.filename, z.read(info.filename))
+            out.comment = b"rewritten with zip64 records"
+    finally:
+        zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = limits
+
+
+def flip_first_storage_byte(src, dst):
+    data = bytearray(open(src, "rb").read())
+    with zipfile.ZipFile(src) as z:
+        info = z.getinfo(z.namelist()[0].split("/")[0] + "/data/0")
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len + 5] ^= 0x10
+    open(dst, "wb").write(bytes(data))
 
 
 def main():
@@ -38,6 +69,10 @@ def main():
     torch.save({"p": torch.nn.Parameter(torch.ones(2, 3)), "cols": base[:, 1:3], "row": base[2]},
                os.path.join(out, "views.pt"), pickle_protocol=4)
     torch.save({"e": torch.zeros(3).expand(4, 3), "w": torch.zeros(2)}, os.path.join(out, "expanded.pt"))
+    torch.save({"big": torch.arange(BIG, dtype=torch.float32), "cols": base[:, 1:3],
+                "flag": torch.tensor([True, False, True])}, os.path.join(out, "big.pt"))
+    rewrite_as_zip64(os.path.join(out, "state.pt"), os.path.join(out, "zip64.pt"))
+    flip_first_storage_byte(os.path.join(out, "state.pt"), os.path.join(out, "damaged.pt"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-// Whole-checkpoint conversions: any readable checkpoint to safetensors
-// (streamed in windows); any checkpoint or torch.save file to torch.save or
-// to distckpt (whole tensors, one rank saves everything).
+// Whole-checkpoint conversions: any readable checkpoint or torch.save file
+// to safetensors (streamed in windows); any of them to torch.save or to
+// distckpt (whole tensors, one rank saves everything).
 #include "distckpt/api/convert.h"
 
 #include <ATen/ATen.h>
@@ -147,29 +147,6 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
   return out;
 }
 
-// A torch.save file's tensors (held at once, as torch.load holds them).
-ConvertReport torch_file_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
-  api::TorchFileContents contents = api::read_torch_file(src);
-  ConvertReport report;
-  const api::NamedTensors tensors = converted_tensors(contents, src, options, report);
-  std::vector<safetensors::Entry> entries;
-  std::unordered_map<std::string, const at::Tensor*> by_name;
-  for (const auto& [name, t] : tensors) {
-    entries.push_back({name, t.scalar_type(), t.sizes().vec(), 0, 0});
-    by_name.emplace(name, &t);
-  }
-  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
-  for (size_t i = 0; i < writer.tensors().size(); ++i) {
-    const at::Tensor t = by_name.at(writer.tensors()[i].name)->contiguous();
-    writer.write(i, 0, t.data_ptr(), t.nbytes());
-  }
-  writer.commit();
-  report.files = writer.files();
-  if (options.progress) options.progress(report.bytes, report.bytes);
-  return report;
-}
-
 // The export's writes, on a thread of their own, so that reading the next
 // window overlaps writing this one. One window waits at most, so three
 // buffers circulate (filled, waiting, being written); they are recycled, not
@@ -266,11 +243,71 @@ class WindowWriter {
   std::thread thread_;  // last: starts once the rest is ready
 };
 
+// Pushes one read window of tensor `index` (element `first` on) to the
+// writer, converted to the entry's dtype in a buffer of the writer's: the
+// read window is reused at once.
+void push_window(WindowWriter& windows, size_t index, const safetensors::Entry& entry, int64_t first,
+                 const at::Tensor& values) {
+  const uint64_t element = dtype_size(entry.dtype);
+  const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
+  at::Tensor buffer = windows.buffer(bytes);
+  if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
+  windows.push(index, static_cast<uint64_t>(first) * element, std::move(buffer), bytes);
+}
+
+// A torch.save file's tensors, streamed like a checkpoint's: a contiguous
+// tensor goes from the file through the read window; a strided view (rare in
+// state dicts) reads its storage whole, once per view.
+ConvertReport torch_file_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
+  api::TorchFileReader reader(src);
+  std::vector<safetensors::Entry> entries;
+  std::unordered_map<std::string, size_t> by_name;
+  for (size_t i = 0; i < reader.tensors().size(); ++i) {
+    const auto& [name, layout] = reader.tensors()[i];
+    if (reader.common().contains(name)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", name, src));
+    }
+    entries.push_back({name, stored_dtype(layout.scalar_type(), options), layout.sizes().vec(), 0, 0});
+    by_name.emplace(name, i);
+  }
+  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
+  ConvertReport report;
+  Progress progress(options, writer.bytes());
+  uint64_t largest_view = 0;
+  {
+    WindowWriter windows(writer, progress, options.window_bytes);
+    const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);
+    for (size_t i = 0; i < writer.tensors().size(); ++i) {
+      const safetensors::Entry& entry = writer.tensors()[i];
+      const size_t t = by_name.at(entry.name);
+      const auto push = [&](int64_t first, const at::Tensor& values) { push_window(windows, i, entry, first, values); };
+      if (reader.contiguous(t)) {
+        reader.read_in_windows(t, scratch, push);
+        continue;
+      }
+      const at::Tensor whole = reader.read(t).contiguous();
+      largest_view = std::max<uint64_t>(largest_view, whole.storage().nbytes() + whole.nbytes());
+      const int64_t window = std::max<int64_t>(1, static_cast<int64_t>(options.window_bytes / whole.element_size()));
+      const at::Tensor flat = whole.view(-1);
+      for (int64_t first = 0; first < flat.numel(); first += window) {
+        push(first, flat.narrow(0, first, std::min(window, flat.numel() - first)));
+      }
+    }
+    report.peak_buffer = scratch.nbytes() + windows.finish() + largest_view;
+  }
+  writer.commit();
+  report.tensors = writer.tensors().size();
+  report.files = writer.files();
+  report.bytes = writer.bytes();
+  return report;
+}
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  if (api::is_torch_file(src)) return torch_file_to_safetensors(src, dst, options);
   if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
+  if (api::is_torch_file(src)) return torch_file_to_safetensors(src, dst, options);
   api::CheckpointReader reader(src);
   const std::vector<Export> exports = options.mapping.empty() ? every_tensor(reader) : mapped(reader, options.mapping);
   std::vector<safetensors::Entry> entries;
@@ -294,18 +331,9 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
     for (size_t i = 0; i < writer.tensors().size(); ++i) {
       const safetensors::Entry& entry = writer.tensors()[i];
       const Export& e = *by_name.at(entry.name);
-      const uint64_t element = dtype_size(entry.dtype);
       api::read_in_windows(
           reader, *e.record, e.region, options.window_bytes,
-          [&](int64_t start, const at::Tensor& values) {
-            // The read window is reused: the values (converted
-            // when asked) go to a buffer of the writer's.
-            const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
-            at::Tensor buffer = windows.buffer(bytes);
-            if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
-            windows.push(i, static_cast<uint64_t>(start) * element, std::move(buffer), bytes);
-          },
-          scratch);
+          [&](int64_t start, const at::Tensor& values) { push_window(windows, i, entry, start, values); }, scratch);
     }
     report.peak_buffer = scratch.nbytes() + windows.finish();
   }

@@ -1,16 +1,20 @@
 // torch.save files: the zip format Python's torch.save writes and torch.load
-// reads, through LibTorch's pickler. A file is one dict: tensors (at any
-// depth, named by their dotted path) and plain values (numbers, strings,
-// bools, None, lists and dicts of them).
+// reads. A file is one dict: tensors (at any depth, named by their dotted
+// path) and plain values (numbers, strings, bools, None, lists and dicts of
+// them).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "format/zip_archive.h"
+#include "io/file.h"
 
 namespace distckpt::api {
 
@@ -24,8 +28,62 @@ struct TorchFileContents {
 // A regular file that starts like a zip archive (what torch.save writes).
 bool is_torch_file(const std::string& path);
 
-// CheckpointError naming the file (and the entry) for anything but a dict
-// of tensors and plain values, or a file LibTorch cannot unpickle.
+// A torch.save file opened for reading: its pickle is read and checked at
+// once, tensor bytes on demand, straight from the file into their
+// destination. Every record read is checked against the CRC-32 the archive
+// records for it (torch.load does not check it). CheckpointError naming the
+// file (and the entry) for anything but a dict of tensors and plain values.
+class TorchFileReader {
+ public:
+  explicit TorchFileReader(const std::string& path);
+  ~TorchFileReader();
+  TorchFileReader(const TorchFileReader&) = delete;
+  TorchFileReader& operator=(const TorchFileReader&) = delete;
+
+  struct Tensor {
+    std::string name;   // dotted path in the file's dicts
+    at::Tensor layout;  // on the meta device: dtype, sizes, strides and storage offset, no data
+  };
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const StateDict& common() const { return common_; }
+
+  // Tensor i, whole: its storage read (it keeps its strides).
+  at::Tensor read(size_t i);
+  // Every tensor; views of one storage share it, as in the file.
+  NamedTensors read_all();
+  // Whether tensor i's elements lie back to back, row-major, in its storage.
+  bool contiguous(size_t i) const;
+  // A contiguous tensor i in pieces of at most `scratch`'s bytes (a 1-D byte tensor):
+  // fn(first element, values), `values` a view of `scratch`.
+  void read_in_windows(size_t i, const at::Tensor& scratch,
+                       const std::function<void(int64_t first, const at::Tensor& values)>& fn);
+
+ private:
+  struct Storage {
+    const zip::Entry* record;
+    at::ScalarType dtype;
+    int64_t numel;
+    bool verified = false;  // the whole record passed its CRC-32
+  };
+
+  const Storage* storage_of(size_t i) const;  // nullptr for a tensor without elements
+  at::Tensor read_storage(Storage& s);
+  // Reads `n` bytes of `s`'s record from `begin` into `data`, adding them to `crc`.
+  void read_bytes(const Storage& s, uint64_t begin, uint64_t n, void* data, zip::Crc32* crc) const;
+  void check_crc(const Storage& s, const zip::Crc32& crc) const;
+  void verify(Storage& s, const at::Tensor& scratch);
+  void clamp_bools(const at::Tensor& t) const;
+
+  std::string path_;
+  io::File file_;
+  std::unique_ptr<zip::Index> index_;
+  std::vector<Storage> storages_;
+  std::vector<Tensor> tensors_;
+  std::vector<size_t> tensor_storage_;  // index into storages_, or SIZE_MAX
+  StateDict common_;
+};
+
+// Every tensor and the common values (TorchFileReader::read_all).
 TorchFileContents read_torch_file(const std::string& path);
 
 // Writes `common` and `tensors` as one dict; `path` appears only when complete.

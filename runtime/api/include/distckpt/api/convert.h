@@ -8,7 +8,9 @@
 // everywhere: its tensors at any depth of nested dicts, named by their
 // dotted path; everything else becomes common values. Its pickle is read
 // by a restricted reader that imports and runs nothing (only the classes
-// state dicts use are known); all tensors are held in memory at once.
+// state dicts use are known); every record is checked against its CRC-32.
+// The export to safetensors streams its tensors; the other conversions hold
+// them in memory at once.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -32,9 +34,10 @@ struct ConvertOptions {
   std::string mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
   std::function<void(uint64_t done, uint64_t total)> progress{};
-  // safetensors from a checkpoint: tensors stream through windows of this
-  // many bytes, read while the previous one is written; at most four are
-  // held at once, whatever the model size.
+  // safetensors: tensors stream through windows of this many bytes, read
+  // while the previous one is written; at most four are held at once,
+  // whatever the model size (plus, from a torch.save file, the storage of a
+  // strided view, read whole).
   uint64_t window_bytes = uint64_t{32} << 20;
 };
 
