@@ -293,6 +293,18 @@ TEST_F(SafetensorsInterop, TorchSaveFilesAreCheckedAndStreamed) {
   EXPECT_TRUE(at::equal(loaded.at("big").as_tensor(), at::arange(int64_t{12} << 20, at::kFloat)));
   EXPECT_TRUE(at::equal(loaded.at("cols").as_tensor(), at::arange(12, at::kFloat).reshape({3, 4}).slice(1, 1, 3)));
   EXPECT_TRUE(at::equal(loaded.at("flag").as_tensor(), at::tensor({1, 0, 1}, at::kByte).to(at::kBool)));
+
+  // torch.save -> torch.save streams the same way, and torch.load reads it.
+  const std::string again = tmp_.path() + "/again.pt";
+  const ConvertReport rewritten = convert_to_torch(py + "/big.pt", again, options);
+  EXPECT_EQ(rewritten.bytes, report.bytes);
+  EXPECT_LE(rewritten.peak_buffer, uint64_t{5} << 20);
+  const CommandResult python =
+      run_command("/usr/bin/python3 -c \"import torch; d = torch.load('" + again +
+                  "'); base = torch.arange(12.0).reshape(3, 4); "
+                  "print(sorted(d), torch.equal(d['big'], torch.arange(12 << 20, dtype=torch.float32)), "
+                  "torch.equal(d['cols'], base[:, 1:3]), d['flag'].tolist())\"");
+  EXPECT_EQ(python.output, "['big', 'cols', 'flag'] True True [True, False, True]\n") << python.output;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto read = [&](void* out, size_t n, uint64_t offset) {
     if (offset > size || size - offset < n) throw distckpt::CorruptionError("read past the end");
-    std::memcpy(out, data + offset, n);
+    if (n > 0) std::memcpy(out, data + offset, n);
   };
   try {
     const distckpt::zip::Index index(read, size, "fuzz.pt");

@@ -26,6 +26,7 @@
 #include "format/dtype.h"
 #include "io/file.h"
 #include "storage/safetensors_writer.h"
+#include "storage/torch_file_writer.h"
 
 namespace distckpt {
 namespace {
@@ -148,14 +149,16 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
 }
 
 // The export's writes, on a thread of their own, so that reading the next
-// window overlaps writing this one. One window waits at most, so three
+// window overlaps writing this one. Windows are written in the order they
+// are pushed. One window waits at most, so three
 // buffers circulate (filled, waiting, being written); they are recycled, not
 // freed: large buffers freed and allocated again make the C allocator keep
 // hundreds of MiB resident. Memory: the reader's window and these three.
 class WindowWriter {
  public:
-  WindowWriter(storage::SafetensorsWriter& writer, Progress& progress, uint64_t window_bytes)
-      : writer_(writer), progress_(progress), window_bytes_(window_bytes), thread_([this] { run(); }) {}
+  using Sink = std::function<void(size_t index, uint64_t offset, const void* data, uint64_t n)>;
+  WindowWriter(Sink sink, Progress& progress, uint64_t window_bytes)
+      : sink_(std::move(sink)), progress_(progress), window_bytes_(window_bytes), thread_([this] { run(); }) {}
   ~WindowWriter() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -217,7 +220,7 @@ class WindowWriter {
       lock.unlock();
       std::exception_ptr error;
       try {
-        writer_.write(w.index, w.offset, w.buffer.data_ptr(), w.bytes);
+        sink_(w.index, w.offset, w.buffer.data_ptr(), w.bytes);
         progress_.add(w.bytes);
       } catch (...) {
         error = std::current_exception();
@@ -230,7 +233,7 @@ class WindowWriter {
     }
   }
 
-  storage::SafetensorsWriter& writer_;
+  const Sink sink_;
   Progress& progress_;
   const uint64_t window_bytes_;
   std::mutex mutex_;
@@ -244,99 +247,133 @@ class WindowWriter {
 };
 
 // Pushes one read window of tensor `index` (element `first` on) to the
-// writer, converted to the entry's dtype in a buffer of the writer's: the
-// read window is reused at once.
-void push_window(WindowWriter& windows, size_t index, const safetensors::Entry& entry, int64_t first,
-                 const at::Tensor& values) {
-  const uint64_t element = dtype_size(entry.dtype);
+// writer, converted to `dtype` in a buffer of the writer's: the read window
+// is reused at once.
+void push_window(WindowWriter& windows, size_t index, at::ScalarType dtype, int64_t first, const at::Tensor& values) {
+  const uint64_t element = dtype_size(dtype);
   const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
   at::Tensor buffer = windows.buffer(bytes);
-  if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(entry.dtype).copy_(values);
+  if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(dtype).copy_(values);
   windows.push(index, static_cast<uint64_t>(first) * element, std::move(buffer), bytes);
 }
 
-// A torch.save file's tensors, streamed like a checkpoint's: a contiguous
-// tensor goes from the file through the read window; a strided view (rare in
-// state dicts) reads its storage whole, once per view.
-ConvertReport torch_file_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
-  api::TorchFileReader reader(src);
-  std::vector<safetensors::Entry> entries;
-  std::unordered_map<std::string, size_t> by_name;
-  for (size_t i = 0; i < reader.tensors().size(); ++i) {
-    const auto& [name, layout] = reader.tensors()[i];
-    if (reader.common().contains(name)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", name, src));
+using WindowFn = std::function<void(int64_t first, const at::Tensor& values)>;
+
+// The tensors an export writes, each read in windows: a checkpoint's (any
+// load() reads) or a torch.save file's.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  struct Tensor {
+    std::string name;
+    at::ScalarType dtype;
+    Shape shape;
+  };
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  // Tensor i's values in row-major windows of at most `scratch`'s bytes.
+  virtual void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) = 0;
+  // Bytes held beyond the windows (a strided view's storage, read whole).
+  uint64_t extra_peak() const { return extra_peak_; }
+
+ protected:
+  std::vector<Tensor> tensors_;
+  uint64_t extra_peak_ = 0;
+};
+
+class CheckpointSource : public TensorSource {
+ public:
+  CheckpointSource(const std::string& src, const std::string& mapping) : reader_(src) {
+    exports_ = mapping.empty() ? every_tensor(reader_) : mapped(reader_, mapping);
+    for (const Export& e : exports_) tensors_.push_back({e.name, e.record->dtype, e.shape});
+    if (!reader_.index().objects.empty()) {
+      log_message(LogLevel::kWarning, fmt::format("{} sharded objects of '{}' are not exported (tensors only)",
+                                                  reader_.index().objects.size(), src));
     }
-    entries.push_back({name, stored_dtype(layout.scalar_type(), options), layout.sizes().vec(), 0, 0});
-    by_name.emplace(name, i);
   }
-  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
-  ConvertReport report;
-  Progress progress(options, writer.bytes());
-  uint64_t largest_view = 0;
-  {
-    WindowWriter windows(writer, progress, options.window_bytes);
-    const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);
-    for (size_t i = 0; i < writer.tensors().size(); ++i) {
-      const safetensors::Entry& entry = writer.tensors()[i];
-      const size_t t = by_name.at(entry.name);
-      const auto push = [&](int64_t first, const at::Tensor& values) { push_window(windows, i, entry, first, values); };
-      if (reader.contiguous(t)) {
-        reader.read_in_windows(t, scratch, push);
-        continue;
+  void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
+    api::read_in_windows(reader_, *exports_[i].record, exports_[i].region, scratch.nbytes(), fn, scratch);
+  }
+
+ private:
+  api::CheckpointReader reader_;
+  std::vector<Export> exports_;
+};
+
+// A contiguous tensor streams from the file; a strided view (rare in a
+// state dict) reads its storage whole.
+class TorchFileSource : public TensorSource {
+ public:
+  explicit TorchFileSource(const std::string& src) : reader_(src) {
+    for (const auto& [name, layout] : reader_.tensors()) {
+      if (reader_.common().contains(name)) {
+        throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", name, src));
       }
-      const at::Tensor whole = reader.read(t).contiguous();
-      largest_view = std::max<uint64_t>(largest_view, whole.storage().nbytes() + whole.nbytes());
-      const int64_t window = std::max<int64_t>(1, static_cast<int64_t>(options.window_bytes / whole.element_size()));
-      const at::Tensor flat = whole.view(-1);
-      for (int64_t first = 0; first < flat.numel(); first += window) {
-        push(first, flat.narrow(0, first, std::min(window, flat.numel() - first)));
-      }
+      tensors_.push_back({name, layout.scalar_type(), layout.sizes().vec()});
     }
-    report.peak_buffer = scratch.nbytes() + windows.finish() + largest_view;
   }
-  writer.commit();
-  report.tensors = writer.tensors().size();
-  report.files = writer.files();
-  report.bytes = writer.bytes();
-  return report;
+  void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
+    if (reader_.contiguous(i)) return reader_.read_in_windows(i, scratch, fn);
+    const at::Tensor whole = reader_.read(i).contiguous();
+    extra_peak_ = std::max<uint64_t>(extra_peak_, whole.storage().nbytes() + whole.nbytes());
+    const at::Tensor flat = whole.view(-1);
+    const int64_t window = std::max<int64_t>(1, static_cast<int64_t>(scratch.nbytes() / whole.element_size()));
+    for (int64_t first = 0; first < flat.numel(); first += window) {
+      fn(first, flat.narrow(0, first, std::min(window, flat.numel() - first)));
+    }
+  }
+  const StateDict& common() const { return reader_.common(); }
+
+ private:
+  api::TorchFileReader reader_;
+};
+
+std::unique_ptr<TensorSource> open_source(const std::string& src, const ConvertOptions& options) {
+  if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
+  if (api::is_torch_file(src)) {
+    if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
+    return std::make_unique<TorchFileSource>(src);
+  }
+  return std::make_unique<CheckpointSource>(src, options.mapping);
+}
+
+// Streams every tensor of `source` to `sink` in the order of `order`
+// (indices into source.tensors()), converted to `dtypes` (by that order).
+// Returns the bytes of buffer held at most.
+uint64_t stream(TensorSource& source, const std::vector<size_t>& order, const std::vector<at::ScalarType>& dtypes,
+                WindowWriter::Sink sink, Progress& progress, const ConvertOptions& options) {
+  WindowWriter windows(std::move(sink), progress, options.window_bytes);
+  const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);  // read windows
+  for (size_t k = 0; k < order.size(); ++k) {
+    source.read(order[k], scratch,
+                [&](int64_t first, const at::Tensor& values) { push_window(windows, k, dtypes[k], first, values); });
+  }
+  return scratch.nbytes() + windows.finish() + source.extra_peak();
 }
 
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
-  if (api::is_torch_file(src)) return torch_file_to_safetensors(src, dst, options);
-  api::CheckpointReader reader(src);
-  const std::vector<Export> exports = options.mapping.empty() ? every_tensor(reader) : mapped(reader, options.mapping);
+  const std::unique_ptr<TensorSource> source = open_source(src, options);
   std::vector<safetensors::Entry> entries;
-  std::unordered_map<std::string, const Export*> by_name;
-  for (const Export& e : exports) {
-    entries.push_back({e.name, stored_dtype(e.record->dtype, options), e.shape, 0, 0});
-    by_name.emplace(e.name, &e);
-  }
-  if (!reader.index().objects.empty()) {
-    log_message(LogLevel::kWarning,
-                fmt::format("{} sharded objects of '{}' are not exported: safetensors holds tensors "
-                            "only",
-                            reader.index().objects.size(), src));
+  std::unordered_map<std::string, size_t> by_name;
+  for (size_t i = 0; i < source->tensors().size(); ++i) {
+    const TensorSource::Tensor& t = source->tensors()[i];
+    entries.push_back({t.name, stored_dtype(t.dtype, options), t.shape, 0, 0});
+    by_name.emplace(t.name, i);
   }
   storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
-  ConvertReport report;
-  Progress progress(options, writer.bytes());
-  {
-    WindowWriter windows(writer, progress, options.window_bytes);
-    const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);  // read windows
-    for (size_t i = 0; i < writer.tensors().size(); ++i) {
-      const safetensors::Entry& entry = writer.tensors()[i];
-      const Export& e = *by_name.at(entry.name);
-      api::read_in_windows(
-          reader, *e.record, e.region, options.window_bytes,
-          [&](int64_t start, const at::Tensor& values) { push_window(windows, i, entry, start, values); }, scratch);
-    }
-    report.peak_buffer = scratch.nbytes() + windows.finish();
+  std::vector<size_t> order;  // the writer's: by dtype width, then name
+  std::vector<at::ScalarType> dtypes;
+  for (const safetensors::Entry& e : writer.tensors()) {
+    order.push_back(by_name.at(e.name));
+    dtypes.push_back(e.dtype);
   }
+  Progress progress(options, writer.bytes());
+  ConvertReport report;
+  report.peak_buffer = stream(
+      *source, order, dtypes,
+      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { writer.write(i, offset, data, n); }, progress,
+      options);
   writer.commit();
   report.tensors = writer.tensors().size();
   report.files = writer.files();
@@ -346,11 +383,32 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
-  api::TorchFileContents contents = whole_contents(src);
+  const std::unique_ptr<TensorSource> source = open_source(src, options);
+  const auto* torch_file = dynamic_cast<const TorchFileSource*>(source.get());
+  const StateDict common = torch_file ? torch_file->common() : load_common_state_dict(src);
+  std::vector<storage::TorchFileWriter::Tensor> tensors;
+  std::vector<size_t> order;
+  std::vector<at::ScalarType> dtypes;
+  for (size_t i = 0; i < source->tensors().size(); ++i) {
+    const TensorSource::Tensor& t = source->tensors()[i];
+    if (common.contains(t.name)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", t.name, src));
+    }
+    tensors.push_back({t.name, stored_dtype(t.dtype, options), t.shape});
+    order.push_back(i);
+    dtypes.push_back(tensors.back().dtype);
+  }
+  storage::TorchFileWriter writer(dst, common, std::move(tensors));
+  Progress progress(options, writer.bytes());
   ConvertReport report;
-  const api::NamedTensors tensors = converted_tensors(contents, src, options, report);
-  api::write_torch_file(dst, contents.common, tensors);
-  if (options.progress) options.progress(report.bytes, report.bytes);
+  report.peak_buffer = stream(
+      *source, order, dtypes,
+      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { writer.write(i, offset, data, n); }, progress,
+      options);
+  writer.commit();
+  report.tensors = writer.tensors().size();
+  report.files = 1;
+  report.bytes = writer.bytes();
   return report;
 }
 

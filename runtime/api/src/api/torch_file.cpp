@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,41 +13,13 @@
 #include "distckpt/core/errors.h"
 #include "format/torch_pickle.h"
 #include "io/file.h"
+#include "storage/torch_file_writer.h"
 
 namespace distckpt::api {
 namespace {
 
 // torch.save's zip archive: a local file header first.
 constexpr char kZipSignature[4] = {'P', 'K', 3, 4};
-
-c10::IValue to_ivalue(const Value& v, const std::string& where) {
-  switch (v.kind()) {
-    case Kind::kNone:
-      return c10::IValue();
-    case Kind::kBool:
-      return v.as_bool();
-    case Kind::kInt:
-      return v.as_int();
-    case Kind::kFloat:
-      return v.as_float();
-    case Kind::kString:
-      return v.as_string();
-    case Kind::kTensor:
-      return v.as_tensor();
-    case Kind::kDict: {
-      c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-      for (const auto& [key, item] : v.as_dict()) dict.insert(key, to_ivalue(item, where + "." + key));
-      return dict;
-    }
-    case Kind::kList: {
-      c10::impl::GenericList list(c10::AnyType::get());
-      for (size_t i = 0; i < v.as_list().size(); ++i) list.push_back(to_ivalue(v.as_list()[i], where));
-      return list;
-    }
-    default:
-      throw Error(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
-  }
-}
 
 // The nesting a state dict needs, with room; a deeper (or cyclic) pickle is refused.
 constexpr int kMaxDepth = 64;
@@ -326,11 +297,14 @@ TorchFileContents read_torch_file(const std::string& path) {
 }
 
 void write_torch_file(const std::string& path, const StateDict& common, const NamedTensors& tensors) {
-  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  for (const auto& [key, value] : common.as_dict()) dict.insert(key, to_ivalue(value, key));
-  for (const auto& [key, tensor] : tensors) dict.insert(key, tensor);
-  const std::vector<char> bytes = torch::jit::pickle_save(dict);
-  io::write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+  std::vector<storage::TorchFileWriter::Tensor> described;
+  for (const auto& [key, tensor] : tensors) described.push_back({key, tensor.scalar_type(), tensor.sizes().vec()});
+  storage::TorchFileWriter writer(path, common, std::move(described));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor t = tensors[i].second.contiguous();
+    writer.write(i, 0, t.data_ptr(), t.nbytes());
+  }
+  writer.commit();
 }
 
 }  // namespace distckpt::api

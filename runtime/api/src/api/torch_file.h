@@ -86,7 +86,8 @@ class TorchFileReader {
 // Every tensor and the common values (TorchFileReader::read_all).
 TorchFileContents read_torch_file(const std::string& path);
 
-// Writes `common` and `tensors` as one dict; `path` appears only when complete.
+// Writes `common` and `tensors` as one dict (storage::TorchFileWriter);
+// `path` must not exist and appears only when complete.
 void write_torch_file(const std::string& path, const StateDict& common, const NamedTensors& tensors);
 
 }  // namespace distckpt::api

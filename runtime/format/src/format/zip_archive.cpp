@@ -140,7 +140,7 @@ void Index::read_directory(const ReadAt& read, uint64_t file_size) {
   }
   // Bounded by the file's own size (checked above); entries are read from it in place.
   std::vector<uint8_t> directory(directory_bytes);
-  read(directory.data(), directory.size(), directory_offset);
+  if (!directory.empty()) read(directory.data(), directory.size(), directory_offset);
   Fields d(directory.data(), directory.size(), context_);
   entries_.reserve(entries);
   std::vector<uint64_t> local_offsets;

@@ -9,8 +9,8 @@
 // dotted path; everything else becomes common values. Its pickle is read
 // by a restricted reader that imports and runs nothing (only the classes
 // state dicts use are known); every record is checked against its CRC-32.
-// The export to safetensors streams its tensors; the other conversions hold
-// them in memory at once.
+// The exports to safetensors and to torch.save stream their tensors; the
+// conversion to distckpt holds them in memory at once.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -34,7 +34,7 @@ struct ConvertOptions {
   std::string mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
   std::function<void(uint64_t done, uint64_t total)> progress{};
-  // safetensors: tensors stream through windows of this many bytes, read
+  // safetensors and torch.save: tensors stream through windows of this many bytes, read
   // while the previous one is written; at most four are held at once,
   // whatever the model size (plus, from a torch.save file, the storage of a
   // strided view, read whole).
@@ -57,9 +57,10 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
                                      const ConvertOptions& options = {});
 
 // One file that Python's torch.load opens: a dict of SRC's consolidated
-// tensors and its common values (LibTorch's pickler, torch.save's zip
-// format). Holds all tensors in memory at once. DST (a file) must not
-// exist; it appears only when complete.
+// tensors and its common values, in torch.save's zip format (pickle
+// protocol 2, records aligned to 64 bytes, zip64 past 4 GiB). Tensors stream
+// through windows as for safetensors. DST (a file) must not exist; it
+// appears only when complete.
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
 
 // A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and

@@ -1,0 +1,190 @@
+#include "format/torch_pickler.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "distckpt/core/errors.h"
+
+namespace distckpt::torch_pickle {
+namespace {
+
+// The storage classes torch.load maps back to dtypes.
+const char* storage_class(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "FloatStorage";
+    case at::kDouble:
+      return "DoubleStorage";
+    case at::kHalf:
+      return "HalfStorage";
+    case at::kBFloat16:
+      return "BFloat16Storage";
+    case at::kLong:
+      return "LongStorage";
+    case at::kInt:
+      return "IntStorage";
+    case at::kShort:
+      return "ShortStorage";
+    case at::kChar:
+      return "CharStorage";
+    case at::kByte:
+      return "ByteStorage";
+    case at::kBool:
+      return "BoolStorage";
+    case at::kComplexFloat:
+      return "ComplexFloatStorage";
+    case at::kComplexDouble:
+      return "ComplexDoubleStorage";
+    default:
+      throw Error(fmt::format("a {} tensor has no torch.save storage class distckpt writes", at::toString(dtype)));
+  }
+}
+
+// Protocol 2 opcodes (Python's pickletools names).
+class Pickler {
+ public:
+  std::string take() && { return std::move(out_); }
+  void op(char c) { out_.push_back(c); }
+  void proto() { out_ += "\x80\x02"; }
+  void stop() { op('.'); }
+  void mark() { op('('); }
+  void global(const std::string& module, const std::string& name) { out_ += "c" + module + "\n" + name + "\n"; }
+  void none() { op('N'); }
+  void boolean(bool v) { op(v ? '\x88' : '\x89'); }
+  void integer(int64_t v) {
+    if (v >= 0 && v < 256) {
+      op('K');  // BININT1
+      out_.push_back(static_cast<char>(v));
+    } else if (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max()) {
+      op('J');  // BININT, 4 bytes little-endian, signed
+      le(static_cast<uint32_t>(static_cast<int32_t>(v)), 4);
+    } else {
+      out_ += "\x8a\x08";  // LONG1 of 8 bytes, two's complement little-endian
+      le(static_cast<uint64_t>(v), 8);
+    }
+  }
+  void real(double v) {
+    op('G');  // BINFLOAT: big-endian IEEE 754
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    for (int i = 7; i >= 0; --i) out_.push_back(static_cast<char>((bits >> (8 * i)) & 0xFF));
+  }
+  void string(const std::string& s) {
+    op('X');  // BINUNICODE: Python decodes it as UTF-8
+    le(s.size(), 4);
+    out_ += s;
+  }
+  void tuple(size_t n) {
+    static const char kTuple[] = {')', '\x85', '\x86', '\x87'};
+    if (n < 4) op(kTuple[n]);  // the items are on the stack
+  }
+  void ints(const std::vector<int64_t>& v) {
+    if (v.size() > 3) mark();
+    for (int64_t i : v) integer(i);
+    if (v.size() > 3)
+      op('t');
+    else
+      tuple(v.size());
+  }
+
+ private:
+  void le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+  std::string out_;
+};
+
+constexpr int kMaxDepth = 64;
+
+void value(Pickler& p, const Value& v, const std::string& where, int depth) {
+  if (depth > kMaxDepth) throw Error(fmt::format("'{}' is nested more than {} levels deep", where, kMaxDepth));
+  switch (v.kind()) {
+    case Kind::kNone:
+      return p.none();
+    case Kind::kBool:
+      return p.boolean(v.as_bool());
+    case Kind::kInt:
+      return p.integer(v.as_int());
+    case Kind::kFloat:
+      return p.real(v.as_float());
+    case Kind::kString:
+      return p.string(v.as_string());
+    case Kind::kList:
+      p.op(']');  // EMPTY_LIST, MARK, items, APPENDS
+      if (v.as_list().empty()) return;
+      p.mark();
+      for (size_t i = 0; i < v.as_list().size(); ++i) {
+        value(p, v.as_list()[i], fmt::format("{}[{}]", where, i), depth + 1);
+      }
+      return p.op('e');
+    case Kind::kDict:
+      p.op('}');  // EMPTY_DICT, MARK, keys and values, SETITEMS
+      if (v.as_dict().empty()) return;
+      p.mark();
+      for (const auto& [key, item] : v.as_dict()) {
+        p.string(key);
+        value(p, item, where + "." + key, depth + 1);
+      }
+      return p.op('u');
+    default:
+      throw Error(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
+  }
+}
+
+// torch._utils._rebuild_tensor_v2(storage, offset, sizes, strides,
+// requires_grad, backward_hooks), the storage a persistent id.
+void tensor(Pickler& p, const TensorEntry& t) {
+  p.global("torch._utils", "_rebuild_tensor_v2");
+  p.mark();
+  p.mark();  // ('storage', torch.<Class>Storage, key, 'cpu', numel)
+  p.string("storage");
+  p.global("torch", storage_class(t.dtype));
+  p.string(t.storage);
+  p.string("cpu");
+  int64_t numel = 1;
+  for (int64_t s : t.sizes) numel *= s;
+  p.integer(numel);
+  p.op('t');
+  p.op('Q');  // BINPERSID
+  p.integer(0);
+  p.ints(t.sizes);
+  std::vector<int64_t> strides(t.sizes.size(), 1);
+  for (size_t d = t.sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(t.sizes[d], 1);
+  p.ints(strides);
+  p.boolean(false);
+  p.global("collections", "OrderedDict");
+  p.tuple(0);
+  p.op('R');  // an empty OrderedDict of backward hooks
+  p.op('t');
+  p.op('R');
+}
+
+}  // namespace
+
+std::string pickle_dict(const StateDict& common, const std::vector<TensorEntry>& tensors) {
+  Pickler p;
+  p.proto();
+  p.op('}');
+  std::set<std::string> keys;
+  if (!common.as_dict().empty() || !tensors.empty()) {
+    p.mark();
+    for (const auto& [key, item] : common.as_dict()) {
+      keys.insert(key);
+      p.string(key);
+      value(p, item, key, 1);
+    }
+    for (const TensorEntry& t : tensors) {
+      if (!keys.insert(t.key).second) throw Error(fmt::format("'{}' names both a tensor and a common value", t.key));
+      p.string(t.key);
+      tensor(p, t);
+    }
+    p.op('u');
+  }
+  p.stop();
+  return std::move(p).take();
+}
+
+}  // namespace distckpt::torch_pickle

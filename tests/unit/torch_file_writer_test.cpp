@@ -1,0 +1,110 @@
+// The torch.save writer (storage/torch_file_writer.h) read back by the
+// reader (api/torch_file.h): tensors streamed in pieces, every dtype it
+// names, empty tensors, common values; misuse refused and nothing left.
+// (Python's torch.load opens its files: tests/e2e/safetensors_interop_test.cpp.)
+#include "storage/torch_file_writer.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "api/torch_file.h"
+#include "distckpt/core/errors.h"
+#include "format/zip_archive.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+using storage::TorchFileWriter;
+
+std::vector<TorchFileWriter::Tensor> described(const api::NamedTensors& tensors) {
+  std::vector<TorchFileWriter::Tensor> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return out;
+}
+
+TEST(TorchFileWriter, TensorsWrittenInPiecesReadBackEqualWithCommonValues) {
+  TempDir tmp("torch-writer");
+  const api::NamedTensors tensors = {
+      {"w", at::arange(1000, at::kFloat).reshape({10, 100})},
+      {"empty", at::empty({0, 3}, at::kHalf)},
+      {"bf", at::arange(7, at::kFloat).to(at::kBFloat16)},
+      {"mask", at::arange(5, at::kInt).remainder(2).to(at::kBool)},
+      {"step", at::scalar_tensor(3, at::kLong)},
+      {"z", at::complex(at::ones({2}, at::kDouble), at::zeros({2}, at::kDouble))},
+  };
+  StateDict common = Value::dict();
+  common["iteration"] = Value(int64_t{1} << 40);
+  common["lr"] = Value(-0.25);
+  common["args"] = Value::dict();
+  common["args"]["names"] = Value(List{Value("a"), Value(), Value(true), Value(int64_t{-70000})});
+  const std::string path = tmp.path() + "/out.pt";
+  TorchFileWriter writer(path, common, described(tensors));
+  EXPECT_EQ(writer.bytes(), 4000u + 0 + 14 + 5 + 8 + 32);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor t = tensors[i].second.contiguous();
+    const auto* bytes = static_cast<const char*>(t.data_ptr());
+    for (uint64_t at = 0; at < t.nbytes(); at += 300) {  // pieces, as windows arrive
+      writer.write(i, at, bytes + at, std::min<uint64_t>(300, t.nbytes() - at));
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));  // only at commit
+  writer.commit();
+
+  const api::TorchFileContents back = api::read_torch_file(path);
+  ASSERT_EQ(back.tensors.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(back.tensors[i].first, tensors[i].first);
+    EXPECT_EQ(back.tensors[i].second.scalar_type(), tensors[i].second.scalar_type()) << tensors[i].first;
+    EXPECT_TRUE(at::equal(back.tensors[i].second, tensors[i].second)) << tensors[i].first;
+  }
+  EXPECT_TRUE(back.common.equals(common));
+
+  // Tensor data lies on 64-byte boundaries, as torch.save puts it.
+  io::File file(path, io::File::Mode::kRead);
+  const zip::Index index([&](void* data, size_t n, uint64_t offset) { file.pread_all(data, n, offset); }, file.size(),
+                         "out.pt");
+  EXPECT_EQ(index.entries().front().name, "out/data.pkl");
+  EXPECT_EQ(index.entries().back().name, "out/version");
+  for (const zip::Entry& e : index.entries()) EXPECT_EQ(e.data_offset % 64, 0u) << e.name;
+}
+
+TEST(TorchFileWriter, BytesOutOfOrderAreRefusedAndNothingIsLeft) {
+  TempDir tmp("torch-writer");
+  const std::string path = tmp.path() + "/out.pt";
+  const api::NamedTensors tensors = {{"a", at::ones({4})}, {"b", at::ones({4})}};
+  {
+    TorchFileWriter writer(path, Value::dict(), described(tensors));
+    const float values[4] = {1, 2, 3, 4};
+    EXPECT_TRUE(
+        throws_with<Error>([&] { writer.write(0, 4, values, 4); }, "bytes [4, 8) of tensor 'a' arrive out of order"));
+    writer.write(0, 0, values, 8);
+    EXPECT_TRUE(
+        throws_with<Error>([&] { writer.write(1, 0, values, 16); }, "tensor 'a' ended after 8 of its 16 bytes"));
+    EXPECT_TRUE(throws_with<Error>([&] { writer.write(0, 8, values, 12); }, "bytes [8, 20) of tensor 'a'"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path()));  // the staging file went with the writer
+  {
+    TorchFileWriter writer(path, Value::dict(), described(tensors));
+    EXPECT_TRUE(throws_with<Error>([&] { writer.commit(); }, "tensor 'a' was never written"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+
+  StateDict common = Value::dict();
+  common["a"] = Value(1);
+  EXPECT_TRUE(throws_with<Error>([&] { TorchFileWriter(path, common, described(tensors)); },
+                                 "'a' names both a tensor and a common value"));
+  EXPECT_TRUE(throws_with<Error>(
+      [&] {
+        TorchFileWriter(path, Value::dict(), {{"u", at::kQInt8, {2}}});
+      },
+      "has no torch.save storage class"));
+  std::filesystem::create_directories(path);
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { TorchFileWriter(path, Value::dict(), {}); }, "already exists"));
+}
+
+}  // namespace
+}  // namespace distckpt
