@@ -59,6 +59,16 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
   }
   io::remove_tree(paths_.staging);  // left by a crashed earlier run
   io::make_dirs(paths_.staging);
+  try {
+    lay_out(shards, metadata);
+  } catch (...) {
+    discard();  // a failed export leaves nothing behind
+    throw;
+  }
+}
+
+void SafetensorsWriter::lay_out(std::vector<std::vector<safetensors::Entry>>& shards,
+                                const std::map<std::string, std::string>& metadata) {
   safetensors::Index index;
   index.metadata["total_size"] = std::to_string(bytes_);
   tensors_.clear();
@@ -83,11 +93,14 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (committed_) return;
+  if (!committed_) discard();
+}
+
+void SafetensorsWriter::discard() noexcept {
   files_.clear();
   try {
     io::remove_tree(paths_.staging);
-  } catch (...) {  // a destructor must not throw; the staging name is reused next time
+  } catch (...) {  // the staging name is reused, and cleared, next time
   }
 }
 

@@ -39,6 +39,11 @@ class SafetensorsWriter {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // Creates the files with their headers (and the index) in the staging directory.
+  void lay_out(std::vector<std::vector<safetensors::Entry>>& shards,
+               const std::map<std::string, std::string>& metadata);
+  void discard() noexcept;  // closes and removes what was staged
+
   io::StagingPaths paths_;
   std::vector<safetensors::Entry> tensors_;
   std::vector<size_t> file_of_;  // per tensor

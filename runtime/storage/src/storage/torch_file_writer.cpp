@@ -37,15 +37,23 @@ TorchFileWriter::TorchFileWriter(const std::string& path, const StateDict& commo
   const std::string pickle = torch_pickle::pickle_dict(common, entries);
   io::remove_tree(paths_.staging);  // left by a crashed earlier run
   file_ = io::File(paths_.staging, io::File::Mode::kCreateTruncate);
-  zip_ = std::make_unique<zip::Writer>(file_);
-  zip_->begin(folder_ + "/data.pkl", pickle.size());
-  zip_->write(pickle.data(), pickle.size());
-  zip_->begin(folder_ + "/byteorder", 6);
-  zip_->write("little", 6);
+  try {
+    zip_ = std::make_unique<zip::Writer>(file_);
+    zip_->begin(folder_ + "/data.pkl", pickle.size());
+    zip_->write(pickle.data(), pickle.size());
+    zip_->begin(folder_ + "/byteorder", 6);
+    zip_->write("little", 6);
+  } catch (...) {
+    discard();  // a failed export leaves nothing behind
+    throw;
+  }
 }
 
 TorchFileWriter::~TorchFileWriter() {
-  if (committed_) return;
+  if (!committed_) discard();
+}
+
+void TorchFileWriter::discard() noexcept {
   try {
     file_.close();
     io::remove_tree(paths_.staging);

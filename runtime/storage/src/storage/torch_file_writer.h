@@ -44,6 +44,7 @@ class TorchFileWriter {
 
  private:
   void begin_up_to(size_t index);
+  void discard() noexcept;  // closes and removes the staging file
 
   io::StagingPaths paths_;
   std::vector<Tensor> tensors_;
