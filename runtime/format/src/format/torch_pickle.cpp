@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
@@ -22,24 +23,6 @@ Item value_item(T v) {
   auto n = std::make_shared<Node>();
   n->value = std::move(v);
   return Item{false, std::move(n)};
-}
-
-// Storage classes torch.save names in a storage's persistent id.
-const std::unordered_map<std::string, at::ScalarType>& storage_types() {
-  static const std::unordered_map<std::string, at::ScalarType> types{
-      {"torch.FloatStorage", at::kFloat},
-      {"torch.DoubleStorage", at::kDouble},
-      {"torch.HalfStorage", at::kHalf},
-      {"torch.BFloat16Storage", at::kBFloat16},
-      {"torch.LongStorage", at::kLong},
-      {"torch.IntStorage", at::kInt},
-      {"torch.ShortStorage", at::kShort},
-      {"torch.CharStorage", at::kChar},
-      {"torch.ByteStorage", at::kByte},
-      {"torch.BoolStorage", at::kBool},
-      {"torch.ComplexFloatStorage", at::kComplexFloat},
-      {"torch.ComplexDoubleStorage", at::kComplexDouble}};
-  return types;
 }
 
 class Machine {
@@ -323,16 +306,15 @@ class Machine {
     const std::vector<NodeRef>& t = tuple_of(pid);
     if (t.size() != 5 || string_of(t[0]) != "storage") fail("a persistent id that is not a storage");
     const auto* type = std::get_if<Global>(&t[1]->value);
-    const auto dtype = type ? storage_types().find(type->name) : storage_types().end();
-    if (dtype == storage_types().end())
-      fail("a storage of an unknown class (a typed storage such as torch.FloatStorage)");
+    const std::optional<at::ScalarType> dtype = type ? storage_dtype(type->name) : std::nullopt;
+    if (!dtype) fail("a storage of an unknown class (a typed storage such as torch.FloatStorage)");
     const std::string key = string_of(t[2]);
     const int64_t numel = int_of(t[4], "a storage's size");
     if (numel < 0) fail("a negative storage size");
     auto& loaded = storages_[key];
     if (!loaded.defined()) {
-      loaded = storage_(key, dtype->second, numel);
-    } else if (loaded.scalar_type() != dtype->second || loaded.numel() != numel) {
+      loaded = storage_(key, *dtype, numel);
+    } else if (loaded.scalar_type() != *dtype || loaded.numel() != numel) {
       fail(fmt::format("storage '{}' named twice with different types or sizes", key));
     }
     return value_item(Storage{loaded});
@@ -397,6 +379,35 @@ class Machine {
 };
 
 }  // namespace
+
+// The storage classes torch.save names in a storage's persistent id.
+constexpr std::pair<const char*, at::ScalarType> kStorageClasses[] = {
+    {"torch.FloatStorage", at::kFloat},
+    {"torch.DoubleStorage", at::kDouble},
+    {"torch.HalfStorage", at::kHalf},
+    {"torch.BFloat16Storage", at::kBFloat16},
+    {"torch.LongStorage", at::kLong},
+    {"torch.IntStorage", at::kInt},
+    {"torch.ShortStorage", at::kShort},
+    {"torch.CharStorage", at::kChar},
+    {"torch.ByteStorage", at::kByte},
+    {"torch.BoolStorage", at::kBool},
+    {"torch.ComplexFloatStorage", at::kComplexFloat},
+    {"torch.ComplexDoubleStorage", at::kComplexDouble}};
+
+std::optional<at::ScalarType> storage_dtype(const std::string& storage_class) {
+  for (const auto& [name, dtype] : kStorageClasses) {
+    if (storage_class == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> storage_class(at::ScalarType dtype) {
+  for (const auto& [name, d] : kStorageClasses) {
+    if (d == dtype) return std::string(name);
+  }
+  return std::nullopt;
+}
 
 NodeRef unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin) {
   return Machine(bytes, storage, origin).run();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -53,6 +54,10 @@ struct Node {
 // Returns the whole storage `key` (`numel` elements of `dtype`), as the
 // archive's "data/<key>" record holds it; throws when it does not.
 using StorageLoader = std::function<at::Tensor(const std::string& key, at::ScalarType dtype, int64_t numel)>;
+
+// The dtype of a typed storage class ("torch.FloatStorage"), and back.
+std::optional<at::ScalarType> storage_dtype(const std::string& storage_class);
+std::optional<std::string> storage_class(at::ScalarType dtype);
 
 // CheckpointError naming `origin` and the byte offset for anything outside
 // the subset above.

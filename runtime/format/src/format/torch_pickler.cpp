@@ -7,40 +7,17 @@
 #include <set>
 
 #include "distckpt/core/errors.h"
+#include "format/torch_pickle.h"
 
 namespace distckpt::torch_pickle {
 namespace {
 
-// The storage classes torch.load maps back to dtypes.
-const char* storage_class(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return "FloatStorage";
-    case at::kDouble:
-      return "DoubleStorage";
-    case at::kHalf:
-      return "HalfStorage";
-    case at::kBFloat16:
-      return "BFloat16Storage";
-    case at::kLong:
-      return "LongStorage";
-    case at::kInt:
-      return "IntStorage";
-    case at::kShort:
-      return "ShortStorage";
-    case at::kChar:
-      return "CharStorage";
-    case at::kByte:
-      return "ByteStorage";
-    case at::kBool:
-      return "BoolStorage";
-    case at::kComplexFloat:
-      return "ComplexFloatStorage";
-    case at::kComplexDouble:
-      return "ComplexDoubleStorage";
-    default:
-      throw Error(fmt::format("a {} tensor has no torch.save storage class distckpt writes", at::toString(dtype)));
-  }
+// "torch.FloatStorage" -> module "torch", name "FloatStorage".
+std::pair<std::string, std::string> storage_global(at::ScalarType dtype) {
+  const std::optional<std::string> name = storage_class(dtype);
+  if (!name) throw Error(fmt::format("a {} tensor has no torch.save storage class", at::toString(dtype)));
+  const size_t dot = name->rfind('.');
+  return {name->substr(0, dot), name->substr(dot + 1)};
 }
 
 // Protocol 2 opcodes (Python's pickletools names).
@@ -141,7 +118,8 @@ void tensor(Pickler& p, const TensorEntry& t) {
   p.mark();
   p.mark();  // ('storage', torch.<Class>Storage, key, 'cpu', numel)
   p.string("storage");
-  p.global("torch", storage_class(t.dtype));
+  const auto [module, name] = storage_global(t.dtype);
+  p.global(module, name);
   p.string(t.storage);
   p.string("cpu");
   int64_t numel = 1;
