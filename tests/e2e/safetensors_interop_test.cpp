@@ -280,6 +280,18 @@ TEST_F(SafetensorsInterop, TorchSaveFilesAreCheckedAndStreamed) {
     EXPECT_FALSE(std::filesystem::exists(dst)) << dst;
   }
 
+  // `distckpt verify` re-reads every record against its CRC-32.
+  const CommandResult intact = cli("verify " + py + "/state.pt");
+  EXPECT_EQ(intact.exit_code, 0) << intact.output;
+  EXPECT_NE(intact.output.find("intact (torch.save, 5492 bytes re-read, every record's CRC-32 matches)"),
+            std::string::npos)
+      << intact.output;
+  const CommandResult corrupt = cli("verify " + py + "/damaged.pt");
+  EXPECT_EQ(corrupt.exit_code, 1) << corrupt.output;
+  EXPECT_NE(corrupt.output.find("record 'state/data/0' (bytes [1472, 4032)) fails its CRC-32"), std::string::npos)
+      << corrupt.output;
+  EXPECT_EQ(cli("verify " + py + "/list.pt").exit_code, 2);  // a torch.save file, but no state dict
+
   // 48 MiB through 1 MiB windows: the buffers held stay a few windows (plus
   // the one strided view's storage), and every value arrives.
   ConvertOptions options;

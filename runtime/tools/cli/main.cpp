@@ -133,6 +133,8 @@ int verify(const std::string& dir, bool as_json) {
   if (report.intact() && report.format == "safetensors") {
     fmt::print("{}: intact (safetensors, {} files, {} bytes re-read; the format records no checksums)\n", dir,
                report.files, report.bytes_checked);
+  } else if (report.intact() && report.format == "torch") {
+    fmt::print("{}: intact (torch.save, {} bytes re-read, every record's CRC-32 matches)\n", dir, report.bytes_checked);
   } else if (report.intact()) {
     fmt::print("{}: intact (format version {}, {} files, {} bytes in {} blocks, every checksum matches)\n", dir,
                report.format_version, report.files, report.bytes_checked, report.blocks_checked);

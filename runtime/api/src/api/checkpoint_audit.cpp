@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "api/checkpoint_reader.h"
+#include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
@@ -55,6 +56,18 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
   };
   if (!io::exists(path)) {
     return stop(VerifyReport::Status::kNotACheckpoint, fmt::format("'{}' does not exist", path));
+  }
+  if (api::is_torch_file(path)) {  // a torch.save file: its records against their CRC-32
+    report.format = "torch";
+    try {
+      api::TorchFileReader(path).verify(report, progress);
+    } catch (const CorruptionError& e) {
+      return stop(VerifyReport::Status::kCorrupt, e.what());
+    } catch (const Error& e) {  // readable, but no state dict distckpt reads
+      return stop(VerifyReport::Status::kNotACheckpoint, e.what());
+    }
+    report.status = report.problems.empty() ? VerifyReport::Status::kIntact : VerifyReport::Status::kCorrupt;
+    return report;
   }
   StorageFormat format = StorageFormat::kAuto;
   try {

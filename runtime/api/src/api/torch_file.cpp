@@ -288,6 +288,35 @@ void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
   if (whole) s->verified = true;
 }
 
+void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progress) const {
+  uint64_t total = 0, done = 0;
+  for (const zip::Entry& e : index_->entries()) total += e.size;
+  std::vector<char> window(std::min<uint64_t>(total, uint64_t{8} << 20));
+  ++report.files;
+  for (const zip::Entry& e : index_->entries()) {
+    zip::Crc32 crc;
+    try {
+      for (uint64_t at = 0; at < e.size;) {
+        const uint64_t n = std::min<uint64_t>(window.size(), e.size - at);
+        file_.pread_all(window.data(), n, e.data_offset + at);
+        crc.update(window.data(), n);
+        at += n;
+        done += n;
+        if (progress) progress(done, total);
+      }
+    } catch (const Error& error) {
+      report.problems.push_back(fmt::format("record '{}': {}", e.name, error.what()));
+      continue;
+    }
+    report.bytes_checked += e.size;
+    if (crc.value() != e.crc32) {
+      report.problems.push_back(
+          fmt::format("'{}': record '{}' (bytes [{}, {})) fails its CRC-32 (recorded {:08x}, read {:08x})", path_,
+                      e.name, e.data_offset, e.data_offset + e.size, e.crc32, crc.value()));
+    }
+  }
+}
+
 TorchFileContents read_torch_file(const std::string& path) {
   TorchFileReader reader(path);
   TorchFileContents out;

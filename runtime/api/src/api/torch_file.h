@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "distckpt/storage/storage_reader.h"
 #include "format/zip_archive.h"
 #include "io/file.h"
 
@@ -57,6 +58,9 @@ class TorchFileReader {
   // fn(first element, values), `values` a view of `scratch`.
   void read_in_windows(size_t i, const at::Tensor& scratch,
                        const std::function<void(int64_t first, const at::Tensor& values)>& fn);
+  // Re-reads every record of the archive (those no tensor uses too) against
+  // its CRC-32, one problem line per damaged or unreadable record.
+  void verify(VerifyReport& report, const VerifyProgress& progress) const;
 
  private:
   struct Storage {
