@@ -15,6 +15,13 @@ OUT/zip64.pt    state.pt's records rewritten by Python's zipfile with every size
                 offset and count in zip64 records, and an archive comment
 OUT/damaged.pt  state.pt with one byte of its first storage flipped (its CRC-32
                 no longer matches; torch.load does not check it)
+OUT/module.pt   torch.save(nn.Linear(4, 3).state_dict()): an OrderedDict with a
+                `_metadata` attribute (pickle's BUILD); weight = arange, bias = -arange
+Refused, each a few KiB standing for far more, or naming one thing twice:
+OUT/fanout.pt   a list of two references to a list of two references ... 40 deep
+OUT/aliases.pt  one 1 MiB storage under 100 names
+OUT/twice.pt    {"a.b": x, "a": {"b": y}}: two tensors named "a.b"
+OUT/intkey.pt   {0: 1, "0": 2, "w": x}: one key twice in the common values
 """
 import collections
 import os
@@ -73,6 +80,19 @@ def main():
                 "flag": torch.tensor([True, False, True])}, os.path.join(out, "big.pt"))
     rewrite_as_zip64(os.path.join(out, "state.pt"), os.path.join(out, "zip64.pt"))
     flip_first_storage_byte(os.path.join(out, "state.pt"), os.path.join(out, "damaged.pt"))
+    module = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        module.weight.copy_(torch.arange(12.0).reshape(3, 4))
+        module.bias.copy_(-torch.arange(3.0))
+    torch.save(module.state_dict(), os.path.join(out, "module.pt"))
+    fanout = [0]
+    for _ in range(40):
+        fanout = [fanout, fanout]
+    torch.save({"x": fanout, "w": torch.ones(1)}, os.path.join(out, "fanout.pt"))
+    shared = torch.zeros(1 << 18)
+    torch.save({f"k{i}": shared for i in range(100)}, os.path.join(out, "aliases.pt"))
+    torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(3)}}, os.path.join(out, "twice.pt"))
+    torch.save({0: 1, "0": 2, "w": torch.ones(1)}, os.path.join(out, "intkey.pt"))
 
 
 if __name__ == "__main__":

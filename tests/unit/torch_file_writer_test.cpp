@@ -9,9 +9,9 @@
 
 #include <filesystem>
 
-#include "api/torch_file.h"
 #include "distckpt/core/errors.h"
 #include "format/zip_archive.h"
+#include "storage/torch_file_reader.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 
@@ -20,7 +20,7 @@ namespace {
 
 using storage::TorchFileWriter;
 
-std::vector<TorchFileWriter::Tensor> described(const api::NamedTensors& tensors) {
+std::vector<TorchFileWriter::Tensor> described(const storage::NamedTensors& tensors) {
   std::vector<TorchFileWriter::Tensor> out;
   for (const auto& [name, t] : tensors) out.push_back({name, t.scalar_type(), t.sizes().vec()});
   return out;
@@ -28,7 +28,7 @@ std::vector<TorchFileWriter::Tensor> described(const api::NamedTensors& tensors)
 
 TEST(TorchFileWriter, TensorsWrittenInPiecesReadBackEqualWithCommonValues) {
   TempDir tmp("torch-writer");
-  const api::NamedTensors tensors = {
+  const storage::NamedTensors tensors = {
       {"w", at::arange(1000, at::kFloat).reshape({10, 100})},
       {"empty", at::empty({0, 3}, at::kHalf)},
       {"bf", at::arange(7, at::kFloat).to(at::kBFloat16)},
@@ -54,7 +54,7 @@ TEST(TorchFileWriter, TensorsWrittenInPiecesReadBackEqualWithCommonValues) {
   EXPECT_FALSE(std::filesystem::exists(path));  // only at commit
   writer.commit();
 
-  const api::TorchFileContents back = api::read_torch_file(path);
+  const storage::TorchFileContents back = storage::read_torch_file(path);
   ASSERT_EQ(back.tensors.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_EQ(back.tensors[i].first, tensors[i].first);
@@ -75,7 +75,7 @@ TEST(TorchFileWriter, TensorsWrittenInPiecesReadBackEqualWithCommonValues) {
 TEST(TorchFileWriter, BytesOutOfOrderAreRefusedAndNothingIsLeft) {
   TempDir tmp("torch-writer");
   const std::string path = tmp.path() + "/out.pt";
-  const api::NamedTensors tensors = {{"a", at::ones({4})}, {"b", at::ones({4})}};
+  const storage::NamedTensors tensors = {{"a", at::ones({4})}, {"b", at::ones({4})}};
   {
     TorchFileWriter writer(path, Value::dict(), described(tensors));
     const float values[4] = {1, 2, 3, 4};

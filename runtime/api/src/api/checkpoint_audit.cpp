@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "api/checkpoint_reader.h"
-#include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
@@ -14,6 +13,7 @@
 #include "io/checksum.h"
 #include "io/file.h"
 #include "plan/coverage.h"
+#include "storage/torch_file_reader.h"
 
 namespace distckpt {
 namespace {
@@ -57,10 +57,10 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
   if (!io::exists(path)) {
     return stop(VerifyReport::Status::kNotACheckpoint, fmt::format("'{}' does not exist", path));
   }
-  if (api::is_torch_file(path)) {  // a torch.save file: its records against their CRC-32
+  if (storage::is_torch_file(path)) {  // a torch.save file: its records against their CRC-32
     report.format = "torch";
     try {
-      api::TorchFileReader(path).verify(report, progress);
+      storage::TorchFileReader(path).verify(report, progress);
     } catch (const CorruptionError& e) {
       return stop(VerifyReport::Status::kCorrupt, e.what());
     } catch (const Error& e) {  // readable, but no state dict distckpt reads

@@ -8,13 +8,13 @@
 #include <map>
 #include <optional>
 
-#include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "io/file.h"
+#include "storage/torch_file_reader.h"
 
 namespace distckpt {
 namespace {
@@ -151,7 +151,7 @@ void extract_tensor(const std::string& dir, const std::string& key, const std::s
   if (to_safetensors) {
     write_safetensors(file, key, tensor);
   } else {
-    api::write_torch_file(file, Value::dict(), {{key, tensor}});
+    storage::write_torch_file(file, Value::dict(), {{key, tensor}});
   }
 }
 

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "api/checkpoint_reader.h"
-#include "api/torch_file.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/errors.h"
@@ -26,6 +25,7 @@
 #include "format/dtype.h"
 #include "io/file.h"
 #include "storage/safetensors_writer.h"
+#include "storage/torch_file_reader.h"
 #include "storage/torch_file_writer.h"
 
 namespace distckpt {
@@ -74,9 +74,9 @@ void check_whole_target(const std::string& dst, const ConvertOptions& options) {
 
 // SRC's tensors, whole, and its common values: a torch.save file, or any
 // checkpoint load() reads. All tensors are held at once.
-api::TorchFileContents whole_contents(const std::string& src) {
-  if (api::is_torch_file(src)) return api::read_torch_file(src);
-  api::TorchFileContents contents;
+storage::TorchFileContents whole_contents(const std::string& src) {
+  if (storage::is_torch_file(src)) return storage::read_torch_file(src);
+  storage::TorchFileContents contents;
   contents.common = load_common_state_dict(src);
   for (auto& [key, value] : load_plain_tensors(src).as_dict()) contents.tensors.emplace_back(key, value.as_tensor());
   return contents;
@@ -84,9 +84,9 @@ api::TorchFileContents whole_contents(const std::string& src) {
 
 // `contents`' tensors in their converted dtype; a key that is also a common
 // value is an error. Counts into `report`.
-api::NamedTensors converted_tensors(api::TorchFileContents& contents, const std::string& src,
-                                    const ConvertOptions& options, ConvertReport& report) {
-  api::NamedTensors out;
+storage::NamedTensors converted_tensors(storage::TorchFileContents& contents, const std::string& src,
+                                        const ConvertOptions& options, ConvertReport& report) {
+  storage::NamedTensors out;
   for (auto& [key, tensor] : contents.tensors) {
     if (contents.common.contains(key)) {
       throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
@@ -324,12 +324,12 @@ class TorchFileSource : public TensorSource {
   const StateDict& common() const { return reader_.common(); }
 
  private:
-  api::TorchFileReader reader_;
+  storage::TorchFileReader reader_;
 };
 
 std::unique_ptr<TensorSource> open_source(const std::string& src, const ConvertOptions& options) {
   if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
-  if (api::is_torch_file(src)) {
+  if (storage::is_torch_file(src)) {
     if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
     return std::make_unique<TorchFileSource>(src);
   }
@@ -359,7 +359,8 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
   for (size_t i = 0; i < source->tensors().size(); ++i) {
     const TensorSource::Tensor& t = source->tensors()[i];
     entries.push_back({t.name, stored_dtype(t.dtype, options), t.shape, 0, 0});
-    by_name.emplace(t.name, i);
+    if (!by_name.emplace(t.name, i).second)
+      throw CheckpointError(fmt::format("'{}' names two tensors of '{}'", t.name, src));
   }
   storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
   std::vector<size_t> order;  // the writer's: by dtype width, then name
@@ -414,7 +415,7 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
-  api::TorchFileContents contents = whole_contents(src);
+  storage::TorchFileContents contents = whole_contents(src);
   ConvertReport report;
   StateDict state = contents.common;
   // Names are unique within a source: only a common value can collide with one.

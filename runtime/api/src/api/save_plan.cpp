@@ -123,6 +123,10 @@ std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
             "for it (save in the distckpt format, or leave it empty)");
       }
       return make_safetensors_writer(p.paths.target, p.options.safetensors);
+    case StorageFormat::kTorch:
+      throw Error(
+          "saves write the distckpt or the safetensors format; write a torch.save file from a checkpoint with "
+          "convert_to_torch (distckpt convert DIR FILE.pt --to torch)");
   }
   throw Error("SaveOptions::format names no known format");
 }

@@ -173,13 +173,17 @@ class Machine {
           stack_.push_back(reduce(global->name, tuple_of(args)));
           break;
         }
-        case 'b': {  // BUILD: only the empty states tensors and OrderedDicts carry
+        case 'b': {  // BUILD: tensors and OrderedDicts carry an empty state,
+          // a module's state_dict() its attributes (`_metadata`: the modules'
+          // versions), which are no items of the dict: dropped.
           NodeRef state = pop_node("a state");
           if (stack_.empty() || stack_.back().mark) fail("BUILD without an object");
           const bool empty = std::holds_alternative<std::monostate>(state->value) ||
                              (std::holds_alternative<std::shared_ptr<Dict>>(state->value) &&
                               std::get<std::shared_ptr<Dict>>(state->value)->items.empty());
-          if (!empty) fail("an object with state (BUILD), which a state dict does not hold");
+          const bool dict_attributes = std::holds_alternative<std::shared_ptr<Dict>>(stack_.back().node->value) &&
+                                       std::holds_alternative<std::shared_ptr<Dict>>(state->value);
+          if (!empty && !dict_attributes) fail("an object with state (BUILD), which a state dict does not hold");
           break;
         }
         default:
@@ -261,7 +265,7 @@ class Machine {
   }
   Dict& dict_below(const char* op) { return below<Dict>(op); }
 
-  void set_item(Dict& d, const NodeRef& key, NodeRef value) const {
+  void set_item(Dict& d, const NodeRef& key, NodeRef value) {
     Key k;
     if (const auto* i = std::get_if<int64_t>(&key->value)) {
       k = *i;
@@ -270,11 +274,19 @@ class Machine {
     } else {
       fail("a dict key that is neither a string nor an int");
     }
-    for (auto& [existing, v] : d.items) {
-      if (existing == k) {
-        v = std::move(value);
-        return;
+    // Each copy of a key counts: a memoized string named by many SETITEMs
+    // would otherwise turn a small pickle into any amount of memory.
+    if (const auto* s = std::get_if<std::string>(&k)) {
+      key_bytes_ += s->size();
+      if (key_bytes_ > kKeyBytesPerPickleByte * in_.size() + 4096) {
+        fail(fmt::format("dict keys adding up to more than {} times the pickle's size (one string named as many keys)",
+                         kKeyBytesPerPickleByte));
       }
+    }
+    const auto [at, added] = d.positions.emplace(k, d.items.size());
+    if (!added) {
+      d.items[at->second].second = std::move(value);
+      return;
     }
     d.items.emplace_back(std::move(k), std::move(value));
   }
@@ -369,8 +381,11 @@ class Machine {
     return storage->as_strided(size, stride, offset);
   }
 
+  static constexpr uint64_t kKeyBytesPerPickleByte = 8;
+
   std::string_view in_;
   size_t pos_ = 0, op_at_ = 0;
+  uint64_t key_bytes_ = 0;
   const StorageLoader& storage_;
   const std::string& origin_;
   std::vector<Item> stack_;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@ struct List {
 };
 struct Dict {
   std::vector<std::pair<Key, NodeRef>> items;  // in insertion order; a repeated key replaces its value
+  std::map<Key, size_t> positions;             // of each key in `items`
 };
 
 // A class named by the pickle (only a few are ever called).

@@ -7,6 +7,7 @@
 #include "io/file.h"
 #include "storage/distckpt_storage.h"
 #include "storage/safetensors_storage.h"
+#include "storage/torch_file_storage.h"
 
 namespace distckpt {
 
@@ -18,6 +19,8 @@ const char* storage_format_name(StorageFormat format) {
       return "distckpt";
     case StorageFormat::kSafetensors:
       return "safetensors";
+    case StorageFormat::kTorch:
+      return "torch";
   }
   return "unknown";
 }
@@ -38,7 +41,9 @@ StorageFormat detect_storage_format(const std::string& path) {
   if (!io::exists(path)) return StorageFormat::kDistckpt;  // its error says what is missing
   if (!io::is_dir(path)) {
     if (storage::is_safetensors_name(path)) return StorageFormat::kSafetensors;
-    throw CheckpointError(fmt::format("'{}' is a file, neither a checkpoint directory nor a .safetensors file", path));
+    if (storage::is_torch_file(path)) return StorageFormat::kTorch;
+    throw CheckpointError(
+        fmt::format("'{}' is a file, neither a checkpoint directory, a .safetensors file nor a torch.save file", path));
   }
   // A distckpt directory is recognised by its commit marker alone: an
   // uncommitted save must be reported as such, not as some other format.
@@ -50,6 +55,7 @@ StorageFormat detect_storage_format(const std::string& path) {
 std::unique_ptr<StorageReader> open_storage(const std::string& path, const StorageOptions& options) {
   const StorageFormat format = options.format == StorageFormat::kAuto ? detect_storage_format(path) : options.format;
   if (format == StorageFormat::kSafetensors) return std::make_unique<storage::SafetensorsStorage>(path);
+  if (format == StorageFormat::kTorch) return std::make_unique<storage::TorchFileStorage>(path);
   return std::make_unique<storage::DistckptStorage>(path, options.verify_checksums);
 }
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
 #include "format/dtype.h"
@@ -10,11 +13,15 @@
 namespace distckpt::storage {
 namespace {
 
-// torch.save's folder name: the file's name without its extension.
+// torch.save's folder name: the file's name without its extension, where
+// that is a plain name (zip names are UTF-8; a path may be any bytes).
 std::string folder_for(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') + 1);
-  name = name.substr(0, name.find('.') == 0 ? name.size() : name.find('.'));
-  return name.empty() ? "archive" : name;
+  name = name.substr(0, name.find('.'));
+  const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  return plain ? name : "archive";
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Where a load gets its bytes. A StorageReader presents one checkpoint, in
 // whatever format, as a StorageIndex (tensors, their stored chunks and the
 // byte ranges that hold them) plus ranged reads; the load planner and the
-// read engine use nothing else. Two formats are built in: distckpt's own and
-// Hugging Face safetensors. A third (an object store, another framework's
+// read engine use nothing else. Three formats are built in: distckpt's own,
+// Hugging Face safetensors and torch.save files (read only). A third (an object store, another framework's
 // files) implements this interface and is passed to the loaders that take a
 // StorageReader; docs/STORAGE.md walks through what each method must do.
 #pragma once
@@ -24,8 +24,9 @@ enum class StorageFormat {
   kAuto,         // decided from what the path holds
   kDistckpt,     // a directory with metadata.json
   kSafetensors,  // a .safetensors file, or a directory with an index or one such file
+  kTorch,        // a file torch.save wrote (read only: export one with convert_to_torch)
 };
-const char* storage_format_name(StorageFormat format);  // "auto", "distckpt", "safetensors"
+const char* storage_format_name(StorageFormat format);  // "auto", "distckpt", "safetensors", "torch"
 
 // What a verification found. kCorrupt covers anything a load would reject
 // (and an uncommitted save: a directory of ours without its commit marker);

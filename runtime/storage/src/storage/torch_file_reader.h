@@ -17,7 +17,7 @@
 #include "format/zip_archive.h"
 #include "io/file.h"
 
-namespace distckpt::api {
+namespace distckpt::storage {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -31,9 +31,10 @@ bool is_torch_file(const std::string& path);
 
 // A torch.save file opened for reading: its pickle is read and checked at
 // once, tensor bytes on demand, straight from the file into their
-// destination. Every record read is checked against the CRC-32 the archive
-// records for it (torch.load does not check it). CheckpointError naming the
-// file (and the entry) for anything but a dict of tensors and plain values.
+// destination. Every record read whole is checked against the CRC-32 the
+// archive records for it (torch.load does not check it). CheckpointError
+// naming the file (and the entry) for anything but a dict of tensors and
+// plain values, or for a file that stands for far more than it holds.
 class TorchFileReader {
  public:
   explicit TorchFileReader(const std::string& path);
@@ -54,10 +55,24 @@ class TorchFileReader {
   NamedTensors read_all();
   // Whether tensor i's elements lie back to back, row-major, in its storage.
   bool contiguous(size_t i) const;
-  // A contiguous tensor i in pieces of at most `scratch`'s bytes (a 1-D byte tensor):
-  // fn(first element, values), `values` a view of `scratch`.
+  // A contiguous tensor i in pieces of at most `scratch`'s bytes (a 1-D byte
+  // tensor): fn(first element, values), `values` a view of `scratch`. Its
+  // whole record is read once and checked after the last piece, so a caller
+  // must not publish what it made of the pieces before this returns.
   void read_in_windows(size_t i, const at::Tensor& scratch,
                        const std::function<void(int64_t first, const at::Tensor& values)>& fn);
+  // Where contiguous tensor i's bytes lie: the record of its storage and
+  // the file offset of its first byte (record nullptr: no elements).
+  struct Placement {
+    const zip::Entry* record = nullptr;
+    uint64_t file_offset = 0;
+    uint64_t bytes = 0;
+  };
+  Placement placement(size_t i) const;
+  // CorruptionError unless `data` (all of `record`'s bytes) matches its CRC-32.
+  void check_record(const zip::Entry& record, const void* data) const;
+  const std::string& path() const { return path_; }
+
   // Re-reads every record of the archive (those no tensor uses too) against
   // its CRC-32, one problem line per damaged or unreadable record.
   void verify(VerifyReport& report, const VerifyProgress& progress) const;
@@ -67,7 +82,6 @@ class TorchFileReader {
     const zip::Entry* record;
     at::ScalarType dtype;
     int64_t numel;
-    bool verified = false;  // the whole record passed its CRC-32
   };
 
   const Storage* storage_of(size_t i) const;  // nullptr for a tensor without elements
@@ -75,7 +89,6 @@ class TorchFileReader {
   // Reads `n` bytes of `s`'s record from `begin` into `data`, adding them to `crc`.
   void read_bytes(const Storage& s, uint64_t begin, uint64_t n, void* data, zip::Crc32* crc) const;
   void check_crc(const Storage& s, const zip::Crc32& crc) const;
-  void verify(Storage& s, const at::Tensor& scratch);
   void clamp_bools(const at::Tensor& t) const;
 
   std::string path_;
@@ -94,4 +107,4 @@ TorchFileContents read_torch_file(const std::string& path);
 // `path` must not exist and appears only when complete.
 void write_torch_file(const std::string& path, const StateDict& common, const NamedTensors& tensors);
 
-}  // namespace distckpt::api
+}  // namespace distckpt::storage

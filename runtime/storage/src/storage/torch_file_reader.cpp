@@ -1,4 +1,4 @@
-#include "api/torch_file.h"
+#include "storage/torch_file_reader.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
@@ -15,7 +16,7 @@
 #include "io/file.h"
 #include "storage/torch_file_writer.h"
 
-namespace distckpt::api {
+namespace distckpt::storage {
 namespace {
 
 // torch.save's zip archive: a local file header first.
@@ -24,16 +25,26 @@ constexpr char kZipSignature[4] = {'P', 'K', 3, 4};
 // The nesting a state dict needs, with room; a deeper (or cyclic) pickle is refused.
 constexpr int kMaxDepth = 64;
 
+// A state dict is a tree. The pickle's memo can make a node (a list, a
+// dict, a string) appear at many places, each copy costing memory: a few
+// bytes of pickle could stand for any amount. Every node visited and every
+// byte of key, path and string copied count against this many units per
+// byte of pickle, far above what a state dict needs.
+constexpr uint64_t kUnitsPerPickleByte = 64;
+constexpr uint64_t kUnitsSlack = uint64_t{1} << 20;
+
 // Turns the unpickled tree into tensors (at any depth of dicts, named by
 // their dotted path) and common values.
 class Converter {
  public:
-  explicit Converter(const std::string& path) : path_(path) {}
+  Converter(const std::string& path, uint64_t pickle_bytes)
+      : path_(path), budget_(kUnitsPerPickleByte * pickle_bytes + kUnitsSlack) {}
 
   // A value of the dict at `where`; tensors go to `out` (nullopt: nothing
   // stays in the common values).
-  std::optional<Value> take(const torch_pickle::Node& n, const std::string& where, NamedTensors& out, int depth) const {
+  std::optional<Value> take(const torch_pickle::Node& n, const std::string& where, NamedTensors& out, int depth) {
     check_depth(depth, where);
+    spend(1 + where.size());
     if (const auto* t = std::get_if<at::Tensor>(&n.value)) {
       out.emplace_back(where, *t);
       return std::nullopt;
@@ -43,7 +54,7 @@ class Converter {
       for (const auto& [k, v] : (*d)->items) {
         const std::string key = key_of(k);
         std::optional<Value> kept = take(*v, where.empty() ? key : where + "." + key, out, depth + 1);
-        if (kept) dict[key] = std::move(*kept);
+        if (kept) put(dict, key, std::move(*kept), where);
       }
       if (dict.as_dict().empty() && !(*d)->items.empty()) return std::nullopt;  // held only tensors
       return dict;
@@ -57,6 +68,25 @@ class Converter {
     return std::holds_alternative<int64_t>(k) ? std::to_string(std::get<int64_t>(k)) : std::get<std::string>(k);
   }
 
+  void spend(uint64_t units) {
+    spent_ += units;
+    if (spent_ > budget_) {
+      throw CheckpointError(fmt::format(
+          "'{}': its pickle expands to more than {} times its size (the same list, dict or string referred to from "
+          "many places); a state dict is a tree",
+          path_, kUnitsPerPickleByte));
+    }
+  }
+
+  // An int key and a string key of one dict ({0: a, "0": b}) would name one value.
+  void put(Value& dict, const std::string& key, Value value, const std::string& where) const {
+    if (dict.contains(key)) {
+      throw CheckpointError(fmt::format("'{}': {} holds the key '{}' twice (as an int and as a string)", path_,
+                                        where.empty() ? "the top-level dict" : "'" + where + "'", key));
+    }
+    dict[key] = std::move(value);
+  }
+
   void check_depth(int depth, const std::string& where) const {
     if (depth > kMaxDepth) {
       throw CheckpointError(
@@ -64,8 +94,10 @@ class Converter {
     }
   }
 
-  Value plain(const torch_pickle::Node& n, const std::string& where, int depth) const {
+  Value plain(const torch_pickle::Node& n, const std::string& where, int depth) {
     check_depth(depth, where);
+    spend(1 + where.size());
+    if (const auto* s = std::get_if<std::string>(&n.value)) spend(s->size());
     return std::visit(
         [&](const auto& v) -> Value {
           using T = std::decay_t<decltype(v)>;
@@ -87,7 +119,8 @@ class Converter {
           } else if constexpr (std::is_same_v<T, std::shared_ptr<torch_pickle::Dict>>) {
             Value dict = Value::dict();
             for (const auto& [k, item] : v->items) {
-              dict[key_of(k)] = plain(*item, where + "." + key_of(k), depth + 1);
+              const std::string key = key_of(k);
+              put(dict, key, plain(*item, where + "." + key, depth + 1), where);
             }
             return dict;
           } else {
@@ -99,7 +132,15 @@ class Converter {
   }
 
   const std::string& path_;
+  const uint64_t budget_;
+  uint64_t spent_ = 0;
 };
+
+// The tensors of a file may add up to more than the file (tied weights name
+// one storage twice), but not to any amount: many names for one storage
+// would make a small file any size once exported.
+constexpr uint64_t kTensorBytesPerFileByte = 4;
+constexpr uint64_t kTensorBytesSlack = uint64_t{64} << 20;
 
 }  // namespace
 
@@ -165,8 +206,23 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
     throw CheckpointError(fmt::format("'{}' holds no dict of tensors (torch.save(model.state_dict(), ...))", path_));
   }
   NamedTensors found;
-  std::optional<Value> common = Converter(path_).take(*root, "", found, 0);
+  std::optional<Value> common = Converter(path_, pickle.size()).take(*root, "", found, 0);
   common_ = common ? std::move(*common) : Value::dict();
+  std::set<std::string> names;
+  uint64_t tensor_bytes = 0;
+  for (const auto& [name, layout] : found) {
+    if (!names.insert(name).second) {  // {"a": {"b": x}, "a.b": y}
+      throw CheckpointError(fmt::format(
+          "'{}': '{}' names two tensors (a nested dict and a dotted key, or an int and a string key)", path_, name));
+    }
+    tensor_bytes += static_cast<uint64_t>(layout.numel()) * layout.element_size();  // each within its record
+  }
+  if (tensor_bytes > kTensorBytesPerFileByte * file_.size() + kTensorBytesSlack) {
+    throw CheckpointError(fmt::format(
+        "'{}': its tensors add up to {} bytes, more than {} times the file's {} bytes (many names for the same "
+        "storage); refused",
+        path_, tensor_bytes, kTensorBytesPerFileByte, file_.size()));
+  }
   for (auto& [name, layout] : found) {
     const auto it =
         layout.numel() == 0 ? storage_index.end() : storage_index.find(layout.storage().unsafeGetStorageImpl());
@@ -219,7 +275,6 @@ at::Tensor TorchFileReader::read_storage(Storage& s) {
     }
   }
   check_crc(s, crc);
-  s.verified = true;
   clamp_bools(data);
   return data;
 }
@@ -247,45 +302,53 @@ NamedTensors TorchFileReader::read_all() {
   return out;
 }
 
-bool TorchFileReader::contiguous(size_t i) const { return tensors_.at(i).layout.is_contiguous(); }
-
-void TorchFileReader::verify(Storage& s, const at::Tensor& scratch) {
-  if (s.verified) return;
-  zip::Crc32 crc;
-  for (uint64_t at = 0; at < s.record->size;) {
-    const uint64_t n = std::min<uint64_t>(scratch.nbytes(), s.record->size - at);
-    read_bytes(s, at, n, scratch.data_ptr(), &crc);
-    at += n;
-  }
-  check_crc(s, crc);
-  s.verified = true;
+TorchFileReader::Placement TorchFileReader::placement(size_t i) const {
+  if (!contiguous(i)) throw Error(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
+  const Storage* s = storage_of(i);
+  if (!s) return {};
+  const at::Tensor& layout = tensors_[i].layout;
+  const uint64_t element = layout.element_size();
+  return {s->record, s->record->data_offset + static_cast<uint64_t>(layout.storage_offset()) * element,
+          static_cast<uint64_t>(layout.numel()) * element};
 }
 
+void TorchFileReader::check_record(const zip::Entry& record, const void* data) const {
+  zip::Crc32 crc;
+  crc.update(data, record.size);
+  check_crc(Storage{&record, at::kByte, 0}, crc);
+}
+
+bool TorchFileReader::contiguous(size_t i) const { return tensors_.at(i).layout.is_contiguous(); }
+
+// One pass over the tensor's whole record, every byte into the CRC-32, the
+// windows that overlap the tensor handed on: the bytes checked are the bytes
+// delivered. The check comes after the last window, before this returns.
 void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
                                       const std::function<void(int64_t, const at::Tensor&)>& fn) {
   if (!contiguous(i)) throw Error(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
-  Storage* s = tensor_storage_[i] == SIZE_MAX ? nullptr : &storages_[tensor_storage_[i]];
+  const Storage* s = storage_of(i);
   if (!s) return;
   const at::Tensor& layout = tensors_[i].layout;
   const uint64_t element = layout.element_size();
-  const uint64_t window = scratch.nbytes() / element;
+  const uint64_t window = scratch.nbytes() / element * element;
   if (window == 0) throw Error(fmt::format("a window of {} bytes is smaller than one element", scratch.nbytes()));
-  const uint64_t first = static_cast<uint64_t>(layout.storage_offset()), count = layout.numel();
-  // A tensor that is its whole record is checked as it streams; any other
-  // part of a record is checked whole first.
-  const bool whole = first == 0 && count * element == s->record->size;
-  if (!whole) verify(*s, scratch);
+  const uint64_t begin = static_cast<uint64_t>(layout.storage_offset()) * element;
+  const uint64_t end = begin + static_cast<uint64_t>(layout.numel()) * element;
+  auto* bytes = static_cast<char*>(scratch.data_ptr());
   zip::Crc32 crc;
-  for (uint64_t done = 0; done < count;) {
-    const uint64_t n = std::min(window, count - done);
-    const at::Tensor values = scratch.narrow(0, 0, static_cast<int64_t>(n * element)).view(layout.scalar_type());
-    read_bytes(*s, (first + done) * element, n * element, values.data_ptr(), whole ? &crc : nullptr);
-    if (whole && done + n == count) check_crc(*s, crc);
-    clamp_bools(values);
-    fn(static_cast<int64_t>(done), values);
-    done += n;
+  for (uint64_t at = 0; at < s->record->size;) {
+    const uint64_t n = std::min(window, s->record->size - at);
+    read_bytes(*s, at, n, bytes, &crc);
+    const uint64_t from = std::max(at, begin), to = std::min(at + n, end);
+    if (from < to) {
+      const at::Tensor values = scratch.narrow(0, static_cast<int64_t>(from - at), static_cast<int64_t>(to - from))
+                                    .view(layout.scalar_type());
+      clamp_bools(values);
+      fn(static_cast<int64_t>((from - begin) / element), values);
+    }
+    at += n;
   }
-  if (whole) s->verified = true;
+  check_crc(*s, crc);
 }
 
 void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progress) const {
@@ -336,4 +399,4 @@ void write_torch_file(const std::string& path, const StateDict& common, const Na
   writer.commit();
 }
 
-}  // namespace distckpt::api
+}  // namespace distckpt::storage

@@ -1,0 +1,106 @@
+// torch.save files written by the real PyTorch (tests/interop/
+// write_torch_save.py) as checkpoints: load() reshards them directly over
+// ranks, reading only the bytes each shard needs; a read of a whole record
+// is checked against its CRC-32; a module's state_dict() (an OrderedDict
+// with `_metadata`) reads; files that stand for far more than their size,
+// or name one thing twice, are refused with what to do.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "distckpt/distckpt.h"
+#include "support/process.h"
+#include "support/ranks.h"
+#include "support/throws_with.h"
+
+namespace distckpt {
+namespace {
+
+const std::string kBin = DISTCKPT_BIN_DIR;
+const std::string kSource = DISTCKPT_SOURCE_DIR;
+
+// write_safetensors.value(k, shape, dtype).
+at::Tensor python_value(int64_t k, const Shape& shape, at::ScalarType dtype) {
+  return at::arange(numel(shape), at::kDouble).mul(0.25).sub(static_cast<double>(k)).reshape(shape).to(dtype);
+}
+
+class TorchFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CommandResult py = run_command(
+        fmt::format("cd {}/tests/interop && /usr/bin/python3 write_torch_save.py {}", kSource, tmp_.path()));
+    ASSERT_EQ(py.exit_code, 0) << py.output;
+  }
+  std::string file(const std::string& name) const { return tmp_.path() + "/" + name; }
+  TempDir tmp_{"torch-file"};
+};
+
+TEST_F(TorchFile, TwoRanksLoadTheirShardsStraightFromTheFile) {
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sd = Value::dict();
+    sd["model.embed_tokens.weight"] =
+        ShardedTensor::from_rank_offsets("model.embed_tokens.weight", at::empty({20, 16}), {{0, r, 2}});
+    sd["model.layers.0.self_attn.q_proj.weight"] = ShardedTensor::from_rank_offsets(
+        "model.layers.0.self_attn.q_proj.weight", at::empty({16, 8}, at::kBFloat16), {{1, r, 2}});
+    const LoadResult out = load(sd, file("state.pt"), comm);
+    EXPECT_TRUE(at::equal(out.state_dict.at("model.embed_tokens.weight").as_tensor(),
+                          python_value(0, {40, 16}, at::kFloat).narrow(0, 20 * r, 20)));
+    EXPECT_TRUE(at::equal(out.state_dict.at("model.layers.0.self_attn.q_proj.weight").as_tensor(),
+                          python_value(1, {16, 16}, at::kBFloat16).narrow(1, 8 * r, 8)));
+  });
+  const StateDict common = load_common_state_dict(file("state.pt"));
+  EXPECT_EQ(common.at("iteration").as_int(), 7);
+  EXPECT_EQ(common.at("optimizer").at("param_groups").as_list()[0].at("lr").as_float(), 0.5);
+}
+
+// torch.save(model.state_dict()): the OrderedDict's `_metadata` attribute
+// (module versions) is no item and is dropped.
+TEST_F(TorchFile, AModuleStateDictLoadsAndItsDigestMatchesItsExport) {
+  const StateDict plain = load_plain_tensors(file("module.pt"));
+  EXPECT_TRUE(at::equal(plain.at("weight").as_tensor(), at::arange(12, at::kFloat).reshape({3, 4})));
+  EXPECT_TRUE(at::equal(plain.at("bias").as_tensor(), -at::arange(3, at::kFloat)));
+  EXPECT_FALSE(load_common_state_dict(file("module.pt")).contains("_metadata"));
+  const auto cli = [](const std::string& args) { return run_command(kBin + "/distckpt " + args); };
+  const CommandResult inspect = cli("inspect " + file("module.pt"));
+  EXPECT_NE(inspect.output.find("torch, 1 files, 2 tensors (60 bytes)"), std::string::npos) << inspect.output;
+  ASSERT_EQ(cli("convert " + file("module.pt") + " " + file("module-st") + " --to safetensors --quiet").exit_code, 0);
+  EXPECT_EQ(cli("digest " + file("module.pt")).output, cli("digest " + file("module-st")).output);
+}
+
+// A load that reads a tensor's whole record checks its CRC-32.
+TEST_F(TorchFile, AWholeRecordReadIsCheckedAgainstItsCrc) {
+  StateDict sd = Value::dict();
+  sd["model.embed_tokens.weight"] =
+      ShardedTensor::from_rank_offsets("model.embed_tokens.weight", at::empty({40, 16}), {});
+  const auto one = make_single_process_communicator();
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { load(sd, file("damaged.pt"), *one); },
+                                           "record 'state/data/0' fails its CRC-32"));
+  EXPECT_NO_THROW(load(sd, file("state.pt"), *one));
+}
+
+TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefused) {
+  const auto refused = [&](const std::string& name, const std::string& part) {
+    return throws_with<CheckpointError>([&] { load_plain_tensors(file(name)); }, part);
+  };
+  EXPECT_TRUE(refused("fanout.pt", "its pickle expands to more than 64 times its size"));
+  EXPECT_TRUE(refused("aliases.pt", "its tensors add up to 104857600 bytes, more than 4 times the file's"));
+  EXPECT_TRUE(refused("twice.pt", "'a.b' names two tensors"));
+  EXPECT_TRUE(refused("intkey.pt", "the top-level dict holds the key '0' twice (as an int and as a string)"));
+  EXPECT_TRUE(refused("views.pt", "'cols' in '" + file("views.pt") + "' is a strided view of a larger storage"));
+  // The export reads strided views (the storage whole) where load() cannot.
+  EXPECT_EQ(
+      run_command(kBin + "/distckpt convert " + file("views.pt") + " " + file("views-st") + " --to safetensors --quiet")
+          .exit_code,
+      0);
+  StateDict sd = Value::dict();
+  sd["w"] = ShardedTensor::from_rank_offsets("w", at::empty({2}), {});
+  const auto one = make_single_process_communicator();
+  SaveOptions as_torch;
+  as_torch.format = StorageFormat::kTorch;
+  EXPECT_TRUE(throws_with<Error>([&] { save(sd, file("saved"), *one, as_torch); },
+                                 "write a torch.save file from a checkpoint with convert_to_torch"));
+}
+
+}  // namespace
+}  // namespace distckpt
