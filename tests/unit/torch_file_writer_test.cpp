@@ -102,6 +102,10 @@ TEST(TorchFileWriter, BytesOutOfOrderAreRefusedAndNothingIsLeft) {
         TorchFileWriter(path, Value::dict(), {{"u", at::kQInt8, {2}}});
       },
       "has no torch.save storage class"));
+  StateDict latin1 = Value::dict();
+  latin1["name"] = Value(std::string("caf\xe9"));
+  EXPECT_TRUE(throws_with<Error>([&] { TorchFileWriter(path, latin1, {}); },
+                                 "'name' holds a string that is not UTF-8 (byte 3)"));
   std::filesystem::create_directories(path);
   EXPECT_TRUE(throws_with<CheckpointError>([&] { TorchFileWriter(path, Value::dict(), {}); }, "already exists"));
 }

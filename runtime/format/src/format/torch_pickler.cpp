@@ -76,6 +76,21 @@ class Pickler {
 
 constexpr int kMaxDepth = 64;
 
+// Python reads BINUNICODE as UTF-8: any other bytes would make torch.load fail.
+void check_utf8(const std::string& s, const std::string& where) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size() && c != 0xC0 && c != 0xC1 && c <= 0xF4;  // no overlong 2-byte forms
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (!ok) {
+      throw Error(
+          fmt::format("'{}' holds a string that is not UTF-8 (byte {}); torch.load could not read it", where, i));
+    }
+    i += n;
+  }
+}
+
 void value(Pickler& p, const Value& v, const std::string& where, int depth) {
   if (depth > kMaxDepth) throw Error(fmt::format("'{}' is nested more than {} levels deep", where, kMaxDepth));
   switch (v.kind()) {
@@ -88,6 +103,7 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
     case Kind::kFloat:
       return p.real(v.as_float());
     case Kind::kString:
+      check_utf8(v.as_string(), where);
       return p.string(v.as_string());
     case Kind::kList:
       p.op(']');  // EMPTY_LIST, MARK, items, APPENDS
@@ -102,6 +118,7 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
       if (v.as_dict().empty()) return;
       p.mark();
       for (const auto& [key, item] : v.as_dict()) {
+        check_utf8(key, where + "." + key);
         p.string(key);
         value(p, item, where + "." + key, depth + 1);
       }
@@ -150,12 +167,14 @@ std::string pickle_dict(const StateDict& common, const std::vector<TensorEntry>&
   if (!common.as_dict().empty() || !tensors.empty()) {
     p.mark();
     for (const auto& [key, item] : common.as_dict()) {
+      check_utf8(key, key);
       keys.insert(key);
       p.string(key);
       value(p, item, key, 1);
     }
     for (const TensorEntry& t : tensors) {
       if (!keys.insert(t.key).second) throw Error(fmt::format("'{}' names both a tensor and a common value", t.key));
+      check_utf8(t.key, t.key);
       p.string(t.key);
       tensor(p, t);
     }
