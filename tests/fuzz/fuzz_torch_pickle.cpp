@@ -37,7 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return at::zeros({numel}, at::TensorOptions().dtype(dtype));
   };
   try {
-    walk(*tp::unpickle(std::string_view(reinterpret_cast<const char*>(data), size), zeros, "fuzz.pt"), 0);
+    const tp::Unpickled unpickled =
+        tp::unpickle(std::string_view(reinterpret_cast<const char*>(data), size), zeros, "fuzz.pt");
+    walk(*unpickled.root, 0);
   } catch (const distckpt::CheckpointError&) {
   }
   return 0;

@@ -30,7 +30,17 @@ class Machine {
   Machine(std::string_view bytes, const StorageLoader& storage, const std::string& origin)
       : in_(bytes), storage_(storage), origin_(origin) {}
 
-  NodeRef run() {
+  // Every container is recorded in `made_`: emptied when it goes (here on
+  // an error, with the caller on success), cycles included.
+  std::shared_ptr<Dict> dict() { return made_.dicts.emplace_back(std::make_shared<Dict>()); }
+  std::shared_ptr<List> list(List l) { return made_.lists.emplace_back(std::make_shared<List>(std::move(l))); }
+
+  Unpickled run() {
+    made_.root = parse();
+    return std::move(made_);
+  }
+
+  NodeRef parse() {
     while (true) {
       op_at_ = pos_;
       const uint8_t op = u8();
@@ -51,13 +61,13 @@ class Machine {
           stack_.push_back(Item{true, nullptr});
           break;
         case '}':
-          stack_.push_back(value_item(std::make_shared<Dict>()));
+          stack_.push_back(value_item(dict()));
           break;
         case ']':
-          stack_.push_back(value_item(std::make_shared<List>()));
+          stack_.push_back(value_item(list(List{})));
           break;
         case ')':
-          stack_.push_back(value_item(std::make_shared<List>(List{{}, true})));
+          stack_.push_back(value_item(list(List{{}, true})));
           break;
         case 'N':
           stack_.push_back(value_item(std::monostate{}));
@@ -117,14 +127,14 @@ class Machine {
           stack_.push_back(get(le(4)));
           break;
         case 't':
-          stack_.push_back(value_item(std::make_shared<List>(List{pop_to_mark(), true})));
+          stack_.push_back(value_item(list(List{pop_to_mark(), true})));
           break;
         case 0x85:
         case 0x86:
         case 0x87: {
           std::vector<NodeRef> items(op - 0x84u);
           for (size_t i = items.size(); i-- > 0;) items[i] = pop_node("a tuple item");
-          stack_.push_back(value_item(std::make_shared<List>(List{std::move(items), true})));
+          stack_.push_back(value_item(list(List{std::move(items), true})));
           break;
         }
         case 'a': {
@@ -335,7 +345,7 @@ class Machine {
   Item reduce(const std::string& global, const std::vector<NodeRef>& args) {
     if (global == "collections.OrderedDict") {
       if (!args.empty()) fail("OrderedDict built from arguments");
-      return value_item(std::make_shared<Dict>());
+      return value_item(dict());
     }
     if (global == "torch._utils._rebuild_tensor_v2" || global == "torch._utils._rebuild_tensor") {
       if (args.size() < 4) fail(fmt::format("{} with {} arguments", global, args.size()));
@@ -391,6 +401,7 @@ class Machine {
   std::vector<Item> stack_;
   std::unordered_map<uint64_t, Item> memo_;
   std::unordered_map<std::string, at::Tensor> storages_;
+  Unpickled made_;
 };
 
 }  // namespace
@@ -424,7 +435,15 @@ std::optional<std::string> storage_class(at::ScalarType dtype) {
   return std::nullopt;
 }
 
-NodeRef unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin) {
+Unpickled::~Unpickled() {
+  for (const auto& l : lists) l->items.clear();
+  for (const auto& d : dicts) {
+    d->items.clear();
+    d->positions.clear();
+  }
+}
+
+Unpickled unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin) {
   return Machine(bytes, storage, origin).run();
 }
 

@@ -61,8 +61,22 @@ using StorageLoader = std::function<at::Tensor(const std::string& key, at::Scala
 std::optional<at::ScalarType> storage_dtype(const std::string& storage_class);
 std::optional<std::string> storage_class(at::ScalarType dtype);
 
+// The unpickled value and every container made for it. The memo can make a
+// container hold itself, which shared pointers alone would never free:
+// destroying this empties every container first. Use `root` only while it lives.
+struct Unpickled {
+  NodeRef root;
+  std::vector<std::shared_ptr<List>> lists;
+  std::vector<std::shared_ptr<Dict>> dicts;
+
+  Unpickled() = default;
+  Unpickled(Unpickled&&) = default;
+  Unpickled& operator=(Unpickled&&) = delete;
+  ~Unpickled();
+};
+
 // CheckpointError naming `origin` and the byte offset for anything outside
 // the subset above.
-NodeRef unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin);
+Unpickled unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin);
 
 }  // namespace distckpt::torch_pickle

@@ -201,7 +201,8 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
     storages_.push_back(Storage{r, dtype, numel});
     return layout;
   };
-  const torch_pickle::NodeRef root = torch_pickle::unpickle(pickle, describe, path_);
+  const torch_pickle::Unpickled unpickled = torch_pickle::unpickle(pickle, describe, path_);
+  const torch_pickle::NodeRef& root = unpickled.root;
   if (!std::holds_alternative<std::shared_ptr<torch_pickle::Dict>>(root->value)) {
     throw CheckpointError(fmt::format("'{}' holds no dict of tensors (torch.save(model.state_dict(), ...))", path_));
   }
