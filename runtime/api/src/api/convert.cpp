@@ -304,12 +304,8 @@ class CheckpointSource : public TensorSource {
 class TorchFileSource : public TensorSource {
  public:
   explicit TorchFileSource(const std::string& src) : reader_(src) {
-    for (const auto& [name, layout] : reader_.tensors()) {
-      if (reader_.common().contains(name)) {
-        throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", name, src));
-      }
+    for (const auto& [name, layout] : reader_.tensors())
       tensors_.push_back({name, layout.scalar_type(), layout.sizes().vec()});
-    }
   }
   void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
     if (reader_.contiguous(i)) return reader_.read_in_windows(i, scratch, fn);

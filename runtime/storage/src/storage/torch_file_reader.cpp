@@ -181,10 +181,9 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   const zip::Entry* pickle_record = record("data.pkl");
   if (!pickle_record) throw CheckpointError(context + ": it has no data.pkl");
   std::string pickle(pickle_record->size, '\0');  // the file's own bytes: bounded by its size
-  Storage whole{pickle_record, at::kByte, static_cast<int64_t>(pickle.size())};
   zip::Crc32 crc;
-  read_bytes(whole, 0, pickle.size(), pickle.data(), &crc);
-  check_crc(whole, crc);
+  read_bytes(*pickle_record, 0, pickle.size(), pickle.data(), &crc);
+  check_crc(*pickle_record, crc);
 
   // Storages are described, not read: a meta tensor stands for each.
   std::unordered_map<const c10::StorageImpl*, size_t> storage_index;
@@ -238,23 +237,35 @@ const TorchFileReader::Storage* TorchFileReader::storage_of(size_t i) const {
   return tensor_storage_.at(i) == SIZE_MAX ? nullptr : &storages_[tensor_storage_[i]];
 }
 
-void TorchFileReader::read_bytes(const Storage& s, uint64_t begin, uint64_t n, void* data, zip::Crc32* crc) const {
+void TorchFileReader::read_bytes(const zip::Entry& record, uint64_t begin, uint64_t n, void* data,
+                                 zip::Crc32* crc) const {
   // Pieces small enough to be checked while still in cache.
   constexpr uint64_t kPiece = uint64_t{8} << 20;
   auto* out = static_cast<char*>(data);
   for (uint64_t done = 0; done < n;) {
     const uint64_t piece = std::min(kPiece, n - done);
-    file_.pread_all(out + done, piece, s.record->data_offset + begin + done);
+    file_.pread_all(out + done, piece, record.data_offset + begin + done);
     if (crc) crc->update(out + done, piece);
     done += piece;
   }
 }
 
-void TorchFileReader::check_crc(const Storage& s, const zip::Crc32& crc) const {
-  if (crc.value() != s.record->crc32) {
+void TorchFileReader::check_crc(const zip::Entry& record, const zip::Crc32& crc) const {
+  if (crc.value() != record.crc32) {
     throw CorruptionError(fmt::format(
         "'{}': record '{}' fails its CRC-32 (recorded {:08x}, read {:08x}): the file is damaged: copy or save it again",
-        path_, s.record->name, s.record->crc32, crc.value()));
+        path_, record.name, record.crc32, crc.value()));
+  }
+}
+
+void TorchFileReader::add_to_crc(const zip::Entry& record, uint64_t begin, zip::Crc32& crc,
+                                 const std::function<void(uint64_t)>& read) const {
+  std::vector<char> buffer(std::min<uint64_t>(record.size - std::min(begin, record.size), uint64_t{8} << 20));
+  for (uint64_t at = begin; at < record.size;) {
+    const uint64_t n = std::min<uint64_t>(buffer.size(), record.size - at);
+    read_bytes(record, at, n, buffer.data(), &crc);
+    if (read) read(n);
+    at += n;
   }
 }
 
@@ -266,16 +277,9 @@ at::Tensor TorchFileReader::read_storage(Storage& s) {
   at::Tensor data = at::empty({s.numel}, at::TensorOptions().dtype(s.dtype));
   const uint64_t bytes = data.nbytes();
   zip::Crc32 crc;
-  read_bytes(s, 0, bytes, data.data_ptr(), &crc);
-  if (s.record->size > bytes) {  // bytes past the elements still count for the CRC
-    std::vector<char> rest(std::min<uint64_t>(s.record->size - bytes, uint64_t{1} << 20));
-    for (uint64_t at = bytes; at < s.record->size;) {
-      const uint64_t n = std::min<uint64_t>(rest.size(), s.record->size - at);
-      read_bytes(s, at, n, rest.data(), &crc);
-      at += n;
-    }
-  }
-  check_crc(s, crc);
+  read_bytes(*s.record, 0, bytes, data.data_ptr(), &crc);
+  add_to_crc(*s.record, bytes, crc);  // bytes past the elements still count
+  check_crc(*s.record, crc);
   clamp_bools(data);
   return data;
 }
@@ -316,7 +320,7 @@ TorchFileReader::Placement TorchFileReader::placement(size_t i) const {
 void TorchFileReader::check_record(const zip::Entry& record, const void* data) const {
   zip::Crc32 crc;
   crc.update(data, record.size);
-  check_crc(Storage{&record, at::kByte, 0}, crc);
+  check_crc(record, crc);
 }
 
 bool TorchFileReader::contiguous(size_t i) const { return tensors_.at(i).layout.is_contiguous(); }
@@ -339,7 +343,7 @@ void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
   zip::Crc32 crc;
   for (uint64_t at = 0; at < s->record->size;) {
     const uint64_t n = std::min(window, s->record->size - at);
-    read_bytes(*s, at, n, bytes, &crc);
+    read_bytes(*s->record, at, n, bytes, &crc);
     const uint64_t from = std::max(at, begin), to = std::min(at + n, end);
     if (from < to) {
       const at::Tensor values = scratch.narrow(0, static_cast<int64_t>(from - at), static_cast<int64_t>(to - from))
@@ -349,25 +353,20 @@ void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
     }
     at += n;
   }
-  check_crc(*s, crc);
+  check_crc(*s->record, crc);
 }
 
 void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progress) const {
   uint64_t total = 0, done = 0;
   for (const zip::Entry& e : index_->entries()) total += e.size;
-  std::vector<char> window(std::min<uint64_t>(total, uint64_t{8} << 20));
   ++report.files;
   for (const zip::Entry& e : index_->entries()) {
     zip::Crc32 crc;
     try {
-      for (uint64_t at = 0; at < e.size;) {
-        const uint64_t n = std::min<uint64_t>(window.size(), e.size - at);
-        file_.pread_all(window.data(), n, e.data_offset + at);
-        crc.update(window.data(), n);
-        at += n;
+      add_to_crc(e, 0, crc, [&](uint64_t n) {
         done += n;
         if (progress) progress(done, total);
-      }
+      });
     } catch (const Error& error) {
       report.problems.push_back(fmt::format("record '{}': {}", e.name, error.what()));
       continue;

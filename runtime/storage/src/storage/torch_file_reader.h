@@ -86,9 +86,13 @@ class TorchFileReader {
 
   const Storage* storage_of(size_t i) const;  // nullptr for a tensor without elements
   at::Tensor read_storage(Storage& s);
-  // Reads `n` bytes of `s`'s record from `begin` into `data`, adding them to `crc`.
-  void read_bytes(const Storage& s, uint64_t begin, uint64_t n, void* data, zip::Crc32* crc) const;
-  void check_crc(const Storage& s, const zip::Crc32& crc) const;
+  // Reads `n` bytes of `record` from `begin` into `data`, adding them to `crc`.
+  void read_bytes(const zip::Entry& record, uint64_t begin, uint64_t n, void* data, zip::Crc32* crc) const;
+  // Reads `record` from `begin` to its end through a buffer of its own, into
+  // `crc` only; `read(n)` after each piece.
+  void add_to_crc(const zip::Entry& record, uint64_t begin, zip::Crc32& crc,
+                  const std::function<void(uint64_t n)>& read = {}) const;
+  void check_crc(const zip::Entry& record, const zip::Crc32& crc) const;
   void clamp_bools(const at::Tensor& t) const;
 
   std::string path_;
