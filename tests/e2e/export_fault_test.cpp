@@ -1,4 +1,5 @@
-// Faults in `distckpt convert` of a torch.save file, injected from outside
+// Faults in `distckpt convert` of a torch.save file (to torch.save,
+// safetensors and distckpt), injected from outside
 // by strace at exact system calls: a write, fsync or rename that fails, a
 // read of the source that fails, a kill in the middle. A failed export
 // exits 2 naming the file and the errno text and leaves nothing at the
@@ -84,6 +85,23 @@ TEST_F(ExportFaultTest, AFailedReadOfTheSourceNamesIt) {
   const std::string src = dir_.file("py/big.pt");
   expect_failed("torch", dir_.file("out.pt"), "pread64", src, "error=EIO:when=20", "Input/output error");
   expect_failed("safetensors", dir_.file("out"), "pread64", src, "error=EIO:when=20", "Input/output error");
+}
+
+// The conversion to distckpt writes save()'s data file from the windows:
+// the same faults leave nothing, and after a kill the next one commits a
+// checkpoint whose every checksum matches.
+TEST_F(ExportFaultTest, FailedAndKilledConversionsToDistckptLeaveNothing) {
+  const std::string dst = dir_.file("out"), file = dir_.file(".out.distckpt-staging/data/rank_00000.bin");
+  expect_failed("distckpt", dst, "pwrite64", file, "error=ENOSPC:when=3", "No space left on device");
+  expect_failed("distckpt", dst, "fsync", file, "error=EIO", "Input/output error");
+  expect_failed("distckpt", dst, "pread64", dir_.file("py/big.pt"), "error=EIO:when=20", "Input/output error");
+  const CommandResult killed = convert(strace_inject("pwrite64", file, "signal=SIGKILL:when=2"), dst, "distckpt");
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_FALSE(std::filesystem::exists(dst));
+  ASSERT_EQ(convert("", dst, "distckpt").exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_.file(".out.distckpt-staging")));
+  const CommandResult verified = run_command(kBin + "/distckpt verify " + shell_quote(dst));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
 }
 
 // Killed while writing: nothing at the destination; the leftover staging

@@ -317,6 +317,19 @@ TEST_F(SafetensorsInterop, TorchSaveFilesAreCheckedAndStreamed) {
                   "print(sorted(d), torch.equal(d['big'], torch.arange(12 << 20, dtype=torch.float32)), "
                   "torch.equal(d['cols'], base[:, 1:3]), d['flag'].tolist())\"");
   EXPECT_EQ(python.output, "['big', 'cols', 'flag'] True True [True, False, True]\n") << python.output;
+
+  // torch.save -> distckpt streams too, into save()'s layout: windows that
+  // end inside checksum blocks still give every block its checksum.
+  options.window_bytes = (uint64_t{1} << 20) + 12;
+  const std::string ours = tmp_.path() + "/big-distckpt";
+  const ConvertReport saved = convert_to_distckpt(py + "/big.pt", ours, options);
+  EXPECT_EQ(saved.tensors, 3u);
+  EXPECT_EQ(saved.bytes, report.bytes);
+  EXPECT_LE(saved.peak_buffer, uint64_t{5} << 20);
+  const CommandResult checked = cli("verify " + ours);
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("every checksum matches"), std::string::npos) << checked.output;
+  EXPECT_EQ(cli("digest " + ours).output, cli("digest " + big).output);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Whole-checkpoint conversions: any readable checkpoint or torch.save file
-// to safetensors (streamed in windows); any of them to torch.save or to
-// distckpt (whole tensors, one rank saves everything).
+// to safetensors, to torch.save or to distckpt (whole tensors, as one rank
+// saves them). Every export streams its tensors through bounded windows.
 #include "distckpt/api/convert.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "api/checkpoint_reader.h"
+#include "api/streamed_save.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/errors.h"
@@ -70,37 +71,6 @@ void check_whole_target(const std::string& dst, const ConvertOptions& options) {
   }
   if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
   if (!options.mapping.empty()) throw Error("a name mapping applies to the export to safetensors only");
-}
-
-// SRC's tensors, whole, and its common values: a torch.save file, or any
-// checkpoint load() reads. All tensors are held at once.
-storage::TorchFileContents whole_contents(const std::string& src) {
-  if (storage::is_torch_file(src)) return storage::read_torch_file(src);
-  storage::TorchFileContents contents;
-  contents.common = load_common_state_dict(src);
-  for (auto& [key, value] : load_plain_tensors(src).as_dict()) contents.tensors.emplace_back(key, value.as_tensor());
-  return contents;
-}
-
-// `contents`' tensors in their converted dtype; a key that is also a common
-// value is an error. Counts into `report`.
-storage::NamedTensors converted_tensors(storage::TorchFileContents& contents, const std::string& src,
-                                        const ConvertOptions& options, ConvertReport& report) {
-  storage::NamedTensors out;
-  for (auto& [key, tensor] : contents.tensors) {
-    if (contents.common.contains(key)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", key, src));
-    }
-    const at::ScalarType dtype = stored_dtype(tensor.scalar_type(), options);
-    at::Tensor t = dtype == tensor.scalar_type() ? tensor : tensor.to(dtype);
-    report.bytes += t.nbytes();
-    ++report.tensors;
-    out.emplace_back(key, std::move(t));
-  }
-  contents.tensors.clear();
-  report.peak_buffer = report.bytes;
-  report.files = 1;
-  return out;
 }
 
 // One tensor of the export: its name, the stored tensor and the region of it.
@@ -411,16 +381,38 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
-  storage::TorchFileContents contents = whole_contents(src);
-  ConvertReport report;
-  StateDict state = contents.common;
-  // Names are unique within a source: only a common value can collide with one.
-  for (auto& [key, t] : converted_tensors(contents, src, options, report)) {
-    state[key] = ShardedTensor::from_rank_offsets(key, std::move(t), {});
+  const std::unique_ptr<TensorSource> source = open_source(src, options);
+  const auto* torch_file = dynamic_cast<const TorchFileSource*>(source.get());
+  StateDict state = torch_file ? torch_file->common() : load_common_state_dict(src);
+  std::unordered_map<std::string, size_t> by_name;
+  for (size_t i = 0; i < source->tensors().size(); ++i) {
+    const TensorSource::Tensor& t = source->tensors()[i];
+    if (state.contains(t.name)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", t.name, src));
+    }
+    // Shape and dtype only: the values stream from SRC into the data file.
+    const at::Tensor meta =
+        at::empty(t.shape, at::TensorOptions().dtype(stored_dtype(t.dtype, options)).device(at::kMeta));
+    state[t.name] = ShardedTensor::from_rank_offsets(t.name, meta, {});
+    by_name.emplace(t.name, i);
   }
-  const std::shared_ptr<Communicator> one = make_single_process_communicator();
-  save(state, dst, *one);
-  if (options.progress) options.progress(report.bytes, report.bytes);
+  api::StreamedSave save(state, dst);
+  std::vector<size_t> order;  // the data file's
+  std::vector<at::ScalarType> dtypes;
+  for (const std::string& key : save.keys()) {
+    order.push_back(by_name.at(key));
+    dtypes.push_back(stored_dtype(source->tensors()[order.back()].dtype, options));
+  }
+  Progress progress(options, save.bytes());
+  ConvertReport report;
+  report.peak_buffer = stream(
+      *source, order, dtypes,
+      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { save.write(i, offset, data, n); }, progress,
+      options);
+  save.commit();
+  report.tensors = source->tensors().size();  // an empty one has no bytes in the file
+  report.files = order.empty() ? 0 : 1;
+  report.bytes = save.bytes();
   return report;
 }
 

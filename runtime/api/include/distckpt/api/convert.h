@@ -9,8 +9,8 @@
 // dotted path; everything else becomes common values. Its pickle is read
 // by a restricted reader that imports and runs nothing (only the classes
 // state dicts use are known); every record is checked against its CRC-32.
-// The exports to safetensors and to torch.save stream their tensors; the
-// conversion to distckpt holds them in memory at once.
+// Every conversion streams its tensors through windows of bounded size
+// (ConvertOptions::window_bytes), so memory does not grow with the model.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -34,7 +34,7 @@ struct ConvertOptions {
   std::string mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
   std::function<void(uint64_t done, uint64_t total)> progress{};
-  // safetensors and torch.save: tensors stream through windows of this many bytes, read
+  // Tensors stream through windows of this many bytes, read
   // while the previous one is written; at most four are held at once,
   // whatever the model size (plus, from a torch.save file, the storage of a
   // strided view, read whole).
@@ -64,8 +64,10 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
 
 // A distckpt checkpoint of SRC's tensors (whole, as saved by one rank) and
-// its common values. Holds all tensors in memory at once.
-// SRC: safetensors, a torch.save file, or a distckpt checkpoint.
+// its common values: the checkpoint save() writes from the same values
+// (plan, one data file, block checksums), its tensors streamed through
+// windows as for safetensors. DST must not exist; it appears only when
+// committed. SRC: any checkpoint load() reads, or a torch.save file.
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
 
 }  // namespace distckpt

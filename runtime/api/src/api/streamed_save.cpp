@@ -1,0 +1,125 @@
+#include "api/streamed_save.h"
+
+#include <fmt/format.h>
+
+#include "api/distckpt_writer.h"
+#include "api/save_finalize.h"
+#include "api/save_plan.h"
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+#include "io/checksum.h"
+#include "plan/global_plan.h"
+
+namespace distckpt::api {
+
+// One item's block checksums (io/checksum.h) from bytes that arrive in
+// pieces of any size: the same values as checksumming the item whole.
+class BlockChecksums {
+ public:
+  explicit BlockChecksums(uint64_t block) : block_(block) {}
+  void update(const uint8_t* data, uint64_t n) {
+    while (n > 0) {
+      if (!hash_) hash_ = std::make_unique<io::StreamingHash>();
+      const uint64_t take = std::min(n, block_ - filled_);
+      hash_->update(data, take);
+      filled_ += take;
+      data += take;
+      n -= take;
+      if (filled_ == block_) finish_block();
+    }
+  }
+  std::vector<uint64_t> finish() {
+    if (filled_ > 0) finish_block();
+    return std::move(blocks_);
+  }
+
+ private:
+  void finish_block() {
+    blocks_.push_back(hash_->digest());
+    hash_.reset();
+    filled_ = 0;
+  }
+
+  const uint64_t block_;
+  std::unique_ptr<io::StreamingHash> hash_;
+  uint64_t filled_ = 0;
+  std::vector<uint64_t> blocks_;
+};
+
+namespace {
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+StreamedSave::StreamedSave(const StateDict& state_dict, const std::string& dir, const SaveOptions& options)
+    : comm_(make_single_process_communicator()) {
+  if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto)
+    throw Error("a streamed save writes the distckpt format only");
+  prepared_ = prepare_save(state_dict, dir, *comm_, options);
+  const PreparedSave& p = *prepared_;
+  for (const uint32_t i : p.assignment) {
+    if (i >= p.tensors.size()) throw Error("a streamed save writes tensors only, not sharded objects");
+    const ShardedTensor& t = *p.tensors[i];
+    if (t.flattened_range || t.local_shape != t.global_shape) {
+      throw Error(fmt::format("a streamed save writes whole tensors; {} is a shard", t.describe()));
+    }
+    keys_.push_back(t.key);
+    offsets_.push_back(file_size_);
+    lengths_.push_back(static_cast<uint64_t>(t.held_numel()) * dtype_size(p.stored_dtypes[i]));
+    payload_ += lengths_.back();
+    // The layout FileWriteJob gives: every item at an aligned offset.
+    file_size_ = align_up(file_size_ + lengths_.back(), io::File::kDirectAlignment);
+    if (p.options.checksum_block_size != 0) {
+      checksums_.push_back(std::make_unique<BlockChecksums>(p.options.checksum_block_size));
+    }
+  }
+  written_.assign(keys_.size(), 0);
+  if (keys_.empty()) return;  // no data file, as save() writes none
+  file_ = io::File(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)), io::File::Mode::kCreateTruncate);
+  file_.resize(file_size_);  // the padding between items reads as zeros
+}
+
+StreamedSave::~StreamedSave() {
+  if (committed_ || !prepared_ || !prepared_->claim) return;
+  file_ = io::File();  // closed before its directory goes
+  prepared_->writer->discard();
+}
+
+void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
+  if (index >= keys_.size() || offset != written_[index] || n > lengths_[index] - offset) {
+    throw Error(fmt::format("streamed save: bytes [{}, {}) of tensor {} arrive out of order or past its end", offset,
+                            offset + n, index));
+  }
+  file_.pwrite_all(data, n, offsets_[index] + offset);
+  if (!checksums_.empty()) checksums_[index]->update(static_cast<const uint8_t*>(data), n);
+  written_[index] += n;
+}
+
+SaveReport StreamedSave::commit() {
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    if (written_[i] != lengths_[i]) {
+      throw Error(fmt::format("streamed save: '{}' has {} of its {} bytes", keys_[i], written_[i], lengths_[i]));
+    }
+  }
+  const SaveReport report = finalize_save(
+      *prepared_,
+      [&] {
+        io::FileWritten written;
+        written.file_size = file_size_;
+        for (size_t i = 0; i < keys_.size(); ++i) {
+          written.items.push_back(
+              {offsets_[i], lengths_[i], checksums_.empty() ? std::vector<uint64_t>{} : checksums_[i]->finish()});
+        }
+        if (file_.is_open()) {
+          file_.sync();
+          file_.close();
+        }
+        return RankWritten{encode_file_written(prepared_->rank, written), keys_.size(), payload_};
+      },
+      *comm_);
+  committed_ = true;
+  return report;
+}
+
+}  // namespace distckpt::api
