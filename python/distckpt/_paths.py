@@ -1,7 +1,11 @@
 """Paths read from a checkpoint are untrusted: nothing named in it may make a
 reader open (or a writer replace) anything outside the checkpoint directory,
 not through '..', an absolute path, or a symbolic link."""
+import errno
+import fcntl
 import os
+import warnings
+import weakref
 
 from ._errors import CheckpointError, CorruptionError
 
@@ -52,3 +56,80 @@ def staging_paths(target: str):
         raise CheckpointError(f"cannot write a checkpoint into '{target}': name a directory")
     parent = os.path.dirname(target) or "."
     return target, parent, os.path.join(parent, f".{name}.distckpt-staging"), os.path.join(parent, f".{name}.distckpt-old")
+
+
+# The staging locks this process holds, by lock file. A save that failed
+# before finish() leaves its writer (and lock) alive as long as the
+# exception's traceback is: a new save of the same target in this process
+# takes that lock over instead of waiting for it.
+_HELD = weakref.WeakValueDictionary()
+
+
+def claim_staging(target: str) -> "StagingLock":
+    """TARGET's staging lock, taken (or taken over from an earlier save of
+    this process)."""
+    held = _HELD.get(StagingLock.path_of(target))
+    if held is not None and held.held:
+        return held
+    lock = StagingLock(target)
+    _HELD[lock.path] = lock
+    return lock
+
+
+class StagingLock:
+    """Keeps every other writer of TARGET out of its staging name while this
+    one writes: an exclusive flock on '.NAME.distckpt-lock' beside it, the
+    lock the C++ runtime takes (io/staging.cpp), removed on release."""
+
+    @staticmethod
+    def path_of(target: str) -> str:
+        target = os.path.normpath(target)
+        return os.path.join(os.path.dirname(target) or ".", f".{os.path.basename(target)}.distckpt-lock")
+
+    def __init__(self, target: str):
+        self.path = self.path_of(target)
+        self._fd = None
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)  # a save may name a directory still to come
+        # A holder that releases removes its file after we opened it: the
+        # lock we got is then on a file no one else sees, and we try again.
+        for _ in range(100):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise CheckpointError(f"another save or export is writing '{target}' (it holds '{self.path}'); "
+                                      "wait for it to finish or write elsewhere (nothing was written)") from None
+            except OSError as e:
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    os.close(fd)
+                    raise
+                warnings.warn(f"the file system of '{self.path}' has no locks ({e.strerror}): nothing keeps another "
+                              "writer of the same target out while this one writes")
+                self._fd = fd
+                return
+            try:
+                held, named = os.fstat(fd), os.lstat(self.path)
+                if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                    self._fd = fd
+                    return
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        raise CheckpointError(f"cannot lock '{self.path}': it was replaced 100 times while being locked")
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self):
+        if self._fd is not None:
+            try:
+                os.unlink(self.path)  # before unlocking: see __init__
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self):
+        self.release()

@@ -24,7 +24,7 @@ from ._errors import CheckpointError
 from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, METADATA_FILE, ChunkRecord, FileRecord, Metadata,
                       ObjectRecord, RecordedFile, TensorRecord, block_checksums, commit_marker_text, encode_metadata,
                       fsync_dir, load_commit_marker, name_of, write_all, write_file_atomic, xxh3)
-from ._paths import staging_paths
+from ._paths import claim_staging, staging_paths
 
 __version__ = "0.1.0"
 
@@ -74,6 +74,7 @@ class FileSystemWriter(_dcp.StorageWriter):
         self.path = os.fspath(path)
         self.overwrite = overwrite
         self.block_size = block_size
+        self._lock = None  # the staging lock, held on the coordinator from _claim to finish
 
     # -- both versions --
 
@@ -124,6 +125,12 @@ class FileSystemWriter(_dcp.StorageWriter):
         return _dcp.done(results)
 
     def finish(self, metadata, results):
+        try:
+            self._finish(results)
+        finally:
+            self._release()
+
+    def _finish(self, results):
         target, parent, staging, old = staging_paths(self.path)
         world = len(results)
         tensors, objects, common = {}, [], {}
@@ -187,8 +194,18 @@ class FileSystemWriter(_dcp.StorageWriter):
     # -- the directory --
 
     def _claim(self):
-        """The rules of the C++ runtime's save (api/save_commit.cpp)."""
+        """The rules of the C++ runtime's save (api/save_commit.cpp), under
+        its lock: held until finish() commits (or this writer is dropped)."""
         target, _, staging, old = staging_paths(self.path)
+        self._release()
+        self._lock = claim_staging(target)
+        try:
+            self._check_and_prepare(target, staging, old)
+        except BaseException:
+            self._release()
+            raise
+
+    def _check_and_prepare(self, target, staging, old):
         committed = os.path.isfile(os.path.join(target, COMMIT_FILE))
         if committed:
             load_commit_marker(target)  # a damaged marker is reported, never taken for "nothing here"
@@ -207,6 +224,11 @@ class FileSystemWriter(_dcp.StorageWriter):
             shutil.rmtree(old)
         shutil.rmtree(staging, ignore_errors=True)  # left by a save that died: never committed
         os.makedirs(os.path.join(staging, "data"))
+
+    def _release(self):
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def _commit(self, target, parent, staging, old):
         replacing = os.path.isfile(os.path.join(target, COMMIT_FILE))

@@ -229,6 +229,30 @@ class Bridge(unittest.TestCase):
         self.assertTrue(distckpt.verify(self.ckpt).intact)
         self.assertTrue(torch.equal(distckpt.load_plain_tensors(self.ckpt)["w"], torch.ones(3)))
 
+    def test_a_target_another_writer_holds_is_refused_and_its_staging_kept(self):
+        from distckpt._paths import StagingLock
+        staging = os.path.join(self.tmp, ".ckpt.distckpt-staging")
+        os.makedirs(staging)
+        with open(os.path.join(staging, "theirs"), "w") as f:
+            f.write("in progress")
+        other = StagingLock(self.ckpt)  # as another process (or the C++ runtime) takes it
+        with self.assertRaisesRegex(BaseException, "another save or export is writing .*ckpt.*wait for it"):
+            save({"w": torch.ones(3)}, self.ckpt)
+        with open(os.path.join(staging, "theirs")) as f:
+            self.assertEqual(f.read(), "in progress")
+        other.release()
+        save({"w": torch.ones(3)}, self.ckpt)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["ckpt"])  # no lock file left
+
+    def test_a_save_after_a_failed_one_takes_over_its_lock(self):
+        with warnings.catch_warnings(), self.assertRaisesRegex(BaseException, "cannot be stored in a distckpt"):
+            warnings.simplefilter("ignore")
+            save({"q": torch.ones(2, dtype=torch.complex32)}, self.ckpt)
+        # The failed writer is still alive (the exception holds it); this process may go on.
+        save({"w": torch.ones(3)}, self.ckpt)
+        self.assertTrue(distckpt.verify(self.ckpt).intact)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["ckpt"])
+
     def test_paths_out_of_the_checkpoint_are_refused(self):
         save({"w": torch.ones(3)}, self.ckpt)
         outside = os.path.join(self.tmp, "outside.bin")

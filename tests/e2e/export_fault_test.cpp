@@ -66,7 +66,7 @@ TEST_F(ExportFaultTest, FailedWritesFsyncsAndRenamesOfATorchSaveFileLeaveNothing
   expect_failed("torch", dst, "pwrite64", staging, "error=ENOSPC:when=4", "No space left on device");
   expect_failed("torch", dst, "pwrite64", staging, "error=ENOSPC:when=7", "No space left on device");
   expect_failed("torch", dst, "fsync", staging, "error=EIO", "Input/output error");
-  expect_failed("torch", dst, "rename", staging, "error=EACCES", "Permission denied");
+  expect_failed("torch", dst, "renameat2", staging, "error=EACCES", "Permission denied");
   ASSERT_EQ(convert("", dst, "torch").exit_code, 0);  // and the next one works
 }
 

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "distckpt/distckpt.h"
 #include "support/process.h"
 #include "support/ranks.h"
@@ -100,6 +102,35 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
   as_torch.format = StorageFormat::kTorch;
   EXPECT_TRUE(throws_with<Error>([&] { save(sd, file("saved"), *one, as_torch); },
                                  "write a torch.save file from a checkpoint with convert_to_torch"));
+}
+
+// One writer per target across processes: while another process holds a
+// target's lock (flock(1) here, as a running save or export does), every
+// conversion to it is refused at once and the staging area in use is left
+// alone; afterwards the same command succeeds and leaves no lock file.
+TEST_F(TorchFile, AConversionIntoATargetAnotherProcessWritesIsRefused) {
+  for (const char* to : {"distckpt", "safetensors", "torch"}) {
+    const std::string dst = file(fmt::format("out-{}", to)), lock = file(fmt::format(".out-{}.distckpt-lock", to));
+    const std::string staging = file(fmt::format(".out-{}.distckpt-staging", to));
+    ASSERT_EQ(run_command("mkdir " + staging + " && echo theirs > " + staging + "/in-progress").exit_code, 0);
+    const std::string convert =
+        fmt::format("{}/distckpt convert {} {} --to {} --quiet", kBin, file("state.pt"), dst, to);
+    const CommandResult refused = run_command(fmt::format("flock {} {}", lock, convert));
+    EXPECT_EQ(refused.exit_code, 2) << to;
+    EXPECT_NE(refused.output.find(fmt::format("another save or export is writing '{}' (it holds '{}')", dst, lock)),
+              std::string::npos)
+        << refused.output;
+    EXPECT_EQ(run_command("cat " + staging + "/in-progress").output, "theirs\n") << to;
+    EXPECT_FALSE(std::filesystem::exists(dst)) << to;
+
+    const CommandResult done = run_command(convert);
+    EXPECT_EQ(done.exit_code, 0) << done.output;
+    EXPECT_FALSE(std::filesystem::exists(lock)) << to;
+    EXPECT_FALSE(std::filesystem::exists(staging)) << to;
+  }
+  const auto a = digest_checkpoint(file("out-distckpt")), b = digest_checkpoint(file("out-torch"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].line(), b[i].line());
 }
 
 }  // namespace

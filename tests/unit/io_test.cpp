@@ -11,6 +11,7 @@
 #include "distckpt/core/errors.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "io/staging.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 
@@ -104,6 +105,43 @@ TEST(IoFileTest, AtomicWriteReplacesContentAndLeavesNoTemp) {
   EXPECT_FALSE(exists(path + ".tmp"));
   write_file_atomic(path, "");
   EXPECT_EQ(read_file(path, 100), "");
+}
+
+TEST(IoFileTest, RenameNoReplaceKeepsATargetThatExists) {
+  TempDir dir("io");
+  write_text(dir.file("new"), "new");
+  write_text(dir.file("theirs"), "theirs");
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { rename_no_replace(dir.file("new"), dir.file("theirs")); },
+                                           "'" + dir.file("theirs") + "' appeared while it was being written"));
+  EXPECT_EQ(read_file(dir.file("theirs"), 100), "theirs");
+  make_dirs(dir.file("empty"));  // not even an empty directory is replaced
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { rename_no_replace(dir.file("new"), dir.file("empty")); },
+                                           "appeared while it was being written"));
+  rename_no_replace(dir.file("new"), dir.file("free"));
+  EXPECT_EQ(read_file(dir.file("free"), 100), "new");
+}
+
+// A second writer of a target is refused while the first holds the lock
+// (the kernel lock conflicts between two opens, even in one process); the
+// lock file goes with the holder; a link in its place is not followed.
+TEST(IoStagingTest, OneWriterAtATimeAndNothingLeftAfter) {
+  TempDir dir("io");
+  const StagingPaths paths = staging_paths(dir.file("ckpt/"));
+  EXPECT_EQ(paths.lock, dir.file(".ckpt.distckpt-lock"));
+  {
+    const StagingLock held(paths);
+    EXPECT_TRUE(exists(paths.lock));
+    EXPECT_TRUE(throws_with<CheckpointError>(
+        [&] { StagingLock second(paths); },
+        "another save or export is writing '" + paths.target + "' (it holds '" + paths.lock + "')"));
+  }
+  EXPECT_FALSE(exists(paths.lock));
+  { const StagingLock again(paths); }
+  EXPECT_TRUE(is_empty_dir(dir.path()));
+
+  ASSERT_EQ(::symlink(dir.file("elsewhere").c_str(), paths.lock.c_str()), 0);
+  EXPECT_TRUE(throws_with<Error>([&] { StagingLock linked(paths); }, "cannot create the lock file"));
+  EXPECT_FALSE(exists(dir.file("elsewhere")));
 }
 
 TEST(IoFileTest, AtomicWriteIntoMissingDirectoryFails) {

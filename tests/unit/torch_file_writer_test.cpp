@@ -11,6 +11,7 @@
 
 #include "distckpt/core/errors.h"
 #include "format/zip_archive.h"
+#include "io/file.h"
 #include "storage/torch_file_reader.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
@@ -108,6 +109,26 @@ TEST(TorchFileWriter, BytesOutOfOrderAreRefusedAndNothingIsLeft) {
                                  "'name' holds a string that is not UTF-8 (byte 3)"));
   std::filesystem::create_directories(path);
   EXPECT_TRUE(throws_with<CheckpointError>([&] { TorchFileWriter(path, Value::dict(), {}); }, "already exists"));
+}
+
+// Another export of the same file while one writes is refused, leaving the
+// first alone; a file someone else puts at the target meanwhile is kept
+// and the export fails.
+TEST(TorchFileWriter, ASecondWriterIsRefusedAndATargetThatAppearsIsKept) {
+  TempDir tmp("torch-writer");
+  const std::string path = tmp.path() + "/out.pt";
+  const storage::NamedTensors tensors = {{"a", at::ones({4})}};
+  const float values[4] = {1, 2, 3, 4};
+  {
+    TorchFileWriter first(path, Value::dict(), described(tensors));
+    first.write(0, 0, values, 16);
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { TorchFileWriter(path, Value::dict(), described(tensors)); },
+                                             "another save or export is writing '" + path + "'"));
+    io::write_file_atomic(path, "theirs");
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { first.commit(); }, "appeared while it was being written"));
+  }
+  EXPECT_EQ(io::read_file(path, 100), "theirs");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path()), {}), 1);  // no staging, no lock
 }
 
 }  // namespace

@@ -37,13 +37,19 @@ void remove_previous(const std::string& old_copy, const std::string& target) {
 
 }  // namespace
 
-InFlightClaim::InFlightClaim(std::string target) : target_(std::move(target)) {
+InFlightClaim::InFlightClaim(const io::StagingPaths& paths) : target_(paths.target) {
   std::lock_guard<std::mutex> lock(claims_mutex());
   if (!claims().insert(target_).second) {
     throw CheckpointError(fmt::format(
         "a save into '{}' is still in flight; finalize it (AsyncCallsQueue::maybe_finalize(true)) before saving "
         "into the same directory again",
         target_));
+  }
+  try {
+    lock_ = std::make_unique<io::StagingLock>(paths);
+  } catch (...) {
+    claims().erase(target_);
+    throw;
   }
 }
 

@@ -12,17 +12,19 @@
 
 namespace distckpt::api {
 
-// Marks a target as being saved by this process until released, so that two
-// saves in flight (e.g. asynchronous ones) never share a staging directory.
+// Marks a target as being saved until released, so that two saves in
+// flight never share a staging directory: two of this process (e.g.
+// asynchronous ones), or of two processes (io::StagingLock).
 class InFlightClaim {
  public:
-  explicit InFlightClaim(std::string target);  // CheckpointError if already claimed
+  explicit InFlightClaim(const io::StagingPaths& paths);  // CheckpointError if already claimed
   ~InFlightClaim();
   InFlightClaim(const InFlightClaim&) = delete;
   InFlightClaim& operator=(const InFlightClaim&) = delete;
 
  private:
   std::string target_;
+  std::unique_ptr<io::StagingLock> lock_;
 };
 
 // Coordinator only: refuses to touch a committed checkpoint unless asked to,

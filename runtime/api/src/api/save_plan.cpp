@@ -217,7 +217,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
                                   cache ? cache->digest() : 0, common_hashes.digest(), p->coordinator};
       if (p->is_coordinator()) {
-        p->claim = std::make_shared<InFlightClaim>(p->paths.target);
+        p->claim = std::make_shared<InFlightClaim>(p->paths);
         p->writer->claim();
       }
       return encode_plan_announcement(mine);

@@ -6,7 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE, RENAME_NOREPLACE
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -265,6 +265,23 @@ void rename_path(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
   }
+}
+
+void rename_no_replace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  if (errno == EEXIST) {
+    throw CheckpointError(
+        fmt::format("'{}' appeared while it was being written by this export; it was left as it is", to));
+  }
+  if (errno != EINVAL && errno != ENOSYS) {
+    throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+  }
+  // The file system cannot refuse for us: check, then rename.
+  if (exists(to)) {
+    throw CheckpointError(
+        fmt::format("'{}' appeared while it was being written by this export; it was left as it is", to));
+  }
+  rename_path(from, to);
 }
 
 void fsync_dir(const std::string& dir) {

@@ -64,6 +64,9 @@ class File {
 void write_file_atomic(const std::string& path, std::string_view bytes);
 std::string read_file(const std::string& path, uint64_t max_bytes);  // throws if larger
 void rename_path(const std::string& from, const std::string& to);    // rename(2), errors name both
+// rename(2) that never replaces: CheckpointError when `to` exists (it may
+// have appeared since it was checked), leaving it as it is.
+void rename_no_replace(const std::string& from, const std::string& to);
 void fsync_dir(const std::string& dir);
 // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): at every
 // instant each name holds one of the two. False, with nothing changed, where

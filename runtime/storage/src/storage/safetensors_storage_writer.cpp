@@ -94,7 +94,8 @@ class SafetensorsStorageWriter final : public StorageWriter {
           contents.objects.front()));
     }
     writer_ = std::make_unique<storage::SafetensorsWriter>(paths_.target, entries_for(contents.tensors),
-                                                           options_.max_shard_bytes, metadata_of(contents.common));
+                                                           options_.max_shard_bytes, metadata_of(contents.common),
+                                                           /*lock_held=*/true);  // by the save's claim
   }
 
   std::string write(std::vector<SavePiece> pieces) override {

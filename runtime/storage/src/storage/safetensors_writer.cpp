@@ -36,7 +36,8 @@ void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safetensors::Entry> tensors,
-                                     uint64_t max_shard_bytes, std::map<std::string, std::string> metadata)
+                                     uint64_t max_shard_bytes, std::map<std::string, std::string> metadata,
+                                     bool lock_held)
     : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
   if (io::exists(paths_.target)) {
     throw CheckpointError(fmt::format(
@@ -57,6 +58,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
     in_shard += n;
     bytes_ += n;
   }
+  if (!lock_held) lock_ = std::make_unique<io::StagingLock>(paths_);
   io::remove_tree(paths_.staging);  // left by a crashed earlier run
   io::make_dirs(paths_.staging);
   try {
@@ -119,7 +121,7 @@ void SafetensorsWriter::commit() {
     f.close();
   }
   io::fsync_dir(paths_.staging);
-  io::rename_path(paths_.staging, paths_.target);
+  io::rename_no_replace(paths_.staging, paths_.target);
   io::fsync_dir(paths_.parent);
   committed_ = true;
 }

@@ -22,9 +22,10 @@ namespace distckpt::storage {
 class SafetensorsWriter {
  public:
   // `tensors`: name, dtype, shape (offsets are filled in). `dir` must not
-  // exist yet. max_shard_bytes = 0: one file.
+  // exist yet. max_shard_bytes = 0: one file. Takes the target's
+  // io::StagingLock, unless `lock_held` (a save, whose claim holds it).
   SafetensorsWriter(const std::string& dir, std::vector<safetensors::Entry> tensors, uint64_t max_shard_bytes,
-                    std::map<std::string, std::string> metadata);
+                    std::map<std::string, std::string> metadata, bool lock_held = false);
   ~SafetensorsWriter();  // an uncommitted write leaves nothing behind
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -45,6 +46,7 @@ class SafetensorsWriter {
   void discard() noexcept;  // closes and removes what was staged
 
   io::StagingPaths paths_;
+  std::unique_ptr<io::StagingLock> lock_;  // released after discard()
   std::vector<safetensors::Entry> tensors_;
   std::vector<size_t> file_of_;  // per tensor
   std::vector<io::File> files_;

@@ -42,6 +42,7 @@ TorchFileWriter::TorchFileWriter(const std::string& path, const StateDict& commo
     entries.push_back({t.name, t.dtype, t.sizes, std::to_string(i)});
   }
   const std::string pickle = torch_pickle::pickle_dict(common, entries);
+  lock_ = std::make_unique<io::StagingLock>(paths_);
   io::remove_tree(paths_.staging);  // left by a crashed earlier run
   file_ = io::File(paths_.staging, io::File::Mode::kCreateTruncate);
   try {
@@ -108,7 +109,7 @@ void TorchFileWriter::commit() {
   zip_->finish();
   file_.sync();
   file_.close();
-  io::rename_path(paths_.staging, paths_.target);
+  io::rename_no_replace(paths_.staging, paths_.target);
   io::fsync_dir(paths_.parent);
   committed_ = true;
 }

@@ -47,6 +47,7 @@ class TorchFileWriter {
   void discard() noexcept;  // closes and removes the staging file
 
   io::StagingPaths paths_;
+  std::unique_ptr<io::StagingLock> lock_;  // released after discard()
   std::vector<Tensor> tensors_;
   std::vector<uint64_t> sizes_;  // bytes per tensor
   uint64_t bytes_ = 0;
