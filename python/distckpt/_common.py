@@ -2,6 +2,7 @@
 None, bool, int (int64), float, str, CPU tensors, dicts with string keys and
 lists (tuples are stored as lists). See the "common state" section of
 schema/checkpoint.fbs; format/common_state.cpp is the C++ side."""
+import math
 import struct
 from typing import Optional
 
@@ -99,7 +100,11 @@ def _encode(b, value, key, path):
     elif kind == NodeKind.Int:
         _Node.AddIntValue(b, value)
     elif kind == NodeKind.Float:
+        # A field equal to its default (0.0) is left out, and -0.0 == 0.0:
+        # it must be written, or it reads back as +0.0.
+        b.ForceDefaults(value == 0.0 and math.copysign(1.0, value) < 0)
         _Node.AddFloatValue(b, value)
+        b.ForceDefaults(False)
     for add, offset in ((_Node.AddStringValue, string), (_Node.AddDtype, dtype), (_Node.AddShape, shape),
                         (_Node.AddData, data), (_Node.AddChildren, children)):
         if offset is not None:

@@ -6,6 +6,7 @@ Multi-process cases against the C++ runtime are in tests/e2e/python_bridge_test.
     PYTHONPATH=<build>/python /usr/bin/python3 -m unittest discover -s python/tests
 """
 import itertools
+import math
 import os
 import shutil
 import tempfile
@@ -160,6 +161,12 @@ class Bridge(unittest.TestCase):
         self.assertIsNone(distckpt.load_content_metadata(other))
         with self.assertRaisesRegex(ValueError, "content_metadata must be a dict, not a list"):
             distckpt.FileSystemWriter(other, content_metadata=[1])
+
+    def test_negative_zero_keeps_its_sign(self):
+        save({"w": torch.ones(1), "neg": -0.0, "pos": 0.0}, self.ckpt)
+        got = load({"w": torch.zeros(1), "neg": None, "pos": None}, self.ckpt)
+        self.assertEqual(math.copysign(1.0, got["neg"]), -1.0)
+        self.assertEqual(math.copysign(1.0, got["pos"]), 1.0)
 
     def test_common_paths_are_dcp_entries(self):
         save(state(), self.ckpt)

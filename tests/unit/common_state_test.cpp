@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
@@ -70,6 +71,24 @@ TEST(FormatCommonStateTest, RoundTripOfEveryKind) {
   EXPECT_EQ(list[2][0].as_float(), 3.0);
   EXPECT_TRUE(list[3].is_dict());
   EXPECT_TRUE(decoded.at("nested").at("empty_list").is_list());
+}
+
+// -0.0 equals the field's default (0.0), which FlatBuffers leaves out: it
+// came back as +0.0.
+TEST(FormatCommonStateTest, NegativeZeroInfinitiesAndNanKeepTheirValues) {
+  Value state = Value::dict();
+  state["neg_zero"] = Value(-0.0);
+  state["zero"] = Value(0.0);
+  state["inf"] = Value(-std::numeric_limits<double>::infinity());
+  state["nan"] = Value(std::numeric_limits<double>::quiet_NaN());
+  state["list"] = List{-0.0, 1.0};
+  const Value decoded = decode_common_state(encode_common_state(state), "common.fb");
+  EXPECT_EQ(decoded.at("neg_zero").as_float(), 0.0);
+  EXPECT_TRUE(std::signbit(decoded.at("neg_zero").as_float()));
+  EXPECT_FALSE(std::signbit(decoded.at("zero").as_float()));
+  EXPECT_TRUE(std::signbit(decoded.at("list")[0].as_float()));
+  EXPECT_EQ(decoded.at("inf").as_float(), -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(decoded.at("nan").as_float()));
 }
 
 TEST(FormatCommonStateTest, ContentMetadataTravelsBesideTheRootAndMustBeADict) {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -86,9 +87,16 @@ class CommonEncoder {
     }
     ensure_room(fbb_, 64 + (key ? key->size() : 0), where());
     const auto key_offset = key ? fbb_.CreateString(*key) : flatbuffers::Offset<flatbuffers::String>();
-    return fb::CreateNode(fbb_, node_kind(v.kind()), key_offset, v.kind() == Kind::kBool && v.as_bool(),
-                          v.kind() == Kind::kInt ? v.as_int() : 0, v.kind() == Kind::kFloat ? v.as_float() : 0.0,
-                          string_value, dtype, shape, data, children);
+    // A field equal to its default (0.0) is left out, and -0.0 == 0.0: it
+    // must be written, or it reads back as +0.0.
+    const bool negative_zero = v.kind() == Kind::kFloat && v.as_float() == 0.0 && std::signbit(v.as_float());
+    fbb_.ForceDefaults(negative_zero);
+    const auto node =
+        fb::CreateNode(fbb_, node_kind(v.kind()), key_offset, v.kind() == Kind::kBool && v.as_bool(),
+                       v.kind() == Kind::kInt ? v.as_int() : 0, v.kind() == Kind::kFloat ? v.as_float() : 0.0,
+                       string_value, dtype, shape, data, children);
+    fbb_.ForceDefaults(false);
+    return node;
   }
 
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Node>>> encode_children(const Value& v) {
