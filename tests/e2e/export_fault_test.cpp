@@ -36,11 +36,12 @@ class ExportFaultTest : public ::testing::Test {
                        shell_quote(dst) + " --to " + to + " --quiet");
   }
 
-  // Nothing of the export at `dst`, and no staging file beside it.
+  // Nothing of the export at `dst`, and no staging or lock file beside it.
   void expect_nothing_left(const std::string& dst) {
     EXPECT_FALSE(std::filesystem::exists(dst)) << dst;
     const std::string name = std::filesystem::path(dst).filename();
     EXPECT_FALSE(std::filesystem::exists(dir_.file("." + name + ".distckpt-staging"))) << name;
+    EXPECT_FALSE(std::filesystem::exists(dir_.file("." + name + ".distckpt-lock"))) << name;
   }
 
   // The export fails under `tamper` of `syscalls` on `file`, naming it and `errno_text`.
@@ -92,6 +93,7 @@ TEST_F(ExportFaultTest, AFailedReadOfTheSourceNamesIt) {
 // checkpoint whose every checksum matches.
 TEST_F(ExportFaultTest, FailedAndKilledConversionsToDistckptLeaveNothing) {
   const std::string dst = dir_.file("out"), file = dir_.file(".out.distckpt-staging/data/rank_00000.bin");
+  expect_failed("distckpt", dst, "openat", file, "error=EDQUOT", "Disk quota exceeded");  // before any byte
   expect_failed("distckpt", dst, "pwrite64", file, "error=ENOSPC:when=3", "No space left on device");
   expect_failed("distckpt", dst, "fsync", file, "error=EIO", "Input/output error");
   expect_failed("distckpt", dst, "pread64", dir_.file("py/big.pt"), "error=EIO:when=20", "Input/output error");

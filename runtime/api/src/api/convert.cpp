@@ -316,6 +316,30 @@ uint64_t stream(TensorSource& source, const std::vector<size_t>& order, const st
   return scratch.nbytes() + windows.finish() + source.extra_peak();
 }
 
+// stream() into `writer` (its write(index, offset, data, n) takes indices
+// into `order`), reporting progress against its total bytes.
+template <typename Writer>
+uint64_t stream_into(Writer& writer, TensorSource& source, const std::vector<size_t>& order,
+                     const std::vector<at::ScalarType>& dtypes, const ConvertOptions& options) {
+  Progress progress(options, writer.bytes());
+  return stream(
+      source, order, dtypes,
+      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { writer.write(i, offset, data, n); }, progress,
+      options);
+}
+
+// SRC's common values, none of which may share a tensor's name.
+StateDict common_values(const TensorSource& source, const std::string& src) {
+  const auto* torch_file = dynamic_cast<const TorchFileSource*>(&source);
+  StateDict common = torch_file ? torch_file->common() : load_common_state_dict(src);
+  for (const TensorSource::Tensor& t : source.tensors()) {
+    if (common.contains(t.name)) {
+      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", t.name, src));
+    }
+  }
+  return common;
+}
+
 }  // namespace
 
 ConvertReport convert_to_safetensors(const std::string& src, const std::string& dst, const ConvertOptions& options) {
@@ -335,12 +359,8 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
     order.push_back(by_name.at(e.name));
     dtypes.push_back(e.dtype);
   }
-  Progress progress(options, writer.bytes());
   ConvertReport report;
-  report.peak_buffer = stream(
-      *source, order, dtypes,
-      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { writer.write(i, offset, data, n); }, progress,
-      options);
+  report.peak_buffer = stream_into(writer, *source, order, dtypes, options);
   writer.commit();
   report.tensors = writer.tensors().size();
   report.files = writer.files();
@@ -351,27 +371,19 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
   const std::unique_ptr<TensorSource> source = open_source(src, options);
-  const auto* torch_file = dynamic_cast<const TorchFileSource*>(source.get());
-  const StateDict common = torch_file ? torch_file->common() : load_common_state_dict(src);
+  const StateDict common = common_values(*source, src);
   std::vector<storage::TorchFileWriter::Tensor> tensors;
   std::vector<size_t> order;
   std::vector<at::ScalarType> dtypes;
   for (size_t i = 0; i < source->tensors().size(); ++i) {
     const TensorSource::Tensor& t = source->tensors()[i];
-    if (common.contains(t.name)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", t.name, src));
-    }
     tensors.push_back({t.name, stored_dtype(t.dtype, options), t.shape});
     order.push_back(i);
     dtypes.push_back(tensors.back().dtype);
   }
   storage::TorchFileWriter writer(dst, common, std::move(tensors));
-  Progress progress(options, writer.bytes());
   ConvertReport report;
-  report.peak_buffer = stream(
-      *source, order, dtypes,
-      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { writer.write(i, offset, data, n); }, progress,
-      options);
+  report.peak_buffer = stream_into(writer, *source, order, dtypes, options);
   writer.commit();
   report.tensors = writer.tensors().size();
   report.files = 1;
@@ -382,14 +394,10 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
   check_whole_target(dst, options);
   const std::unique_ptr<TensorSource> source = open_source(src, options);
-  const auto* torch_file = dynamic_cast<const TorchFileSource*>(source.get());
-  StateDict state = torch_file ? torch_file->common() : load_common_state_dict(src);
+  StateDict state = common_values(*source, src);
   std::unordered_map<std::string, size_t> by_name;
   for (size_t i = 0; i < source->tensors().size(); ++i) {
     const TensorSource::Tensor& t = source->tensors()[i];
-    if (state.contains(t.name)) {
-      throw CheckpointError(fmt::format("'{}' names both a tensor and a common value in '{}'", t.name, src));
-    }
     // Shape and dtype only: the values stream from SRC into the data file.
     const at::Tensor meta =
         at::empty(t.shape, at::TensorOptions().dtype(stored_dtype(t.dtype, options)).device(at::kMeta));
@@ -403,12 +411,8 @@ ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst
     order.push_back(by_name.at(key));
     dtypes.push_back(stored_dtype(source->tensors()[order.back()].dtype, options));
   }
-  Progress progress(options, save.bytes());
   ConvertReport report;
-  report.peak_buffer = stream(
-      *source, order, dtypes,
-      [&](size_t i, uint64_t offset, const void* data, uint64_t n) { save.write(i, offset, data, n); }, progress,
-      options);
+  report.peak_buffer = stream_into(save, *source, order, dtypes, options);
   save.commit();
   report.tensors = source->tensors().size();  // an empty one has no bytes in the file
   report.files = order.empty() ? 0 : 1;

@@ -57,6 +57,15 @@ StreamedSave::StreamedSave(const StateDict& state_dict, const std::string& dir, 
   if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto)
     throw Error("a streamed save writes the distckpt format only");
   prepared_ = prepare_save(state_dict, dir, *comm_, options);
+  try {
+    lay_out();
+  } catch (...) {
+    discard();  // a failed save leaves nothing behind
+    throw;
+  }
+}
+
+void StreamedSave::lay_out() {
   const PreparedSave& p = *prepared_;
   for (const uint32_t i : p.assignment) {
     if (i >= p.tensors.size()) throw Error("a streamed save writes tensors only, not sharded objects");
@@ -81,9 +90,14 @@ StreamedSave::StreamedSave(const StateDict& state_dict, const std::string& dir, 
 }
 
 StreamedSave::~StreamedSave() {
-  if (committed_ || !prepared_ || !prepared_->claim) return;
-  file_ = io::File();  // closed before its directory goes
+  if (!committed_) discard();
+}
+
+void StreamedSave::discard() noexcept {
+  if (!prepared_ || !prepared_->claim) return;  // finalize_save discarded it already
+  file_ = io::File();                           // closed before its directory goes
   prepared_->writer->discard();
+  prepared_->claim.reset();
 }
 
 void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64_t n) {

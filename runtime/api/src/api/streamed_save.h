@@ -41,6 +41,9 @@ class StreamedSave {
   SaveReport commit();
 
  private:
+  void lay_out();           // the data file: every tensor at save()'s offset
+  void discard() noexcept;  // removes the staging directory, releases the target
+
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<PreparedSave> prepared_;
   std::vector<std::string> keys_;
