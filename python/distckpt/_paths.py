@@ -58,22 +58,28 @@ def staging_paths(target: str):
     return target, parent, os.path.join(parent, f".{name}.distckpt-staging"), os.path.join(parent, f".{name}.distckpt-old")
 
 
-# The staging locks this process holds, by lock file. A save that failed
-# before finish() leaves its writer (and lock) alive as long as the
-# exception's traceback is: a new save of the same target in this process
-# takes that lock over instead of waiting for it.
+# The staging locks this process holds, by lock file, each with the writer
+# that owns it. A save that fails on another rank never reaches its
+# writer's finish(), so its lock lives as long as that writer: a new save of
+# the same target in this process takes it over, unless the owner is still
+# writing or committing (then it is refused, as C++ refuses a save in flight).
 _HELD = weakref.WeakValueDictionary()
 
 
-def claim_staging(target: str) -> "StagingLock":
-    """TARGET's staging lock, taken (or taken over from an earlier save of
-    this process)."""
+def claim_staging(target: str, writer) -> "StagingLock":
+    """TARGET's staging lock for WRITER (which has an `active` property):
+    taken, or taken over from an idle earlier writer of this process."""
     held = _HELD.get(StagingLock.path_of(target))
     if held is not None and held.held:
-        return held
-    lock = StagingLock(target)
-    _HELD[lock.path] = lock
-    return lock
+        owner = held.owner()
+        if owner is not None and owner is not writer and owner.active:
+            raise CheckpointError(f"a save into '{target}' is still in flight in this process; wait for it to "
+                                  "finish before saving into the same directory again")
+    else:
+        held = StagingLock(target)
+        _HELD[held.path] = held
+    held.owner = weakref.ref(writer)
+    return held
 
 
 class StagingLock:
@@ -88,6 +94,7 @@ class StagingLock:
 
     def __init__(self, target: str):
         self.path = self.path_of(target)
+        self.owner = lambda: None
         self._fd = None
         os.makedirs(os.path.dirname(self.path), exist_ok=True)  # a save may name a directory still to come
         # A holder that releases removes its file after we opened it: the
@@ -95,41 +102,46 @@ class StagingLock:
         for _ in range(100):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise CheckpointError(f"another save or export is writing '{target}' (it holds '{self.path}'); "
-                                      "wait for it to finish or write elsewhere (nothing was written)") from None
-            except OSError as e:
-                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    os.close(fd)
-                    raise
-                warnings.warn(f"the file system of '{self.path}' has no locks ({e.strerror}): nothing keeps another "
-                              "writer of the same target out while this one writes")
-                self._fd = fd
-                return
-            try:
-                held, named = os.fstat(fd), os.lstat(self.path)
-                if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
-                    self._fd = fd
+                if self._lock(fd, target):
+                    self._fd, fd = fd, None
                     return
-            except FileNotFoundError:
-                pass
-            os.close(fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
         raise CheckpointError(f"cannot lock '{self.path}': it was replaced 100 times while being locked")
+
+    def _lock(self, fd: int, target: str) -> bool:
+        """Whether FD now holds the lock of the file at self.path."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(f"another save or export is writing '{target}' (it holds '{self.path}'); "
+                                  "wait for it to finish or write elsewhere (nothing was written)") from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            warnings.warn(f"the file system of '{self.path}' has no locks ({e.strerror}): nothing keeps another "
+                          "writer of the same target out while this one writes")
+            return True
+        try:
+            held, named = os.fstat(fd), os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def release(self):
-        if self._fd is not None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
                 os.unlink(self.path)  # before unlocking: see __init__
             except FileNotFoundError:
                 pass
-            os.close(self._fd)
-            self._fd = None
+            finally:
+                os.close(fd)
 
     def __del__(self):
         self.release()

@@ -9,6 +9,7 @@ block of each item, and fsyncs it. The coordinator then writes common.fb
 last, metadata.json, and renames the staging directory into place: a save
 that fails anywhere leaves the previous checkpoint as it was.
 """
+import contextlib
 import dataclasses
 import io
 import os
@@ -75,6 +76,7 @@ class FileSystemWriter(_dcp.StorageWriter):
         self.overwrite = overwrite
         self.block_size = block_size
         self._lock = None  # the staging lock, held on the coordinator from _claim to finish
+        self._busy = 0  # write_data or finish running (another save of the target must not take the lock)
 
     # -- both versions --
 
@@ -86,7 +88,27 @@ class FileSystemWriter(_dcp.StorageWriter):
         self._claim()
         return [dataclasses.replace(p, storage_data=_RankFile(i)) for i, p in enumerate(plans)]
 
+    @property
+    def active(self) -> bool:
+        return self._busy > 0
+
+    @contextlib.contextmanager
+    def _in_use(self):
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
     def write_data(self, plan, planner):
+        with self._in_use():
+            try:
+                return self._write_data(plan, planner)
+            except BaseException:
+                self._release()  # this save failed: the next one need not take its lock over
+                raise
+
+    def _write_data(self, plan, planner):
         rank = plan.storage_data.rank
         _, _, staging, _ = staging_paths(self.path)
         fd = os.open(os.path.join(staging, rank_file(rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
@@ -125,10 +147,11 @@ class FileSystemWriter(_dcp.StorageWriter):
         return _dcp.done(results)
 
     def finish(self, metadata, results):
-        try:
-            self._finish(results)
-        finally:
-            self._release()
+        with self._in_use():
+            try:
+                self._finish(results)
+            finally:
+                self._release()
 
     def _finish(self, results):
         target, parent, staging, old = staging_paths(self.path)
@@ -198,7 +221,7 @@ class FileSystemWriter(_dcp.StorageWriter):
         its lock: held until finish() commits (or this writer is dropped)."""
         target, _, staging, old = staging_paths(self.path)
         self._release()
-        self._lock = claim_staging(target)
+        self._lock = claim_staging(target, self)
         try:
             self._check_and_prepare(target, staging, old)
         except BaseException:
@@ -227,7 +250,7 @@ class FileSystemWriter(_dcp.StorageWriter):
 
     def _release(self):
         lock, self._lock = self._lock, None
-        if lock is not None:
+        if lock is not None and lock.owner() is self:  # not taken over by a later save
             lock.release()
 
     def _commit(self, target, parent, staging, old):

@@ -251,14 +251,28 @@ class Bridge(unittest.TestCase):
         save({"w": torch.ones(3)}, self.ckpt)
         self.assertEqual(sorted(os.listdir(self.tmp)), ["ckpt"])  # no lock file left
 
-    def test_a_save_after_a_failed_one_takes_over_its_lock(self):
+    def test_a_failed_save_lets_the_next_one_lock_the_target(self):
+        lock = os.path.join(self.tmp, ".ckpt.distckpt-lock")
+        failed = distckpt.FileSystemWriter(self.ckpt)
         with warnings.catch_warnings(), self.assertRaisesRegex(BaseException, "cannot be stored in a distckpt"):
             warnings.simplefilter("ignore")
-            save({"q": torch.ones(2, dtype=torch.complex32)}, self.ckpt)
-        # The failed writer is still alive (the exception holds it); this process may go on.
+            _dcp.save({"q": torch.ones(2, dtype=torch.complex32)}, storage_writer=failed, no_dist=True)
+        self.assertFalse(os.path.exists(lock))  # released as the coordinator's write failed
+        # Claimed, but its save failed elsewhere (finish never came): taken over.
+        abandoned = distckpt.FileSystemWriter(self.ckpt)
+        abandoned._claim()
+        self.assertTrue(os.path.exists(lock))
         save({"w": torch.ones(3)}, self.ckpt)
         self.assertTrue(distckpt.verify(self.ckpt).intact)
         self.assertEqual(sorted(os.listdir(self.tmp)), ["ckpt"])
+        abandoned._release()  # a no-op now: the lock went with the save that took it over
+        # Still writing: refused, as C++ refuses a save in flight.
+        writing = distckpt.FileSystemWriter(self.ckpt, overwrite=True)
+        writing._claim()
+        with writing._in_use(), self.assertRaisesRegex(BaseException, "still in flight in this process"):
+            save({"w": torch.zeros(3)}, self.ckpt, overwrite=True)
+        writing._release()
+        self.assertFalse(os.path.exists(lock))  # (its staging directory goes with the next save)
 
     def test_paths_out_of_the_checkpoint_are_refused(self):
         save({"w": torch.ones(3)}, self.ckpt)

@@ -114,9 +114,13 @@ TEST(IoFileTest, RenameNoReplaceKeepsATargetThatExists) {
   EXPECT_TRUE(throws_with<CheckpointError>([&] { rename_no_replace(dir.file("new"), dir.file("theirs")); },
                                            "'" + dir.file("theirs") + "' appeared while it was being written"));
   EXPECT_EQ(read_file(dir.file("theirs"), 100), "theirs");
-  make_dirs(dir.file("empty"));  // not even an empty directory is replaced
-  EXPECT_TRUE(throws_with<CheckpointError>([&] { rename_no_replace(dir.file("new"), dir.file("empty")); },
+  // A directory onto an empty one (which rename(2) would replace): refused.
+  make_dirs(dir.file("staged"));
+  write_text(dir.file("staged/model.safetensors"), "ours");
+  make_dirs(dir.file("empty"));
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { rename_no_replace(dir.file("staged"), dir.file("empty")); },
                                            "appeared while it was being written"));
+  EXPECT_TRUE(is_empty_dir(dir.file("empty")));
   rename_no_replace(dir.file("new"), dir.file("free"));
   EXPECT_EQ(read_file(dir.file("free"), 100), "new");
 }

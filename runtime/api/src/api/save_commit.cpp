@@ -46,6 +46,7 @@ InFlightClaim::InFlightClaim(const io::StagingPaths& paths) : target_(paths.targ
         target_));
   }
   try {
+    io::make_dirs(paths.parent);  // a save may name a directory whose parent is still to come
     lock_ = std::make_unique<io::StagingLock>(paths);
   } catch (...) {
     claims().erase(target_);
@@ -54,6 +55,7 @@ InFlightClaim::InFlightClaim(const io::StagingPaths& paths) : target_(paths.targ
 }
 
 InFlightClaim::~InFlightClaim() {
+  lock_.reset();  // first: a save of this process that finds the target free must get the lock
   std::lock_guard<std::mutex> lock(claims_mutex());
   claims().erase(target_);
 }

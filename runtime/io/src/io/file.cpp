@@ -271,7 +271,7 @@ void rename_no_replace(const std::string& from, const std::string& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
   if (errno == EEXIST) {
     throw CheckpointError(
-        fmt::format("'{}' appeared while it was being written by this export; it was left as it is", to));
+        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to));
   }
   if (errno != EINVAL && errno != ENOSYS) {
     throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
@@ -279,7 +279,7 @@ void rename_no_replace(const std::string& from, const std::string& to) {
   // The file system cannot refuse for us: check, then rename.
   if (exists(to)) {
     throw CheckpointError(
-        fmt::format("'{}' appeared while it was being written by this export; it was left as it is", to));
+        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to));
   }
   rename_path(from, to);
 }

@@ -30,7 +30,6 @@ StagingPaths staging_paths(const std::string& dir) {
 }
 
 StagingLock::StagingLock(const StagingPaths& paths) : path_(paths.lock) {
-  make_dirs(paths.parent);  // a save may name a directory whose parent is still to come
   // A holder releasing the lock removes its file after we opened it: then
   // the lock we got is on a file no one else will see, and we try again.
   for (int attempt = 0; attempt < 100; ++attempt) {

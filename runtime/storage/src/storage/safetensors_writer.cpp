@@ -58,7 +58,10 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
     in_shard += n;
     bytes_ += n;
   }
-  if (!lock_held) lock_ = std::make_unique<io::StagingLock>(paths_);
+  if (!lock_held) {
+    io::make_dirs(paths_.parent);  // as the staging directory below always did
+    lock_ = std::make_unique<io::StagingLock>(paths_);
+  }
   io::remove_tree(paths_.staging);  // left by a crashed earlier run
   io::make_dirs(paths_.staging);
   try {
