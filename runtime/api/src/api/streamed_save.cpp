@@ -84,6 +84,7 @@ void StreamedSave::lay_out() {
     }
   }
   written_.assign(keys_.size(), 0);
+  blocks_.resize(keys_.size());
   if (keys_.empty()) return;  // no data file, as save() writes none
   file_ = io::File(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)), io::File::Mode::kCreateTruncate);
   file_.resize(file_size_);  // the padding between items reads as zeros
@@ -106,8 +107,16 @@ void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64
                             offset + n, index));
   }
   file_.pwrite_all(data, n, offsets_[index] + offset);
-  if (!checksums_.empty()) checksums_[index]->update(static_cast<const uint8_t*>(data), n);
   written_[index] += n;
+  if (!checksums_.empty() && checksums_[index]) {
+    checksums_[index]->update(static_cast<const uint8_t*>(data), n);
+    // Done now, not at commit: a tensor's unfinished hash state is 576
+    // bytes, held for every small tensor otherwise.
+    if (written_[index] == lengths_[index]) {
+      blocks_[index] = checksums_[index]->finish();
+      checksums_[index].reset();
+    }
+  }
 }
 
 SaveReport StreamedSave::commit() {
@@ -122,8 +131,7 @@ SaveReport StreamedSave::commit() {
         io::FileWritten written;
         written.file_size = file_size_;
         for (size_t i = 0; i < keys_.size(); ++i) {
-          written.items.push_back(
-              {offsets_[i], lengths_[i], checksums_.empty() ? std::vector<uint64_t>{} : checksums_[i]->finish()});
+          written.items.push_back({offsets_[i], lengths_[i], std::move(blocks_[i])});  // none for an empty tensor
         }
         if (file_.is_open()) {
           file_.sync();

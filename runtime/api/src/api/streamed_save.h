@@ -48,7 +48,8 @@ class StreamedSave {
   std::unique_ptr<PreparedSave> prepared_;
   std::vector<std::string> keys_;
   std::vector<uint64_t> offsets_, lengths_, written_;
-  std::vector<std::unique_ptr<BlockChecksums>> checksums_;
+  std::vector<std::unique_ptr<BlockChecksums>> checksums_;  // per tensor, while it is written
+  std::vector<std::vector<uint64_t>> blocks_;               // per tensor, once written
   uint64_t payload_ = 0;
   uint64_t file_size_ = 0;
   io::File file_;
