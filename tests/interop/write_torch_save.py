@@ -17,6 +17,8 @@ OUT/damaged.pt  state.pt with one byte of its first storage flipped (its CRC-32
                 no longer matches; torch.load does not check it)
 OUT/module.pt   torch.save(nn.Linear(4, 3).state_dict()): an OrderedDict with a
                 `_metadata` attribute (pickle's BUILD); weight = arange, bias = -arange
+OUT/many.pt     300 small tensors of five dtypes (every seventh empty) and "large",
+                5,000 float32 (more than a 4 KiB window)
 Refused, each a few KiB standing for far more, or naming one thing twice:
 OUT/fanout.pt   a list of two references to a list of two references ... 40 deep
 OUT/aliases.pt  one 1 MiB storage under 100 names
@@ -85,6 +87,12 @@ def main():
         module.weight.copy_(torch.arange(12.0).reshape(3, 4))
         module.bias.copy_(-torch.arange(3.0))
     torch.save(module.state_dict(), os.path.join(out, "module.pt"))
+    many = {}
+    for i in range(300):
+        dtype = (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float64)[i % 5]
+        many[f"t{i:03d}"] = (torch.arange(i % 7 * 3, dtype=torch.float64) - i).to(dtype)
+    many["large"] = torch.arange(5000, dtype=torch.float32)
+    torch.save(many, os.path.join(out, "many.pt"))
     fanout = [0]
     for _ in range(40):
         fanout = [fanout, fanout]

@@ -120,10 +120,12 @@ std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& nam
 
 // The export's writes, on a thread of their own, so that reading the next
 // window overlaps writing this one. Windows are written in the order they
-// are pushed. One window waits at most, so three
-// buffers circulate (filled, waiting, being written); they are recycled, not
-// freed: large buffers freed and allocated again make the C allocator keep
-// hundreds of MiB resident. Memory: the reader's window and these three.
+// are pushed; pieces of small tensors share one window (a hand-over per
+// tensor, thread wake-ups included, cost more than writing a small tensor).
+// One window waits at most, so three buffers circulate (filled, waiting,
+// being written); they are recycled, not freed: large buffers freed and
+// allocated again make the C allocator keep hundreds of MiB resident.
+// Memory: the reader's window and these three.
 class WindowWriter {
  public:
   using Sink = std::function<void(size_t index, uint64_t offset, const void* data, uint64_t n)>;
@@ -138,11 +140,62 @@ class WindowWriter {
     thread_.join();
   }
 
-  // A buffer of at least `bytes` to fill and push().
-  at::Tensor buffer(uint64_t bytes) {
+  // Room for bytes [offset, offset + n) of tensor `index` in the open
+  // window, to fill before filled(); a window without that room is handed
+  // over first (blocking while one waits).
+  uint8_t* reserve(size_t index, uint64_t offset, uint64_t n) {
+    const auto aligned = [&] { return (open_.used + 63) / 64 * 64; };  // every piece aligned for its dtype
+    if (open_.buffer.defined() && aligned() + n > static_cast<uint64_t>(open_.buffer.nbytes())) flush();
+    if (!open_.buffer.defined()) open_.buffer = take_buffer(n);
+    const uint64_t start = aligned();
+    open_.segments.push_back({index, offset, start, n});
+    open_.used = start + n;
+    return static_cast<uint8_t*>(open_.buffer.data_ptr()) + start;
+  }
+  // The reserved room is filled: a window half full goes to the writer now
+  // (a large tensor's windows one by one, as they are read).
+  void filled() {
+    if (2 * open_.used >= static_cast<uint64_t>(open_.buffer.nbytes())) flush();
+  }
+  // Hands the open window over.
+  void flush() {
+    if (open_.segments.empty()) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !waiting_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+    waiting_ = std::move(open_);
+    open_ = Window{};
+    changed_.notify_all();
+  }
+  // Waits for every write; rethrows the first error. Returns the bytes of
+  // every buffer allocated.
+  uint64_t finish() {
+    flush();
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return (!waiting_ && !writing_) || error_; });
+    if (error_) std::rethrow_exception(error_);
+    return allocated_;
+  }
+
+ private:
+  struct Segment {
+    size_t index;
+    uint64_t offset;  // in the tensor
+    uint64_t at;      // in the buffer
+    uint64_t bytes;
+  };
+  struct Window {
+    at::Tensor buffer;
+    std::vector<Segment> segments;
+    uint64_t used = 0;
+  };
+
+  // A recycled buffer of at least `bytes` (a window's, or more for one
+  // large converted piece).
+  at::Tensor take_buffer(uint64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->nbytes() >= bytes) {
+      if (static_cast<uint64_t>(it->nbytes()) >= bytes) {
         at::Tensor b = std::move(*it);
         free_.erase(it);
         return b;
@@ -152,31 +205,6 @@ class WindowWriter {
     allocated_ += capacity;
     return at::empty({static_cast<int64_t>(capacity)}, at::TensorOptions().dtype(at::kByte));
   }
-  // Writes bytes [0, n) of `buffer` at `offset` of tensor `index`; blocks
-  // while a window waits.
-  void push(size_t index, uint64_t offset, at::Tensor buffer, uint64_t n) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return !waiting_ || error_; });
-    if (error_) std::rethrow_exception(error_);
-    waiting_ = Window{index, offset, std::move(buffer), n};
-    changed_.notify_all();
-  }
-  // Waits for every write; rethrows the first error. Returns the bytes of
-  // every buffer allocated.
-  uint64_t finish() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return (!waiting_ && !writing_) || error_; });
-    if (error_) std::rethrow_exception(error_);
-    return allocated_;
-  }
-
- private:
-  struct Window {
-    size_t index;
-    uint64_t offset;
-    at::Tensor buffer;
-    uint64_t bytes;
-  };
 
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -190,8 +218,11 @@ class WindowWriter {
       lock.unlock();
       std::exception_ptr error;
       try {
-        sink_(w.index, w.offset, w.buffer.data_ptr(), w.bytes);
-        progress_.add(w.bytes);
+        const auto* base = static_cast<const uint8_t*>(w.buffer.data_ptr());
+        for (const Segment& s : w.segments) {
+          sink_(s.index, s.offset, base + s.at, s.bytes);
+          progress_.add(s.bytes);
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -206,6 +237,7 @@ class WindowWriter {
   const Sink sink_;
   Progress& progress_;
   const uint64_t window_bytes_;
+  Window open_;  // being filled, by the reading thread only
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Window> waiting_;
@@ -216,15 +248,15 @@ class WindowWriter {
   std::thread thread_;  // last: starts once the rest is ready
 };
 
-// Pushes one read window of tensor `index` (element `first` on) to the
-// writer, converted to `dtype` in a buffer of the writer's: the read window
-// is reused at once.
+// Copies one read window of tensor `index` (element `first` on) into the
+// writer's open window, converted to `dtype`: the read window is reused at
+// once.
 void push_window(WindowWriter& windows, size_t index, at::ScalarType dtype, int64_t first, const at::Tensor& values) {
   const uint64_t element = dtype_size(dtype);
   const uint64_t bytes = static_cast<uint64_t>(values.numel()) * element;
-  at::Tensor buffer = windows.buffer(bytes);
-  if (bytes > 0) buffer.narrow(0, 0, static_cast<int64_t>(bytes)).view(dtype).copy_(values);
-  windows.push(index, static_cast<uint64_t>(first) * element, std::move(buffer), bytes);
+  uint8_t* dst = windows.reserve(index, static_cast<uint64_t>(first) * element, bytes);
+  if (bytes > 0) at::from_blob(dst, {values.numel()}, at::TensorOptions().dtype(dtype)).copy_(values.reshape(-1));
+  windows.filled();
 }
 
 using WindowFn = std::function<void(int64_t first, const at::Tensor& values)>;
