@@ -96,7 +96,6 @@ class StagingLock:
         self.path = self.path_of(target)
         self.owner = lambda: None
         self._fd = None
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)  # a save may name a directory still to come
         # A holder that releases removes its file after we opened it: the
         # lock we got is then on a file no one else sees, and we try again.
         for _ in range(100):

@@ -219,8 +219,9 @@ class FileSystemWriter(_dcp.StorageWriter):
     def _claim(self):
         """The rules of the C++ runtime's save (api/save_commit.cpp), under
         its lock: held until finish() commits (or this writer is dropped)."""
-        target, _, staging, old = staging_paths(self.path)
+        target, parent, staging, old = staging_paths(self.path)
         self._release()
+        os.makedirs(parent, exist_ok=True)  # a save may name a directory whose parent is still to come
         self._lock = claim_staging(target, self)
         try:
             self._check_and_prepare(target, staging, old)

@@ -11,6 +11,7 @@
 
 #include "distckpt/distckpt.h"
 #include "support/process.h"
+#include "support/python_tensors.h"
 #include "support/ranks.h"
 
 namespace distckpt {
@@ -18,31 +19,6 @@ namespace {
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 const std::string kSource = DISTCKPT_SOURCE_DIR;
-
-struct Expected {
-  const char* name;
-  Shape shape;
-  at::ScalarType dtype;
-};
-// The list in write_safetensors.py, in its order.
-const std::vector<Expected> kTensors = {
-    {"model.embed_tokens.weight", {40, 16}, at::kFloat},
-    {"model.layers.0.self_attn.q_proj.weight", {16, 16}, at::kBFloat16},
-    {"model.layers.0.mlp.up_proj.weight", {24, 16}, at::kHalf},
-    {"model.norm.weight", {16}, at::kDouble},
-    {"positions", {3, 5}, at::kLong},
-    {"counts", {7}, at::kInt},
-    {"small", {2, 2}, at::kShort},
-    {"signed", {9}, at::kChar},
-    {"bytes", {11}, at::kByte},
-    {"mask", {4, 3}, at::kBool},
-    {"step", {}, at::kLong},
-    {"empty", {0, 4}, at::kFloat},
-};
-
-at::Tensor expected_value(size_t k, const Expected& e) {
-  return at::arange(numel(e.shape), at::kDouble).mul(0.25).sub(static_cast<double>(k)).reshape(e.shape).to(e.dtype);
-}
 
 class SafetensorsInterop : public ::testing::Test {
  protected:
@@ -58,38 +34,25 @@ class SafetensorsInterop : public ::testing::Test {
 TEST_F(SafetensorsInterop, EveryTensorPythonWroteLoadsEqual) {
   for (const std::string& where : {path("single"), path("single/model.safetensors"), path("sharded")}) {
     const StateDict plain = load_plain_tensors(where);
-    for (size_t k = 0; k < kTensors.size(); ++k) {
-      ASSERT_TRUE(plain.contains(kTensors[k].name)) << where << ": " << kTensors[k].name;
-      const at::Tensor got = plain.at(kTensors[k].name).as_tensor();
-      EXPECT_EQ(got.scalar_type(), kTensors[k].dtype) << kTensors[k].name;
-      EXPECT_TRUE(at::equal(got, expected_value(k, kTensors[k]))) << where << ": " << kTensors[k].name;
+    for (size_t k = 0; k < python_tensors().size(); ++k) {
+      const PythonTensor& t = python_tensors()[k];
+      ASSERT_TRUE(plain.contains(t.name)) << where << ": " << t.name;
+      const at::Tensor got = plain.at(t.name).as_tensor();
+      EXPECT_EQ(got.scalar_type(), t.dtype) << t.name;
+      EXPECT_TRUE(at::equal(got, python_value(k))) << where << ": " << t.name;
     }
     EXPECT_EQ(load_common_state_dict(where).at("format").as_string(), "pt");
   }
 }
 
-TEST_F(SafetensorsInterop, TwoRanksLoadShardsOfPythonsTensors) {
-  run_ranks(2, [&](Communicator& comm) {
-    const int r = comm.rank();
-    StateDict sd = Value::dict();
-    sd["model.embed_tokens.weight"] =
-        ShardedTensor::from_rank_offsets("model.embed_tokens.weight", at::empty({20, 16}), {{0, r, 2}});
-    sd["model.layers.0.self_attn.q_proj.weight"] = ShardedTensor::from_rank_offsets(
-        "model.layers.0.self_attn.q_proj.weight", at::empty({16, 8}, at::kBFloat16), {{1, r, 2}});
-    const LoadResult out = load(sd, path("sharded"), comm);
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.embed_tokens.weight").as_tensor(),
-                          expected_value(0, kTensors[0]).narrow(0, 20 * r, 20)));
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.layers.0.self_attn.q_proj.weight").as_tensor(),
-                          expected_value(1, kTensors[1]).narrow(1, 8 * r, 8)));
-  });
-}
+TEST_F(SafetensorsInterop, TwoRanksLoadShardsOfPythonsTensors) { expect_two_ranks_load_python_shards(path("sharded")); }
 
 TEST_F(SafetensorsInterop, CliInspectsVerifiesAndDigests) {
   const CommandResult inspect = run_command(kBin + "/distckpt inspect --json " + path("sharded"));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
   const nlohmann::json j = nlohmann::json::parse(inspect.output);
   EXPECT_EQ(j["format"], "safetensors");
-  EXPECT_EQ(j["tensors"].size(), kTensors.size());
+  EXPECT_EQ(j["tensors"].size(), python_tensors().size());
   EXPECT_EQ(j["common_keys"], nlohmann::json::array({"format"}));
 
   const CommandResult verify = run_command(kBin + "/distckpt verify " + path("sharded"));
@@ -206,8 +169,9 @@ TEST_F(SafetensorsInterop, TorchSaveFilesConvertToDistckptAndSafetensors) {
   ASSERT_EQ(in.exit_code, 0) << in.output;
   EXPECT_NE(in.output.find("12 tensors"), std::string::npos) << in.output;
   const StateDict plain = load_plain_tensors(ours);
-  for (size_t k = 0; k < kTensors.size(); ++k) {
-    EXPECT_TRUE(at::equal(plain.at(kTensors[k].name).as_tensor(), expected_value(k, kTensors[k]))) << kTensors[k].name;
+  for (size_t k = 0; k < python_tensors().size(); ++k) {
+    const char* name = python_tensors()[k].name;
+    EXPECT_TRUE(at::equal(plain.at(name).as_tensor(), python_value(k))) << name;
   }
   const StateDict common = load_common_state_dict(ours);
   EXPECT_EQ(common.at("iteration").as_int(), 7);

@@ -12,6 +12,7 @@
 
 #include "distckpt/distckpt.h"
 #include "support/process.h"
+#include "support/python_tensors.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 
@@ -20,11 +21,6 @@ namespace {
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 const std::string kSource = DISTCKPT_SOURCE_DIR;
-
-// write_safetensors.value(k, shape, dtype).
-at::Tensor python_value(int64_t k, const Shape& shape, at::ScalarType dtype) {
-  return at::arange(numel(shape), at::kDouble).mul(0.25).sub(static_cast<double>(k)).reshape(shape).to(dtype);
-}
 
 class TorchFile : public ::testing::Test {
  protected:
@@ -38,19 +34,7 @@ class TorchFile : public ::testing::Test {
 };
 
 TEST_F(TorchFile, TwoRanksLoadTheirShardsStraightFromTheFile) {
-  run_ranks(2, [&](Communicator& comm) {
-    const int r = comm.rank();
-    StateDict sd = Value::dict();
-    sd["model.embed_tokens.weight"] =
-        ShardedTensor::from_rank_offsets("model.embed_tokens.weight", at::empty({20, 16}), {{0, r, 2}});
-    sd["model.layers.0.self_attn.q_proj.weight"] = ShardedTensor::from_rank_offsets(
-        "model.layers.0.self_attn.q_proj.weight", at::empty({16, 8}, at::kBFloat16), {{1, r, 2}});
-    const LoadResult out = load(sd, file("state.pt"), comm);
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.embed_tokens.weight").as_tensor(),
-                          python_value(0, {40, 16}, at::kFloat).narrow(0, 20 * r, 20)));
-    EXPECT_TRUE(at::equal(out.state_dict.at("model.layers.0.self_attn.q_proj.weight").as_tensor(),
-                          python_value(1, {16, 16}, at::kBFloat16).narrow(1, 8 * r, 8)));
-  });
+  expect_two_ranks_load_python_shards(file("state.pt"));
   const StateDict common = load_common_state_dict(file("state.pt"));
   EXPECT_EQ(common.at("iteration").as_int(), 7);
   EXPECT_EQ(common.at("optimizer").at("param_groups").as_list()[0].at("lr").as_float(), 0.5);
