@@ -68,7 +68,10 @@ class IoFaultTest : public ::testing::Test {
   // untouched, and that saving seed 3 works.
   void expect_failed_save_contained(const std::string& job_prefix, const std::string& file,
                                     const std::string& errno_text, const std::string& action = "save") {
-    const CommandResult faulty = run_bounded(job_prefix + " " + probe_job(ckpt_, action, 2));
+    expect_contained(run_bounded(job_prefix + " " + probe_job(ckpt_, action, 2)), file, errno_text);
+  }
+  // The same for the output of a job that saved seed 2 over seed 1.
+  void expect_contained(const CommandResult& faulty, const std::string& file, const std::string& errno_text) {
     EXPECT_EQ(faulty.exit_code, 1) << faulty.output;
     EXPECT_THAT(faulty.output, ContainsRegex("distckpt-launch: rank [01] exited with code 1"));
     for (const std::string rank : {"0", "1"}) {
@@ -116,6 +119,80 @@ TEST_F(IoFaultTest, NoSpaceOnABackgroundStagedSaveFailsEveryRankAtFinalize) {
   const std::string file = staging_file("data/rank_00000.bin");
   expect_failed_save_contained(strace_inject("pwrite64", file, "error=ENOSPC"), file, "No space left on device",
                                "async-save");
+}
+
+// Rank 1 cannot start the thread that writes its data file (clone3 fails
+// with EAGAIN, as at a thread limit): every rank fails at finalize, saying
+// so and naming the file. Each thread rank 1 starts once the save has begun
+// is failed in turn (which one is the writer's is not fixed); no step may
+// hang.
+TEST_F(IoFaultTest, ABackgroundStagedSaveThatCannotStartItsWriterFailsEveryRankAtFinalize) {
+  const std::string file = staging_file("data/rank_00001.bin");
+  const int before = threads_started_before(
+      [&](const std::string& prefix) { return run_bounded(probe_job(ckpt_, "async-save", 1, "", prefix)); }, 1, dir_);
+  ASSERT_GE(before, 0) << "rank 1 never touched " << dir_;
+  bool reached = false;
+  for (int when = before + 1; when <= before + 4 && !reached; ++when) {
+    const CommandResult r = run_bounded(probe_job(ckpt_, "async-save", 2, "", fail_thread_start_on_rank(1, when)));
+    ASSERT_FALSE(ran_out(r)) << "the job hung with rank 1's thread start " << when << " failed:\n" << r.output;
+    reached = r.output.find("could not start a thread for writing") != std::string::npos;
+    if (reached) {
+      expect_contained(r, file, "the process is at its thread limit");
+    } else {
+      ASSERT_EQ(digest(ckpt_), seed1().digest_text) << "step " << when << " saved:\n" << r.output;
+    }
+  }
+  EXPECT_TRUE(reached) << "no step failed the writer's thread";
+}
+
+// With two writer threads per rank, rank 1 starts one and not the other:
+// the save goes on with the one, saying so (before, the vector of threads
+// was destroyed with one running: std::terminate).
+TEST_F(IoFaultTest, AWriterThreadThatCannotStartLeavesTheWorkToTheOther) {
+  const auto job = [&](const std::string& prefix) {
+    return run_bounded(probe_job(ckpt_, "save", 1, "--io-threads 2", prefix));
+  };
+  const int before = threads_started_before(job, 1, dir_);  // the checkpoint or its staging directory
+  ASSERT_GE(before, 0) << "rank 1 never touched " << dir_;
+  bool reached = false;
+  for (int when = before + 1; when <= before + 4 && !reached; ++when) {
+    const CommandResult r = job(fail_thread_start_on_rank(1, when));
+    ASSERT_FALSE(ran_out(r)) << "the save hung with rank 1's thread start " << when << " failed:\n" << r.output;
+    // (Failing the first writer thread fails the save on both ranks, saying why.)
+    reached = r.output.find(
+                  "the process is at its thread limit; raise it (ulimit -u, or the container's "
+                  "pids.max) or run fewer threads; going on with 1 of 2") != std::string::npos;
+    if (reached) {
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_THAT(r.output, HasSubstr("rank 0 saved seed 1"));
+      EXPECT_THAT(r.output, HasSubstr("rank 1 saved seed 1"));
+    }
+  }
+  EXPECT_TRUE(reached) << "no step failed the second writer thread";
+  EXPECT_EQ(digest(ckpt_), seed1().digest_text);
+}
+
+// A load whose reader thread cannot start on rank 1 fails on both ranks,
+// saying why; each thread rank 1 starts once the load has begun is failed
+// in turn, and no step may hang.
+TEST_F(IoFaultTest, ALoadThatCannotStartItsReaderFailsEveryRank) {
+  const auto job = [&](const std::string& prefix) { return run_bounded(probe_job(ckpt_, "load", 1, "", prefix)); };
+  const int before = threads_started_before(job, 1, ckpt_);
+  ASSERT_GE(before, 0) << "rank 1 never touched " << ckpt_;
+  bool reached = false;
+  for (int when = before + 1; when <= before + 4 && !reached; ++when) {
+    const CommandResult r = job(fail_thread_start_on_rank(1, when));
+    ASSERT_FALSE(ran_out(r)) << "the load hung with rank 1's thread start " << when << " failed:\n" << r.output;
+    reached = r.output.find("could not start a thread for reading") != std::string::npos;
+    if (!reached) continue;
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const std::string rank : {"0", "1"}) {
+      const std::vector<std::string> lines = lines_starting(r.output, "rank " + rank + " failed: ");
+      ASSERT_THAT(lines, SizeIs(1)) << r.output;
+      EXPECT_THAT(lines[0], HasSubstr("the process is at its thread limit"));
+    }
+  }
+  EXPECT_TRUE(reached) << "no step failed the reader's thread";
 }
 
 TEST_F(IoFaultTest, EioOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {

@@ -184,4 +184,30 @@ TEST_F(LocalFaultTest, AKilledSaveNeverMixesTwoRunsStates) {
   expect_load(3, 1);
 }
 
+// Rank 1 cannot start the background thread of an asynchronous save (clone3
+// fails with EAGAIN, as at a thread limit). That used to fail rank 1
+// alone, with "Resource temporarily unavailable", while rank 0 went on to
+// wait in the finalize; now rank 1 writes on the calling thread and the
+// save commits. Each thread rank 1 starts once the save has begun is failed
+// in turn (which one is the save's is not fixed): no step may hang.
+TEST_F(LocalFaultTest, AnAsynchronousSaveThatCannotStartItsThreadWritesOnTheCallingThread) {
+  save(1);
+  const int before =
+      threads_started_before([&](const std::string& prefix) { return job("save 2 --async", "", prefix); }, 1, root_);
+  ASSERT_GE(before, 0) << "rank 1 never touched " << root_;
+  bool reached = false;
+  for (int when = before + 1; when <= before + 4 && !reached; ++when) {
+    const int64_t iteration = 10 + when;
+    const CommandResult r = job(fmt::format("save {} --async", iteration), "", fail_thread_start_on_rank(1, when));
+    ASSERT_FALSE(ran_out(r)) << "the job hung with rank 1's thread start " << when << " failed:\n" << r.output;
+    reached = r.output.find("could not start a thread for the local checkpoint of iteration") != std::string::npos;
+    if (reached) {
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      expect_only_iteration(iteration);
+      expect_load(iteration, 0);
+    }
+  }
+  EXPECT_TRUE(reached) << "no step failed the save's own thread";
+}
+
 }  // namespace

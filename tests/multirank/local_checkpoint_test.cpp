@@ -298,6 +298,34 @@ TEST(LocalCheckpoint, DiscardAfterRemovesTheLaterIterationsOfAnAbandonedRun) {
   });
 }
 
+// A queue destroyed without close() drops its save unfinalized: the write
+// is waited for, its iteration no longer counts as in flight (discard_after
+// and older iterations are no longer refused), and its file, never
+// replicated, stays until something removes it.
+TEST(LocalCheckpoint, ADroppedAsynchronousSaveNoLongerHoldsItsIteration) {
+  TempDir tmp("local-dropped");
+  const LocalCheckpointOptions options = clique(2, 2);
+  run_ranks(4, [&](Communicator& comm) {
+    LocalCheckpointManager manager(tmp.path(), comm, options);
+    manager.save(state_at(comm, 10), 10);
+    {
+      AsyncCallsQueue queue(comm);
+      manager.save_async(state_at(comm, 20), 20, queue);
+    }
+    EXPECT_TRUE(io::exists(manager.file_path(comm.rank(), 20, comm.rank())));
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{10, 20}));
+    manager.discard_after(15);
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{10}));
+    {
+      AsyncCallsQueue queue(comm);
+      manager.save_async(state_at(comm, 40), 40, queue);
+    }
+    manager.save(state_at(comm, 30), 30);  // removes the dropped 40, as left by an abandoned run
+    EXPECT_EQ(manager.local_iterations(), (std::vector<int64_t>{30}));
+  });
+  run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 30); });
+}
+
 // Explicit groups of unequal sizes, as in nvidia-resiliency-ext's tests:
 // ranks 6, 3 and 4 are lost and come back from their groups' survivors; a
 // rank whose whole group is gone is a clear error naming the group.

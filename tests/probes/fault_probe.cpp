@@ -5,6 +5,7 @@
 //   distckpt_fault_probe DIR async-save SEED ...   the same as an asynchronous save with
 //                                                  background staging, then finalized
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
+// --io-threads N sets SaveOptions/LoadOptions::io_threads (default: automatic).
 // Prints "rank R saved seed S" or "rank R loaded seed S bitwise-equal" and
 // exits 0; on an error, prints "rank R failed: WHAT" and exits 1.
 #include <ATen/ATen.h>
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load"}));
   app.add_option("seed", seed)->required();
   app.add_option("--mb", mb, "MiB of tensor data in all");
+  int io_threads = 0;
+  app.add_option("--io-threads", io_threads, "I/O threads per rank (0: automatic)");
   CLI11_PARSE(app, argc, argv);
   // The launcher's RANK until the communicator is made (it may never be).
   const char* launcher_rank = std::getenv("RANK");
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
     if (action == "save" || action == "async-save") {
       SaveOptions options;
       options.overwrite = true;
+      options.io_threads = io_threads;
       if (action == "save") {
         save(fault_state(rank, comm->size(), seed, mb, true), dir, *comm, options);
       } else {
@@ -51,7 +55,9 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
       return 0;
     }
-    const LoadResult r = load(fault_state(rank, comm->size(), seed, mb, false), dir, *comm);
+    LoadOptions load_options;
+    load_options.io_threads = io_threads;
+    const LoadResult r = load(fault_state(rank, comm->size(), seed, mb, false), dir, *comm, load_options);
     const StateDict expected = fault_state(rank, comm->size(), seed, mb, true);
     const bool equal = at::equal(r.state_dict.at("w").as_tensor(), expected.at("w").as_sharded_tensor().data) &&
                        at::equal(r.state_dict.at("bias").as_tensor(), expected.at("bias").as_sharded_tensor().data);

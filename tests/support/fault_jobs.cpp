@@ -1,9 +1,12 @@
 #include "support/fault_jobs.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 namespace {
@@ -23,6 +26,47 @@ std::string probe_job(const std::string& dir, const std::string& action, int see
   return kBin + "/distckpt-launch -n 2 -- " + rank_prefix + (rank_prefix.empty() ? "" : " ") + kBin +
          "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " + std::to_string(seed) +
          (probe_args.empty() ? "" : " " + probe_args);
+}
+
+std::string fail_thread_start_on_rank(int rank, int when) {
+  const std::string strace =
+      strace_command() + " -qq -o /dev/null -e trace=clone3 -e inject=clone3:error=EAGAIN:when=" + std::to_string(when);
+  return "/bin/sh -c " +
+         shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
+                     " \"$@\"; else exec \"$@\"; fi") +
+         " sh";
+}
+
+int threads_started_before(const std::function<CommandResult(const std::string& rank_prefix)>& job, int rank,
+                           const std::string& path) {
+  char trace_template[] = "/tmp/distckpt-thread-trace-XXXXXX";
+  const int fd = ::mkstemp(trace_template);
+  if (fd < 0) return -1;
+  ::close(fd);
+  const std::string trace = trace_template;
+  const std::string strace = strace_command() + " -qq -o " + shell_quote(trace) + " -e trace=clone3,%file";
+  job("/bin/sh -c " +
+      shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
+                  " \"$@\"; else exec \"$@\"; fi") +
+      " sh");
+  // Lines are "PID syscall(...": the first is the main thread's execve
+  // (which names `path` among its arguments).
+  std::ifstream in(trace);
+  std::string line, main_pid;
+  int started = 0, found = -1;
+  while (found < 0 && std::getline(in, line)) {
+    const std::string pid = line.substr(0, line.find(' '));
+    if (main_pid.empty()) main_pid = pid;
+    if (pid != main_pid) continue;
+    const std::string call = line.substr(std::min(line.size(), line.find_first_not_of(' ', pid.size())));
+    if (call.rfind("clone3(", 0) == 0) {
+      ++started;
+    } else if (call.rfind("execve(", 0) != 0 && line.find(path) != std::string::npos) {
+      found = started;
+    }
+  }
+  std::remove(trace.c_str());
+  return found;
 }
 
 std::string strace_command() {
@@ -47,8 +91,10 @@ std::optional<std::string> strace_unavailable() {
 }
 
 CommandResult run_bounded(const std::string& command, int seconds) {
-  return run_command("timeout -s KILL " + std::to_string(seconds) + " " + command);
+  return run_command("timeout -k 15 " + std::to_string(seconds) + " " + command);
 }
+
+bool ran_out(const CommandResult& result) { return result.exit_code == 124 || result.exit_code == 137; }
 
 std::vector<std::string> lines_starting(const std::string& output, const std::string& prefix) {
   std::vector<std::string> lines;

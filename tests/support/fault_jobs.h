@@ -2,6 +2,7 @@
 // under distckpt-launch, optionally under strace, and reading their output.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,13 +26,28 @@ std::string strace_command();
 // process and thread of the command; everything else runs untouched.
 std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper);
 
+// A prefix for each rank of a launched job (it reads $RANK): rank `rank`
+// runs under strace with the `when`-th thread creation (clone3) of each of
+// its threads failing with EAGAIN, as at a thread limit; the others run as
+// they are.
+std::string fail_thread_start_on_rank(int rank, int when);
+// How many threads the main thread of rank `rank` starts before its first
+// system call naming `path` (LibTorch's and Gloo's, whose failures are not
+// distckpt's to handle: LibTorch 1.13 aborts or hangs in ProcessGroupGloo's
+// constructor). Runs `job` (a function of the rank prefix) once, traced;
+// -1 when that rank never names `path`.
+int threads_started_before(const std::function<CommandResult(const std::string& rank_prefix)>& job, int rank,
+                           const std::string& path);
+
 // Why strace cannot trace on this machine (not installed, ptrace denied);
 // nullopt when it can.
 std::optional<std::string> strace_unavailable();
 
-// run_command bounded by `seconds` (then SIGKILL, exit code 137), so a
-// hanging job fails its test instead of hanging the suite.
+// run_command bounded by `seconds`, so a hanging job fails its test
+// instead of hanging the suite: then SIGTERM, which the launcher passes on
+// to its ranks (exit code 124), and SIGKILL 15 s later (137).
 CommandResult run_bounded(const std::string& command, int seconds = 120);
+bool ran_out(const CommandResult& result);  // stopped by run_bounded's bound
 
 // The lines of `output` that start with `prefix`.
 std::vector<std::string> lines_starting(const std::string& output, const std::string& prefix);

@@ -24,6 +24,7 @@
 #include "distckpt/core/log.h"
 #include "io/checksum.h"
 #include "io/shared_memory.h"
+#include "io/threads.h"
 
 namespace distckpt::api {
 namespace {
@@ -175,14 +176,16 @@ class HostExchange::Rounds {
           }
         } join{*this, readers};
         for (uint32_t i = 0; i < kReadThreads && layout_[static_cast<size_t>(me_)].slabs > 0; ++i) {
-          readers.emplace_back([this, i, &reader_errors] {
-            try {
-              read_rounds(i);
-            } catch (...) {
-              reader_errors[i] = std::current_exception();
-              abandon();  // this rank's rounds will not all be published
-            }
-          });
+          readers.push_back(io::start_thread(
+              [this, i, &reader_errors] {
+                try {
+                  read_rounds(i);
+                } catch (...) {
+                  reader_errors[i] = std::current_exception();
+                  abandon();  // this rank's rounds will not all be published
+                }
+              },
+              "reading the pieces this rank shares within its host"));
         }
         copy_rounds();
         join.ok = true;

@@ -18,6 +18,7 @@
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
+#include "io/threads.h"
 
 namespace distckpt::api {
 namespace {
@@ -29,7 +30,8 @@ class TaskRunner {
  public:
   TaskRunner(std::vector<Task> tasks, int threads) : tasks_(std::move(tasks)) {
     const size_t n = std::min(tasks_.size(), static_cast<size_t>(std::max(threads, 1)));
-    for (size_t t = 0; t < n; ++t) threads_.emplace_back([this] { run(); });
+    io::start_threads(
+        threads_, n, [this] { run(); }, "reading the checkpoint");
   }
   ~TaskRunner() { join(); }
   std::exception_ptr join() {

@@ -10,6 +10,7 @@
 
 #include "distckpt/core/errors.h"
 #include "io/checksum.h"
+#include "io/threads.h"
 
 namespace distckpt::io {
 namespace {
@@ -59,8 +60,9 @@ FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::
 
 void FileWriteJob::start() {
   if (synced_ || !threads_.empty()) return;
-  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(options_.threads), slices_.size() + 1));
-  for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { run(); });
+  const size_t threads = std::min<size_t>(static_cast<size_t>(options_.threads), slices_.size() + 1);
+  start_threads(
+      threads_, threads, [this] { run(); }, "writing '" + path_ + "'");
 }
 
 FileWriteJob::~FileWriteJob() {

@@ -8,14 +8,17 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
 #include "io/file.h"
+#include "io/threads.h"
 #include "local/file_transfer.h"
 #include "local/local_file.h"
 #include "local/messages.h"
@@ -90,23 +93,33 @@ std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& op
   return peers;
 }
 
-// The background half of an asynchronous local save.
+// The background half of an asynchronous local save. Its request joins the
+// thread when it is finalized or dropped, so the thread never outlives it.
 struct BackgroundWrite {
   std::thread thread;
   std::atomic<bool> done{false};
   std::exception_ptr error;
   uint64_t bytes = 0;
-  // The last owner may be the thread itself (its request was dropped
-  // unfinalized): it cannot join itself, so it lets itself go.
-  ~BackgroundWrite() {
-    if (thread.joinable() && thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else {
-      join();
-    }
-  }
+  ~BackgroundWrite() { join(); }
   void join() {
     if (thread.joinable()) thread.join();
+  }
+};
+
+// What a request of save_async owns. Dropped unfinalized (its queue was
+// destroyed without close()), it waits for the write and lets the iteration
+// go, so the manager is not held back by a save that will never finalize.
+// The file stays, as a killed process's would: complete files are what a
+// restart looks at.
+struct AsyncLocalSave {
+  std::shared_ptr<BackgroundWrite> work;
+  std::weak_ptr<std::set<int64_t>> in_flight;  // the manager's, while it lives
+  int64_t iteration = 0;
+  bool finalized = false;
+  ~AsyncLocalSave() {
+    work->join();
+    if (finalized) return;
+    if (const std::shared_ptr<std::set<int64_t>> iterations = in_flight.lock()) iterations->erase(iteration);
   }
 };
 
@@ -194,11 +207,11 @@ void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64
         fmt::format("local checkpoint iteration {} is not newer than the last one saved or loaded ({})", iteration,
                     last_complete_));
   }
-  if (!in_flight_.empty() && iteration <= *in_flight_.rbegin()) {
+  if (!in_flight_->empty() && iteration <= *in_flight_->rbegin()) {
     throw CheckpointError(
         fmt::format("local checkpoint iteration {} is not newer than iteration {}, whose asynchronous save is not "
                     "finalized yet",
-                    iteration, *in_flight_.rbegin()));
+                    iteration, *in_flight_->rbegin()));
   }
 }
 
@@ -230,24 +243,40 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
     staged = std::make_shared<TensorAwareStateDict>(state.state(), std::move(copies));
   });
   const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
-  work->thread = std::thread([work, staged, iteration, path] {
+  auto save = std::make_shared<AsyncLocalSave>();
+  save->work = work;
+  save->in_flight = in_flight_;
+  save->iteration = iteration;
+  const auto write = [work, staged, iteration, path] {
     try {
       work->bytes = local::write_local_file(*staged, iteration, path);
     } catch (...) {
       work->error = std::current_exception();
     }
     work->done = true;
-  });
+  };
+  try {
+    work->thread = std::thread(write);
+  } catch (const std::system_error& e) {
+    // Raised here alone, it would leave the other ranks waiting in the
+    // finalize; written now, the save goes on like any other.
+    log_message(
+        LogLevel::kWarning,
+        fmt::format("local checkpoint: rank {}: {}; writing it on the calling thread", comm_.rank(),
+                    io::thread_start_failure(fmt::format("the local checkpoint of iteration {}", iteration), e)));
+    write();
+  }
   try {
     return queue.schedule(AsyncRequest::from_functions(
         rank_dir(comm_.rank()), [work] { return work->done.load(); },
-        [this, work, iteration, path](Communicator&) {
-          work->join();
+        [this, save, path](Communicator&) {
+          save->work->join();
+          save->finalized = true;
           std::vector<std::string> created;
-          if (!work->error) created.push_back(path);
-          finish_save(iteration, work->error, created);
+          if (!save->work->error) created.push_back(path);
+          finish_save(save->iteration, save->work->error, created);
           SaveReport report;
-          report.bytes_written = work->bytes;
+          report.bytes_written = save->work->bytes;
           report.items_written = 1;
           return report;
         }));
@@ -257,8 +286,7 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
     work->join();
     std::error_code ignored;
     fs::remove(path, ignored);
-    in_flight_.erase(iteration);
-    throw;
+    throw;  // `save` lets the iteration go
   }
 }
 
@@ -303,14 +331,14 @@ void LocalCheckpointManager::begin_save(const TensorAwareStateDict& state, int64
       io::fsync_dir(rank_dir(comm_.rank()));
     });
   }
-  in_flight_.insert(iteration);  // until finish_save
+  in_flight_->insert(iteration);  // until finish_save
 }
 
 void LocalCheckpointManager::discard_after(int64_t iteration) {
   run_agreed(comm_, fmt::format("discard the local checkpoints after iteration {}", iteration), [&] {
-    if (!in_flight_.empty()) {
+    if (!in_flight_->empty()) {
       throw CheckpointError(fmt::format("discard_after({}): the asynchronous save of iteration {} is not finalized",
-                                        iteration, *in_flight_.rbegin()));
+                                        iteration, *in_flight_->rbegin()));
     }
     remove_files([&](int64_t it) { return it > iteration; });
     if (io::is_dir(rank_dir(comm_.rank()))) io::fsync_dir(rank_dir(comm_.rank()));
@@ -323,7 +351,7 @@ void LocalCheckpointManager::discard_after(int64_t iteration) {
 // file of an earlier save), so no half state lingers.
 void LocalCheckpointManager::finish_save(int64_t iteration, std::exception_ptr write_error,
                                          std::vector<std::string> created) {
-  in_flight_.erase(iteration);
+  in_flight_->erase(iteration);
   try {
     agree_on_errors(comm_, "write the local checkpoint", write_error);
     replicate(iteration, created);
@@ -387,7 +415,7 @@ void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::strin
 // Not those of an asynchronous save still in flight (a synchronous save of
 // a later iteration can finish first): its finalize needs them.
 void LocalCheckpointManager::remove_older_than(int64_t iteration) {
-  remove_files([&](int64_t it) { return it < iteration && in_flight_.count(it) == 0; });
+  remove_files([&](int64_t it) { return it < iteration && in_flight_->count(it) == 0; });
 }
 
 // Removes every file (temporary ones too) of the iterations chosen, then

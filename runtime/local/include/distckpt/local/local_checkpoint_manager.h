@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -79,6 +80,9 @@ class LocalCheckpointManager {
   // Collective. Stages the kept tensors (copies: the caller may go on
   // training), writes this rank's file on a background thread; finalize
   // (through `queue`, e.g. maybe_finalize) replicates, agrees and cleans up.
+  // A request dropped unfinalized (the queue destroyed without close())
+  // waits for its write and no longer counts as in flight; its file stays,
+  // unreplicated, until a later save or discard_after removes it.
   int64_t save_async(const TensorAwareStateDict& state, int64_t iteration, AsyncCallsQueue& queue);
 
   // Collective. The newest iteration for which every rank's checkpoint exists
@@ -128,8 +132,10 @@ class LocalCheckpointManager {
   LocalCheckpointOptions options_;
   // peers_[owner]: the ranks holding owner's files (owner included), ascending.
   std::vector<std::vector<int>> peers_;
-  int64_t last_complete_ = -1;   // the newest iteration saved or loaded by this manager
-  std::set<int64_t> in_flight_;  // iterations whose saves began and are not finalized
+  int64_t last_complete_ = -1;  // the newest iteration saved or loaded by this manager
+  // Iterations whose saves began and are not finalized; shared with the
+  // requests of save_async, which let theirs go when dropped unfinalized.
+  std::shared_ptr<std::set<int64_t>> in_flight_ = std::make_shared<std::set<int64_t>>();
   LocalRecovery recovery_;
 };
 
