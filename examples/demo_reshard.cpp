@@ -32,12 +32,13 @@ at::Tensor global_tensor(const std::string& key, const Shape& shape) {
   return at::arange(numel(shape), at::kFloat).reshape(shape).mul(0.001).add(salt);
 }
 
-// Rank r of n holds an uneven, possibly empty, piece of [0, total): sizes 0, 1, 2, ... wrap.
+// Rank r of n holds an uneven, possibly empty, piece of [0, total): sizes 0, 1, 2, ... wrap
+// (a rank alone holds it all).
 std::pair<int64_t, int64_t> uneven_piece(int64_t total, int rank, int world) {
   std::vector<int64_t> sizes(world, 0);
   int64_t left = total;
   for (int r = 0; left > 0; r = (r + 1) % world) {
-    const int64_t take = std::min<int64_t>(left, r % 3);
+    const int64_t take = std::min<int64_t>(left, world == 1 ? left : r % 3);
     sizes[r] += take;
     left -= take;
   }
@@ -133,6 +134,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", save_dir, "save a checkpoint into this directory");
   app.add_option("--load", load_dir, "load and check the checkpoint in this directory");
   CLI11_PARSE(app, argc, argv);
+  if (save_dir.empty() && load_dir.empty()) {
+    fmt::print(stderr, "distckpt-demo: nothing to do: pass --save DIR, --load DIR or both\n");
+    return 2;
+  }
   try {
     at::set_num_threads(1);
     auto comm = communicator_from_env();

@@ -2,7 +2,10 @@
 // 4 ranks and loads with 2 and 8; the CLI verifies and digests.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -83,6 +86,62 @@ TEST(DemoEndToEnd, VerifyExitCodesAndJsonReport) {
   EXPECT_EQ(run_command(kBin + "/distckpt verify").exit_code, 2);
   EXPECT_EQ(run_command(kBin + "/distckpt verify --no-such-flag " + a).exit_code, 2);
   EXPECT_EQ(run_command(kBin + "/distckpt verify --help").exit_code, 0);
+}
+
+// One process alone (tp = pp = 1) saves and loads what four saved.
+TEST(DemoEndToEnd, OneRankSavesAndLoadsWhatFourSaved) {
+  TempDir tmp("e2e-one");
+  const std::string four = tmp.path() + "/four", one = tmp.path() + "/one";
+  ASSERT_EQ(run_command(demo(4, 2, 2, "save", four)).exit_code, 0);
+  const CommandResult loaded = run_command("timeout 120 env " + demo(1, 1, 1, "load", four));
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_NE(loaded.output.find("rank 0 (tp 0/1, pp 0/1): loaded " + four + " saved by 4 ranks, 17 values match"),
+            std::string::npos)
+      << loaded.output;
+  const CommandResult saved = run_command("timeout 120 env " + demo(1, 1, 1, "save", one));
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  EXPECT_EQ(run_command(kBin + "/distckpt digest " + one).output,
+            run_command(kBin + "/distckpt digest " + four).output);
+  const CommandResult idle = run_command(kBin + "/distckpt-demo");
+  EXPECT_EQ(idle.exit_code, 2);
+  EXPECT_NE(idle.output.find("nothing to do: pass --save DIR, --load DIR or both"), std::string::npos) << idle.output;
+}
+
+// A checkpoint is untrusted: a link out of it is refused, not followed (it
+// would make verify call another file intact), and a FIFO in place of a file
+// is refused at once instead of blocking the reader.
+TEST(DemoEndToEnd, VerifyNeitherFollowsLinksOutNorBlocksOnAFifo) {
+  TempDir tmp("e2e-untrusted");
+  const std::string a = tmp.path() + "/a", outside = tmp.path() + "/outside.bin";
+  ASSERT_EQ(run_command(demo(2, 2, 1, "save", a)).exit_code, 0);
+  const std::string data = a + "/data/rank_00000.bin";
+  ASSERT_EQ(std::rename(data.c_str(), outside.c_str()), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), data.c_str()), 0);
+  const CommandResult linked = run_command(kBin + "/distckpt verify " + a);
+  EXPECT_EQ(linked.exit_code, 1) << linked.output;
+  EXPECT_NE(linked.output.find(data + " resolves to " + outside + ", outside the checkpoint"), std::string::npos)
+      << linked.output;
+  EXPECT_NE(run_command(kBin + "/distckpt digest " + a).exit_code, 0);
+  ASSERT_EQ(::unlink(data.c_str()), 0);
+  ASSERT_EQ(std::rename(outside.c_str(), data.c_str()), 0);
+  ASSERT_EQ(run_command(kBin + "/distckpt verify " + a).exit_code, 0);
+
+  for (const std::string name : {"metadata.fb", "metadata.json"}) {
+    const std::string path = a + "/" + name, kept = tmp.path() + "/kept";
+    ASSERT_EQ(std::rename(path.c_str(), kept.c_str()), 0);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    const CommandResult fifo = run_command("timeout 60 " + kBin + "/distckpt verify " + a);
+    EXPECT_NE(fifo.exit_code, 124) << name << ": verify blocked on the FIFO";
+    EXPECT_NE(fifo.exit_code, 0) << fifo.output;
+    EXPECT_NE(fifo.output.find("is not a regular file (a FIFO)"), std::string::npos) << fifo.output;
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    ASSERT_EQ(std::rename(kept.c_str(), path.c_str()), 0);
+  }
+  const std::string pt = tmp.path() + "/model.pt";
+  ASSERT_EQ(::mkfifo(pt.c_str(), 0644), 0);
+  const CommandResult fifo = run_command("timeout 60 " + kBin + "/distckpt inspect " + pt);
+  EXPECT_NE(fifo.exit_code, 124) << "inspect blocked on the FIFO";
+  EXPECT_NE(fifo.exit_code, 0) << fifo.output;
 }
 
 TEST(DemoEndToEnd, LoadingAnUncommittedDirectoryFailsOnEveryRank) {

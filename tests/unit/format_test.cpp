@@ -359,6 +359,19 @@ TEST(FormatMetadataTest, CheckFilesComparesSizesAndKinds) {
   ASSERT_EQ(::unlink(dir.file("data/rank_0.bin").c_str()), 0);
   io::make_dirs(dir.file("data/rank_0.bin"));
   EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); }, "is not a regular file"));
+  io::remove_tree(dir.file("data/rank_0.bin"));
+  // A data file that is a link out of the checkpoint (here to a file of the
+  // right size) is refused; one within it is fine.
+  TempDir outside("format-outside");
+  io::write_file_atomic(outside.file("x.bin"), std::string(4096, 'x'));
+  ASSERT_EQ(::symlink(outside.file("x.bin").c_str(), dir.file("data/rank_0.bin").c_str()), 0);
+  EXPECT_TRUE(throws_with<CorruptionError>(
+      [&] { check_files(m, dir.path()); },
+      dir.file("data/rank_0.bin") + " resolves to " + outside.file("x.bin") + ", outside the checkpoint"));
+  ASSERT_EQ(::unlink(dir.file("data/rank_0.bin").c_str()), 0);
+  write("data/copy.bin", 4096);
+  ASSERT_EQ(::symlink("copy.bin", dir.file("data/rank_0.bin").c_str()), 0);
+  check_files(m, dir.path());
 }
 
 }  // namespace

@@ -75,6 +75,49 @@ TEST(IoFileTest, OpenMissingFileNamesPathAndErrno) {
   EXPECT_TRUE(throws_with<Error>([&] { File f(path, File::Mode::kRead); }, "No such file or directory"));
 }
 
+// A checkpoint is untrusted: a FIFO in it must not block the reader until
+// some writer opens it, nor a directory pass for a file.
+TEST(IoFileTest, ReadingAFifoOrADirectoryIsRefusedAtOnce) {
+  TempDir dir("io");
+  const std::string fifo = dir.file("metadata.fb");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_TRUE(throws_with<Error>([&] { File f(fifo, File::Mode::kRead); },
+                                 "'" + fifo +
+                                     "' is not a regular file (a FIFO); distckpt reads checkpoints from "
+                                     "regular files only"));
+  EXPECT_TRUE(throws_with<Error>([&] { read_file(fifo, 100); }, "(a FIFO)"));
+  EXPECT_TRUE(
+      throws_with<Error>([&] { File f(dir.path(), File::Mode::kRead); }, "is not a regular file (a directory)"));
+  // A regular file reads as before, blocking reads and all.
+  write_text(dir.file("plain"), "abc");
+  EXPECT_EQ(read_file(dir.file("plain"), 100), "abc");
+}
+
+// Links are followed within the checkpoint only, whether the file or a
+// folder on its way is the link.
+TEST(IoFileTest, CheckInsideAcceptsLinksThatStayInTheCheckpointOnly) {
+  TempDir dir("io");
+  const std::string ckpt = dir.file("ckpt"), outside = dir.file("outside");
+  make_dirs(ckpt + "/data");
+  make_dirs(outside);
+  write_text(ckpt + "/data/a.bin", "a");
+  write_text(outside + "/b.bin", "b");
+  check_inside(ckpt, ckpt + "/data/a.bin");
+  ASSERT_EQ(::symlink("a.bin", (ckpt + "/data/inside.bin").c_str()), 0);
+  check_inside(ckpt, ckpt + "/data/inside.bin");
+  ASSERT_EQ(::symlink((outside + "/b.bin").c_str(), (ckpt + "/data/out.bin").c_str()), 0);
+  EXPECT_TRUE(throws_with<CorruptionError>(
+      [&] { check_inside(ckpt, ckpt + "/data/out.bin"); },
+      ckpt + "/data/out.bin resolves to " + outside + "/b.bin, outside the checkpoint " + ckpt +
+          "; distckpt does not follow links out of a checkpoint: copy the files (cp -L)"));
+  ASSERT_EQ(::symlink(outside.c_str(), (ckpt + "/linked").c_str()), 0);
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { check_inside(ckpt, ckpt + "/linked/b.bin"); }, "outside the checkpoint"));
+  // The checkpoint itself may be reached through a link.
+  ASSERT_EQ(::symlink(ckpt.c_str(), dir.file("alias").c_str()), 0);
+  check_inside(dir.file("alias"), dir.file("alias") + "/data/a.bin");
+}
+
 TEST(IoFileTest, CreateTruncatesAndMoveTransfersOwnership) {
   TempDir dir("io");
   const std::string path = dir.file("f.bin");
@@ -146,6 +189,12 @@ TEST(IoStagingTest, OneWriterAtATimeAndNothingLeftAfter) {
   ASSERT_EQ(::symlink(dir.file("elsewhere").c_str(), paths.lock.c_str()), 0);
   EXPECT_TRUE(throws_with<Error>([&] { StagingLock linked(paths); }, "cannot create the lock file"));
   EXPECT_FALSE(exists(dir.file("elsewhere")));
+
+  // The error names what the user can fix: the folder, not the lock file.
+  const StagingPaths nowhere = staging_paths(dir.file("nodir/w.pt"));
+  EXPECT_TRUE(throws_with<Error>(
+      [&] { StagingLock missing(nowhere); },
+      "cannot write '" + dir.file("nodir/w.pt") + "': the folder '" + dir.file("nodir") + "' does not exist"));
 }
 
 TEST(IoFileTest, AtomicWriteIntoMissingDirectoryFails) {

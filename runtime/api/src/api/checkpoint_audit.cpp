@@ -112,6 +112,14 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
   std::unique_ptr<StorageReader> storage;
   try {
     storage = open_storage(path, StorageOptions{format, /*verify_checksums=*/false});
+  } catch (const CorruptionError& e) {
+    return stop(VerifyReport::Status::kCorrupt, e.what());
+  } catch (const CheckpointError& e) {
+    // Safetensors files that do not say which checkpoint they make (several
+    // files or indexes, no index) are not one: nothing in them is damaged.
+    return stop(
+        format == StorageFormat::kSafetensors ? VerifyReport::Status::kNotACheckpoint : VerifyReport::Status::kCorrupt,
+        e.what());
   } catch (const Error& e) {
     return stop(VerifyReport::Status::kCorrupt, e.what());
   }

@@ -457,8 +457,9 @@ CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& or
 }
 
 void check_files(const CheckpointMetadata& metadata, const std::string& dir) {
-  // Each file must be a regular file (a FIFO or a device would make a read
-  // block or return other bytes) with exactly the recorded size.
+  // Each file must be a regular file inside the checkpoint (a FIFO or a
+  // device would make a read block or return other bytes; a link out of it
+  // would read another file) with exactly the recorded size.
   const auto check_one = [&](const std::string& relative, std::optional<uint64_t> expected_size) {
     const std::string path = io::safe_join(dir, relative);
     struct stat st {};
@@ -468,6 +469,7 @@ void check_files(const CheckpointMetadata& metadata, const std::string& dir) {
                       "checkpoint is incomplete or was moved partially",
                       path, std::strerror(errno)));
     }
+    io::check_inside(dir, path);
     if (!S_ISREG(st.st_mode)) {
       throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path));
     }

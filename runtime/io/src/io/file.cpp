@@ -91,7 +91,10 @@ void remove_children(int dir_fd, const std::string& dir_path) {
 
 File::File(const std::string& path, Mode mode) : path_(path) {
   // Writers open read-write so that a writer can read back what it wrote.
-  const int flags = mode == Mode::kRead     ? O_RDONLY | O_CLOEXEC
+  // Reads open without blocking: a FIFO in a checkpoint (which is untrusted)
+  // would otherwise block the open until some writer appears. It is refused
+  // below; regular files ignore the flag.
+  const int flags = mode == Mode::kRead     ? O_RDONLY | O_NONBLOCK | O_CLOEXEC
                     : mode == Mode::kUpdate ? O_RDWR | O_CLOEXEC
                                             : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = open_retrying(path.c_str(), flags, 0644);
@@ -101,6 +104,16 @@ File::File(const std::string& path, Mode mode) : path_(path) {
                                         : "create",
                 path, errno);
   }
+  if (mode != Mode::kRead) return;
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) throw_errno("stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(fmt::format("'{}' is not a regular file ({}); distckpt reads checkpoints from regular files only", path,
+                            S_ISDIR(st.st_mode)    ? "a directory"
+                            : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                   : "a device or socket"));
+  }
+  if (::fcntl(fd_.get(), F_SETFL, O_RDONLY) != 0) throw_errno("fcntl", path, errno);
 }
 
 // Errors of an implicit close cannot be reported; close() reports them.
@@ -326,6 +339,13 @@ void remove_tree(const std::string& path) {
     remove_children(fd.get(), path);
   }
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) throw_errno("rmdir", path, errno);
+}
+
+bool lexists(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  throw_errno("stat", path, errno);
 }
 
 bool exists(const std::string& path) {

@@ -75,6 +75,7 @@ bool exchange_paths(const std::string& a, const std::string& b);
 void make_dirs(const std::string& dir);
 void remove_tree(const std::string& path);  // no error if absent
 bool exists(const std::string& path);
+bool lexists(const std::string& path);  // also a symbolic link, even one to nothing
 bool is_dir(const std::string& path);
 bool is_empty_dir(const std::string& path);  // true also when absent
 uint64_t file_size(const std::string& path);
@@ -84,5 +85,9 @@ uint64_t file_size(const std::string& path);
 std::string safe_join(const std::string& dir, std::string_view relative);
 // The check safe_join applies, for validating metadata without a directory.
 void validate_relative_path(std::string_view relative);
+// Throws CorruptionError unless `path`, an existing file of the checkpoint
+// `dir`, resolves inside `dir`: a symbolic link (the file's or a folder's on
+// its way) is followed only within the checkpoint.
+void check_inside(const std::string& dir, const std::string& path);
 
 }  // namespace distckpt::io

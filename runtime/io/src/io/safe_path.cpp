@@ -2,7 +2,11 @@
 // metadata.fb must not make a load read (or a cleanup delete) anything
 // outside the checkpoint directory. Only '/' separates components.
 #include <fmt/format.h>
+#include <limits.h>
+#include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -35,7 +39,27 @@ std::string printable(std::string_view path) {
   throw CorruptionError(fmt::format("unsafe path '{}' in checkpoint metadata: {}", printable(path), reason));
 }
 
+std::string real_path(const std::string& path) {
+  char buffer[PATH_MAX];
+  if (::realpath(path.c_str(), buffer) == nullptr) {
+    throw CheckpointError(fmt::format("cannot resolve '{}': {}", path, std::strerror(errno)));
+  }
+  return buffer;
+}
+
 }  // namespace
+
+void check_inside(const std::string& dir, const std::string& path) {
+  std::string root = real_path(dir);
+  if (root.back() != '/') root += '/';
+  const std::string target = real_path(path);
+  if (target.compare(0, root.size(), root) != 0) {
+    throw CorruptionError(
+        fmt::format("{} resolves to {}, outside the checkpoint {}; distckpt does not follow links out of a "
+                    "checkpoint: copy the files (cp -L) or load from the directory that holds them",
+                    path, target, dir));
+  }
+}
 
 void validate_relative_path(std::string_view relative) {
   if (relative.empty()) reject(relative, "the path is empty");

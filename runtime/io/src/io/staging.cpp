@@ -34,7 +34,16 @@ StagingLock::StagingLock(const StagingPaths& paths) : path_(paths.lock) {
   // the lock we got is on a file no one else will see, and we try again.
   for (int attempt = 0; attempt < 100; ++attempt) {
     UniqueFd fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (!fd.valid()) throw Error(fmt::format("cannot create the lock file '{}': {}", path_, std::strerror(errno)));
+    if (!fd.valid()) {
+      // Said in terms of the target: the lock file is ours, the folder the user's.
+      const int err = errno;
+      if (err == ENOENT) {
+        throw Error(fmt::format("cannot write '{}': the folder '{}' does not exist; create it first", paths.target,
+                                paths.parent));
+      }
+      throw Error(fmt::format("cannot write '{}': cannot create the lock file '{}' beside it: {}", paths.target, path_,
+                              std::strerror(err)));
+    }
     int rc;
     do {
       rc = ::flock(fd.get(), LOCK_EX | LOCK_NB);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
 #include "format/common_state.h"
@@ -12,6 +14,16 @@ namespace {
 
 constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
 
+// Whether `dir` is a root of iter_* checkpoints (CheckpointManager's layout)
+// rather than a checkpoint.
+bool holds_iterations(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.path().filename().string().rfind("iter_", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(std::move(dir)) {
@@ -21,14 +33,19 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
       throw CheckpointError(fmt::format("{}/{}: was written by '{}', not distckpt; load it with the tool that wrote it",
                                         dir_, kCommitFile, *writer));
     }
+    if (!io::exists(dir_)) throw CheckpointError(fmt::format("'{}' does not exist", dir_));
     throw CheckpointError(fmt::format(
         "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
-        "wrong",
-        dir_, kCommitFile));
+        "wrong{}",
+        dir_, kCommitFile,
+        holds_iterations(dir_)
+            ? fmt::format("; it holds iter_* checkpoints: pass one of them (`distckpt ls {}` lists them)", dir_)
+            : ""));
   }
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
   const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
+  if (io::exists(path)) io::check_inside(dir_, path);  // (a missing one is reported by the read)
   const std::string bytes = io::read_file(path, kMaxMetadataBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
   metadata_ = decode_metadata(bytes, path);
