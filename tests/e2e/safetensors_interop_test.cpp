@@ -41,7 +41,8 @@ TEST_F(SafetensorsInterop, EveryTensorPythonWroteLoadsEqual) {
       EXPECT_EQ(got.scalar_type(), t.dtype) << t.name;
       EXPECT_TRUE(at::equal(got, python_value(k))) << where << ": " << t.name;
     }
-    EXPECT_EQ(load_common_state_dict(where).at("format").as_string(), "pt");
+    EXPECT_FALSE(load_common_state_dict(where).contains("format"));  // it describes the files
+    EXPECT_EQ(load_content_metadata(where)->at("format").as_string(), "pt");
   }
 }
 
@@ -53,7 +54,8 @@ TEST_F(SafetensorsInterop, CliInspectsVerifiesAndDigests) {
   const nlohmann::json j = nlohmann::json::parse(inspect.output);
   EXPECT_EQ(j["format"], "safetensors");
   EXPECT_EQ(j["tensors"].size(), python_tensors().size());
-  EXPECT_EQ(j["common_keys"], nlohmann::json::array({"format"}));
+  EXPECT_EQ(j["common_keys"], nlohmann::json::array());
+  EXPECT_EQ(j["content_metadata"], nlohmann::json::array({"format: \"pt\""}));
 
   const CommandResult verify = run_command(kBin + "/distckpt verify " + path("sharded"));
   EXPECT_EQ(verify.exit_code, 0) << verify.output;
@@ -83,7 +85,8 @@ TEST_F(SafetensorsInterop, ConvertRoundTripsKeepDigestsAndBytes) {
   ASSERT_EQ(in.exit_code, 0) << in.output;
   EXPECT_NE(in.output.find("12 tensors"), std::string::npos) << in.output;
   EXPECT_EQ(digest(ours), digest(path("single")));
-  EXPECT_EQ(load_common_state_dict(ours).at("format").as_string(), "pt");
+  EXPECT_FALSE(load_common_state_dict(ours).contains("format"));
+  EXPECT_EQ(load_content_metadata(ours)->at("format").as_string(), "pt");  // kept by the conversion
 
   const CommandResult exported = cli("convert " + ours + " " + out + " --to safetensors --max-shard-size 2KB --quiet");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
@@ -121,7 +124,8 @@ TEST_F(SafetensorsInterop, ExportConvertsFloatingPointTensorsToTheAskedDtype) {
 }
 
 // --to torch: one .pt that Python's torch.load opens, with every tensor and
-// the common values (nested dicts and lists included).
+// the common values (nested dicts and lists included); from safetensors,
+// the tensors alone, so a module's load_state_dict takes it.
 TEST_F(SafetensorsInterop, TorchExportLoadsInPythonWithTensorsAndCommonValues) {
   const std::string pt = tmp_.path() + "/model.pt";
   const CommandResult exported = run_command(kBin + "/distckpt convert " + path("sharded") + " " + pt + " --to torch");

@@ -49,7 +49,7 @@ TEST_F(TorchFile, AModuleStateDictLoadsAndItsDigestMatchesItsExport) {
   EXPECT_FALSE(load_common_state_dict(file("module.pt")).contains("_metadata"));
   const auto cli = [](const std::string& args) { return run_command(kBin + "/distckpt " + args); };
   const CommandResult inspect = cli("inspect " + file("module.pt"));
-  EXPECT_NE(inspect.output.find("torch, 1 files, 2 tensors (60 bytes)"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("torch, 1 file, 2 tensors (60 bytes)"), std::string::npos) << inspect.output;
   ASSERT_EQ(cli("convert " + file("module.pt") + " " + file("module-st") + " --to safetensors --quiet").exit_code, 0);
   EXPECT_EQ(cli("digest " + file("module.pt")).output, cli("digest " + file("module-st")).output);
 }

@@ -5,9 +5,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "distckpt/distckpt.h"
+#include "distckpt/version.h"
 #include "io/file.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/process.h"
@@ -188,6 +190,52 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   const CommandResult after = run_command(bin + "diff --json " + a + " " + b);
   EXPECT_EQ(after.exit_code, 1);
   EXPECT_NE(after.output.find("\"status\": \"only_left\""), std::string::npos) << after.output;
+  // A prefix that matches nothing (a typo, say) is not a success.
+  const CommandResult none = run_command(bin + "rm-tensors " + b + " layers.");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(none.output, "distckpt rm-tensors: no tensor of " + b + " starts with 'layers.'; nothing was changed\n");
+
+  // A NaN on one side makes the largest difference NaN, not 0.
+  const std::string n1 = tmp.path() + "/n1", n2 = tmp.path() + "/n2";
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict x;
+    x["v"] = ShardedTensor::from_rank_offsets("v", at::tensor({1.0f, 2.0f, 3.0f}), {});
+    save(x, n1, comm);
+    StateDict y;
+    y["v"] = ShardedTensor::from_rank_offsets("v", at::tensor({1.0f, NAN, 3.5f}), {});
+    save(y, n2, comm);
+  });
+  EXPECT_EQ(diff_checkpoints(n1, n2).tensors.at(0).detail,
+            "2 of 3 elements differ, first at [1] (2 vs nan), max |difference| nan (NaN on one side)");
+}
+
+// What a user gets wrong first: a command by another tool's name, a root
+// that is not there.
+TEST(CheckpointCommands, UnknownCommandsAndMissingRootsAreClearErrors) {
+  const std::string bin = std::string(DISTCKPT_BIN_DIR) + "/distckpt";
+  const CommandResult compare = run_command(bin + " compare a b");
+  EXPECT_EQ(compare.exit_code, 2);
+  EXPECT_EQ(compare.output,
+            "distckpt: unknown command 'compare' (did you mean diff?); the commands are inspect, verify, digest, "
+            "convert, ls, rm-tensors, diff, extract (distckpt --help)\n");
+  const CommandResult version = run_command(bin + " --version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.output, std::string(DISTCKPT_VERSION_STRING) + "\n");
+  TempDir tmp("commands-missing");
+  const CommandResult ls = run_command(bin + " ls " + tmp.path() + "/nope");
+  EXPECT_EQ(ls.exit_code, 2);
+  EXPECT_EQ(ls.output, "distckpt ls: '" + tmp.path() + "/nope' does not exist\n");
+  const CommandResult inspect = run_command(bin + " inspect " + tmp.path() + "/nope");
+  EXPECT_EQ(inspect.exit_code, 2);
+  EXPECT_EQ(inspect.output, "distckpt: '" + tmp.path() + "/nope' does not exist\n");
+  // A root of iter_* checkpoints given where one checkpoint is expected.
+  io::make_dirs(tmp.path() + "/iter_0000010");
+  const CommandResult root = run_command(bin + " inspect " + tmp.path());
+  EXPECT_EQ(root.exit_code, 2);
+  EXPECT_NE(
+      root.output.find("it holds iter_* checkpoints: pass one of them (`distckpt ls " + tmp.path() + "` lists them)"),
+      std::string::npos)
+      << root.output;
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ TEST(SafetensorsLoad, PlainTensorsMetadataAndCommonStateFromOneFile) {
     const StateDict meta = load_tensors_metadata(path);
     EXPECT_EQ(meta.at("model.layers.0.mlp.weight").as_sharded_tensor().global_shape, (Shape{48, 64}));
     EXPECT_EQ(meta.at("model.layers.0.mlp.weight").as_sharded_tensor().dtype, at::kBFloat16);
-    EXPECT_EQ(load_common_state_dict(path).at("format").as_string(), "pt");
+    EXPECT_FALSE(load_common_state_dict(path).contains("format"));  // it describes the files
+    EXPECT_EQ(load_content_metadata(path)->at("format").as_string(), "pt");
     EXPECT_EQ(detect_storage_format(path), StorageFormat::kSafetensors);
   }
 }
@@ -186,7 +187,7 @@ TEST(SafetensorsLoad, BadFilesAreRefusedNamingFileAndTensor) {
                                            "/a.safetensors, which does not hold it"));
   index.weight_map = {{"model.embed.weight", "a.safetensors"}, {"lm_head.weight", "b.safetensors"}};
   write_text(hf + "/model.safetensors.index.json", safetensors::encode_index(index));
-  EXPECT_TRUE(throws_with<CheckpointError>([&] { load_plain_tensors(hf); }, hf + "/b.safetensors: No such file"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { load_plain_tensors(hf); }, hf + "/b.safetensors: No such file"));
 
   // Several files and no index: which tensor is where is unknown.
   const std::string two = dir + "/two";
@@ -246,8 +247,8 @@ TEST(SafetensorsLoad, SymlinksOutOfTheDirectoryAreNotFollowed) {
   ASSERT_EQ(::mkdir(hf.c_str(), 0755), 0);
   write_safetensors(outside + "/real.safetensors", model_tensors());
   ASSERT_EQ(::symlink((outside + "/real.safetensors").c_str(), (hf + "/model.safetensors").c_str()), 0);
-  EXPECT_TRUE(throws_with<CheckpointError>([&] { load_plain_tensors(hf); },
-                                           "outside the checkpoint directory; distckpt does not follow links"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { load_plain_tensors(hf); },
+                                           "outside the checkpoint " + hf + "; distckpt does not follow links"));
   // A link that stays inside is fine.
   ASSERT_EQ(::unlink((hf + "/model.safetensors").c_str()), 0);
   ASSERT_EQ(::rename((outside + "/real.safetensors").c_str(), (hf + "/real.bin").c_str()), 0);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "distckpt/distckpt.h"
@@ -106,9 +107,13 @@ TEST(SafetensorsSave, FourRanksWriteTheFilesTheExportWrites) {
   convert.max_shard_bytes = 8000;
   convert_to_safetensors(ckpt, exported, convert);
   // The export keeps the common value out; a save writes it into __metadata__.
+  // "format" describes the files: content metadata, not a value of the state.
   const StateDict common = load_common_state_dict(direct);
   EXPECT_EQ(common.at("note").as_string(), "tp4");
-  EXPECT_EQ(common.at("format").as_string(), "pt");
+  EXPECT_FALSE(common.contains("format"));
+  const std::optional<StateDict> content = load_content_metadata(direct);
+  ASSERT_TRUE(content.has_value());
+  EXPECT_EQ(content->at("format").as_string(), "pt");
 
   const StateDict plain = load_plain_tensors(direct);
   EXPECT_TRUE(at::equal(plain.at("rows").as_tensor(), rows()));

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -129,6 +130,18 @@ TEST(TorchFileWriter, ASecondWriterIsRefusedAndATargetThatAppearsIsKept) {
   }
   EXPECT_EQ(io::read_file(path, 100), "theirs");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path()), {}), 1);  // no staging, no lock
+}
+
+// A link to nothing is in the way as much as a file: refused before writing.
+TEST(TorchFileWriter, ADanglingLinkAtTheTargetIsAnExistingTarget) {
+  TempDir tmp("torch-writer");
+  const std::string path = tmp.path() + "/out.pt";
+  ASSERT_EQ(::symlink((tmp.path() + "/nowhere").c_str(), path.c_str()), 0);
+  EXPECT_TRUE(throws_with<CheckpointError>(
+      [&] {
+        TorchFileWriter(path, Value::dict(), described({{"a", at::ones({4})}}));
+      },
+      "'" + path + "' already exists; remove it or choose another destination (nothing was written)"));
 }
 
 }  // namespace

@@ -1,20 +1,26 @@
-// distckpt: inspect, verify, digest, convert, compare and manage checkpoints
+// distckpt: inspect, verify, digest, convert, diff and manage checkpoints
 // from the command line.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/api/convert.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/format/checkpoint_config.h"
+#include "distckpt/version.h"
 #include "format/dtype.h"
 #include "manage_commands.h"
 #include "storage/distckpt_storage.h"
@@ -25,10 +31,53 @@ namespace {
 // invalid bytes become U+FFFD instead of aborting the report.
 std::string as_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
 
+// A name from a file, fit for one line of a table: control bytes escaped.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    out += byte < 0x20 || byte == 0x7f ? fmt::format("\\x{:02x}", byte) : std::string(1, c);
+  }
+  return out;
+}
+
+// "1 file", "2 files".
+std::string count(uint64_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+
 uint64_t stored_bytes(const distckpt::TensorRecord& t) {
   uint64_t n = 0;
   for (const auto& c : t.chunks) n += c.byte_length;
   return n;
+}
+
+// A plain value as Python would print it (strings from files may hold anything: quoted, as JSON does).
+std::string plain_text(const distckpt::Value& v) {
+  switch (v.kind()) {
+    case distckpt::Kind::kNone:
+      return "None";
+    case distckpt::Kind::kBool:
+      return v.as_bool() ? "True" : "False";
+    case distckpt::Kind::kInt:
+      return std::to_string(v.as_int());
+    case distckpt::Kind::kFloat:
+      return fmt::format("{}", v.as_float());
+    case distckpt::Kind::kString:
+      return nlohmann::json(v.as_string()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    default:
+      return fmt::format("({})", distckpt::kind_name(v.kind()));
+  }
+}
+
+// "path: value" for each plain value of SaveOptions::content_metadata (or a
+// safetensors "__metadata__").
+std::vector<std::string> content_lines(const distckpt::StorageReader& storage) {
+  std::vector<std::string> lines;
+  const std::optional<distckpt::Value> content = storage.read_content_metadata();
+  if (!content) return lines;
+  for (const auto& [path, value] : distckpt::nested_items(*content)) {
+    lines.push_back(fmt::format("{}: {}", distckpt::to_string(path), plain_text(*value)));
+  }
+  return lines;
 }
 
 std::vector<std::string> common_keys(const distckpt::StorageReader& storage) {
@@ -70,15 +119,17 @@ int inspect(const std::string& dir, bool as_json) {
       j["objects"].push_back({{"key", o.key}, {"unique_key", o.unique_key()}, {"bytes", o.byte_length}});
     }
     j["common_keys"] = common;
+    j["content_metadata"] = content_lines(*storage);
     std::cout << as_text(j) << '\n';
     return 0;
   }
   uint64_t total = 0;
   for (const auto& t : md.tensors) total += stored_bytes(t);
   if (ours != nullptr) {
-    fmt::print("checkpoint {}\n  format version {}, saved by {} ranks, {} files, {} tensors ({} bytes), {} objects\n",
-               dir, ours->metadata().format_version, ours->metadata().world_size, md.files.size(), md.tensors.size(),
-               total, md.objects.size());
+    fmt::print("checkpoint {}\n  format version {}, saved by {}, {}, {} ({} bytes), {}\n", dir,
+               ours->metadata().format_version, count(ours->metadata().world_size, "rank"),
+               count(md.files.size(), "file"), count(md.tensors.size(), "tensor"), total,
+               count(md.objects.size(), "object"));
     if (!ours->metadata().layout_name.empty()) {
       fmt::print("  layout {} ({})\n", ours->metadata().layout_name, ours->metadata().layout_fingerprint);
     }
@@ -86,18 +137,24 @@ int inspect(const std::string& dir, bool as_json) {
       fmt::print("  name mapping {} (convert --to safetensors --map {})\n", m.name(), m.name());
     }
   } else {
-    fmt::print("checkpoint {}\n  {}, {} files, {} tensors ({} bytes)\n", dir,
-               distckpt::storage_format_name(storage->format()), md.files.size(), md.tensors.size(), total);
+    fmt::print("checkpoint {}\n  {}, {}, {} ({} bytes)\n", dir, distckpt::storage_format_name(storage->format()),
+               count(md.files.size(), "file"), count(md.tensors.size(), "tensor"), total);
   }
-  fmt::print("\ntensors:\n  {:<48} {:<9} {:<20} {:>6} {:>14}\n", "key", "dtype", "shape", "chunks", "bytes");
+  // Columns as wide as the longest key (keys come from files: control bytes escaped).
+  size_t width = 3;
+  for (const auto& t : md.tensors) width = std::max(width, printable(t.key).size());
+  fmt::print("\ntensors:\n  {:<{}} {:<9} {:<20} {:>6} {:>14}\n", "key", width, "dtype", "shape", "chunks", "bytes");
   for (const auto& t : md.tensors) {
-    fmt::print("  {:<48} {:<9} {:<20} {:>6} {:>14}\n", t.key, distckpt::stored_dtype_name(t),
+    fmt::print("  {:<{}} {:<9} {:<20} {:>6} {:>14}\n", printable(t.key), width, distckpt::stored_dtype_name(t),
                distckpt::to_string(t.global_shape), t.chunks.size(), stored_bytes(t));
   }
   fmt::print("\nobjects:\n");
-  for (const auto& o : md.objects) fmt::print("  {} ({} bytes)\n", o.unique_key(), o.byte_length);
+  for (const auto& o : md.objects) fmt::print("  {} ({} bytes)\n", printable(o.unique_key()), o.byte_length);
   fmt::print("\ncommon keys:\n");
-  for (const auto& k : common) fmt::print("  {}\n", k);
+  for (const auto& k : common) fmt::print("  {}\n", printable(k));
+  const std::vector<std::string> content = content_lines(*storage);
+  if (!content.empty()) fmt::print("\ncontent metadata:\n");
+  for (const auto& line : content) fmt::print("  {}\n", line);
   return 0;
 }
 
@@ -248,11 +305,24 @@ int convert(const std::string& src, const ConvertArgs& args) {
   return 0;
 }
 
+// A hint for a command name that is not one: what other tools call ours.
+std::string similar_command(const std::string& name) {
+  static const std::pair<const char*, const char*> kSynonyms[] = {
+      {"compare", "diff"},      {"cmp", "diff"},       {"check", "verify"}, {"validate", "verify"},
+      {"info", "inspect"},      {"show", "inspect"},   {"list", "ls"},      {"rm", "rm-tensors"},
+      {"remove", "rm-tensors"}, {"export", "convert"}, {"hash", "digest"}};
+  for (const auto& [synonym, command] : kSynonyms) {
+    if (name == synonym) return fmt::format(" (did you mean {}?)", command);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"distckpt: inspect, verify, digest, convert, compare and manage checkpoints"};
+  CLI::App app{"distckpt: inspect, verify, digest, convert, diff and manage checkpoints"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", DISTCKPT_VERSION_STRING);
   std::string dir;
   bool as_json = false;
   auto* inspect_cmd = app.add_subcommand("inspect", "list tensors, objects and common keys");
@@ -296,6 +366,16 @@ int main(int argc, char** argv) {
   extract_cmd->add_option("dir", dir, "checkpoint")->required();
   extract_cmd->add_option("key", key, "tensor key")->required();
   extract_cmd->add_option("--to", second, "FILE.safetensors or FILE.pt (must not exist)")->required();
+  std::vector<std::string> names;
+  for (const CLI::App* command :
+       {inspect_cmd, verify_cmd, digest_cmd, convert_cmd, ls_cmd, rm_cmd, diff_cmd, extract_cmd}) {
+    names.push_back(command->get_name());
+  }
+  if (argc > 1 && argv[1][0] != '-' && std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    fmt::print(stderr, "distckpt: unknown command '{}'{}; the commands are {} (distckpt --help)\n", argv[1],
+               similar_command(argv[1]), fmt::join(names, ", "));
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,12 @@
 namespace distckpt::cli {
 
 int list_checkpoints(const std::string& root, bool as_json) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(root, error)) {
+    fmt::print(stderr, "distckpt ls: '{}' {}\n", root,
+               std::filesystem::exists(root, error) ? "is not a directory" : "does not exist");
+    return 2;
+  }
   const CheckpointManager manager(root);
   const std::vector<CheckpointEntry> entries = manager.list();
   if (as_json) {
@@ -33,6 +40,10 @@ int list_checkpoints(const std::string& root, bool as_json) {
 
 int remove_tensors(const std::string& dir, const std::string& prefix) {
   const size_t removed = remove_sharded_tensors(dir, prefix);
+  if (removed == 0) {
+    fmt::print(stderr, "distckpt rm-tensors: no tensor of {} starts with '{}'; nothing was changed\n", dir, prefix);
+    return 1;
+  }
   fmt::print("{}: removed {} tensor(s) starting with '{}'\n", dir, removed, prefix);
   return 0;
 }

@@ -36,7 +36,10 @@ std::string value_difference(const at::Tensor& a, const at::Tensor& b) {
       fmt::format("{} of {} elements differ, first at [{}] ({} vs {})", count, a.numel(), fmt::join(index, ", "),
                   a.index(at_first).item().toDouble(), b.index(at_first).item().toDouble());
   if (a.is_floating_point() || a.is_complex()) {
-    detail += fmt::format(", max |difference| {}", (a - b).abs().nan_to_num().max().item().toDouble());
+    // Over the differing elements; NaN on one side only makes that gap NaN.
+    const at::Tensor gap = (a - b).abs().masked_select(differs);
+    detail += gap.isnan().any().item<bool>() ? std::string(", max |difference| nan (NaN on one side)")
+                                             : fmt::format(", max |difference| {}", gap.max().item().toDouble());
   }
   return detail;
 }

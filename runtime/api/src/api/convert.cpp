@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 #include "distckpt/core/log.h"
 #include "format/dtype.h"
 #include "io/file.h"
+#include "io/threads.h"
 #include "storage/safetensors_writer.h"
 #include "storage/torch_file_reader.h"
 #include "storage/torch_file_writer.h"
@@ -65,7 +67,7 @@ class Progress {
 
 // The checks of the conversions that write one whole target.
 void check_whole_target(const std::string& dst, const ConvertOptions& options) {
-  if (io::exists(dst)) {
+  if (io::lexists(dst)) {  // a dangling link too: the commit would not replace it
     throw CheckpointError(
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
@@ -130,7 +132,10 @@ class WindowWriter {
  public:
   using Sink = std::function<void(size_t index, uint64_t offset, const void* data, uint64_t n)>;
   WindowWriter(Sink sink, Progress& progress, uint64_t window_bytes)
-      : sink_(std::move(sink)), progress_(progress), window_bytes_(window_bytes), thread_([this] { run(); }) {}
+      : sink_(std::move(sink)),
+        progress_(progress),
+        window_bytes_(window_bytes),
+        thread_(io::start_thread([this] { run(); }, "writing the converted file")) {}
   ~WindowWriter() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -276,6 +281,9 @@ class TensorSource {
   virtual void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) = 0;
   // Bytes held beyond the windows (a strided view's storage, read whole).
   uint64_t extra_peak() const { return extra_peak_; }
+  // What the source says about its content (SaveOptions::content_metadata,
+  // a safetensors "__metadata__"), kept by the conversion to distckpt.
+  virtual std::optional<StateDict> content_metadata() { return std::nullopt; }
 
  protected:
   std::vector<Tensor> tensors_;
@@ -292,6 +300,7 @@ class CheckpointSource : public TensorSource {
                                                   reader_.index().objects.size(), src));
     }
   }
+  std::optional<StateDict> content_metadata() override { return reader_.storage().read_content_metadata(); }
   void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
     api::read_in_windows(reader_, *exports_[i].record, exports_[i].region, scratch.nbytes(), fn, scratch);
   }
@@ -436,7 +445,9 @@ ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst
     state[t.name] = ShardedTensor::from_rank_offsets(t.name, meta, {});
     by_name.emplace(t.name, i);
   }
-  api::StreamedSave save(state, dst);
+  SaveOptions save_options;
+  save_options.content_metadata = source->content_metadata();
+  api::StreamedSave save(state, dst, save_options);
   std::vector<size_t> order;  // the data file's
   std::vector<at::ScalarType> dtypes;
   for (const std::string& key : save.keys()) {

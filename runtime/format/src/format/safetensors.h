@@ -28,6 +28,8 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 constexpr uint64_t kPrefixBytes = 8;
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
 constexpr const char* kFileSuffix = ".safetensors";
+// The "__metadata__" key naming the framework the files are for ("pt").
+constexpr const char* kFormatKey = "format";
 
 struct Entry {
   std::string name;

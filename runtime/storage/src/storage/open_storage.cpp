@@ -7,6 +7,7 @@
 #include "io/file.h"
 #include "storage/distckpt_storage.h"
 #include "storage/safetensors_storage.h"
+#include "storage/torch_file_reader.h"
 #include "storage/torch_file_storage.h"
 
 namespace distckpt {
@@ -42,6 +43,13 @@ StorageFormat detect_storage_format(const std::string& path) {
   if (!io::is_dir(path)) {
     if (storage::is_safetensors_name(path)) return StorageFormat::kSafetensors;
     if (storage::is_torch_file(path)) return StorageFormat::kTorch;
+    if (storage::is_legacy_torch_file(path)) {
+      throw CheckpointError(fmt::format(
+          "'{}' is a torch.save file in the legacy format (PyTorch before 1.6, or "
+          "_use_new_zipfile_serialization=False), which distckpt does not read: load it with torch.load and save it "
+          "again with torch.save",
+          path));
+    }
     throw CheckpointError(
         fmt::format("'{}' is a file, neither a checkpoint directory, a .safetensors file nor a torch.save file", path));
   }

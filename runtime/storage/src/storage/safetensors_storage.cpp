@@ -38,34 +38,16 @@ std::vector<std::string> names_ending(const std::string& dir, const std::string&
   return out;
 }
 
-std::string real_path(const std::string& path) {
-  char buffer[PATH_MAX];
-  if (::realpath(path.c_str(), buffer) == nullptr) {
-    throw CheckpointError(fmt::format("cannot resolve '{}': {}", path, std::strerror(errno)));
-  }
-  return buffer;
-}
-
-// A regular file inside `dir`. A symlink is accepted only when it resolves
-// inside `dir`: a checkpoint never makes a load read elsewhere.
+// A regular file inside `dir` (a symlink is accepted only when it resolves
+// inside `dir`): a checkpoint never makes a load read elsewhere.
 void check_inside(const std::string& dir, const std::string& name) {
   const std::string path = io::safe_join(dir, name);
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    throw CheckpointError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(errno)));
+  if (::stat(path.c_str(), &st) != 0) {
+    throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(errno)));
   }
-  if (S_ISLNK(st.st_mode)) {
-    const std::string root = real_path(dir) + "/";
-    const std::string target = real_path(path);
-    if (target.compare(0, root.size(), root) != 0) {
-      throw CheckpointError(fmt::format(
-          "{} is a symbolic link to {}, outside the checkpoint directory; distckpt does not follow links out of a "
-          "checkpoint: copy the files (cp -L) or load from the directory that holds them",
-          path, target));
-    }
-    if (::stat(path.c_str(), &st) != 0) throw CheckpointError(fmt::format("{}: {}", path, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) throw CheckpointError(fmt::format("{} is not a regular file", path));
+  io::check_inside(dir, path);
+  if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path));
 }
 
 }  // namespace
@@ -174,8 +156,14 @@ void SafetensorsStorage::add_file(const std::string& name, const std::vector<std
   }
   // "__metadata__" of every file, as strings (the first file that sets a key wins).
   for (const auto& [key, value] : header.metadata) {
-    if (!common_.contains(key)) common_[key] = Value(value);
+    Value& into = key == safetensors::kFormatKey ? content_ : common_;
+    if (!into.contains(key)) into[key] = Value(value);
   }
+}
+
+std::optional<Value> SafetensorsStorage::read_content_metadata() const {
+  if (content_.size() == 0) return std::nullopt;
+  return content_;
 }
 
 void SafetensorsStorage::verify(VerifyReport& report, const VerifyProgress& progress) {

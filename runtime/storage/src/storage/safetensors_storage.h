@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,12 @@ class SafetensorsStorage final : public FileBackedStorage {
   StorageFormat format() const override { return StorageFormat::kSafetensors; }
   const std::string& location() const override { return location_; }
   const StorageIndex& index() const override { return index_; }
+  // The string pairs of "__metadata__" are common values, but "format" (the
+  // framework the files are for, "pt" from PyTorch) describes the files,
+  // not the state: it is their content metadata, as Hugging Face's readers
+  // treat it (a state dict loaded from the files has no "format" key).
   Value read_common_state() const override { return common_; }
+  std::optional<Value> read_content_metadata() const override;
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
 
   // The index file this storage was opened through ("" for one file).
@@ -39,6 +45,7 @@ class SafetensorsStorage final : public FileBackedStorage {
   std::string index_file_;
   StorageIndex index_;
   Value common_ = Value::dict();
+  Value content_ = Value::dict();
 };
 
 // Whether `dir` looks like safetensors (an index, or .safetensors files).

@@ -39,7 +39,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
                                      uint64_t max_shard_bytes, std::map<std::string, std::string> metadata,
                                      bool lock_held)
     : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
-  if (io::exists(paths_.target)) {
+  if (io::lexists(paths_.target)) {  // a dangling link too: the commit would not replace it
     throw CheckpointError(fmt::format(
         "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
   }

@@ -153,6 +153,18 @@ bool is_torch_file(const std::string& path) {
   return std::memcmp(head, kZipSignature, sizeof head) == 0;
 }
 
+bool is_legacy_torch_file(const std::string& path) {
+  // Its first pickle op after the protocol (and, from protocol 4, a frame
+  // header) is the legacy format's magic number as a 10-byte LONG1.
+  static constexpr unsigned char kMagic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+  io::File f(path, io::File::Mode::kRead);
+  unsigned char head[32] = {};
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), sizeof head));
+  f.pread_all(head, n, 0);
+  if (n < sizeof kMagic + 2 || head[0] != 0x80) return false;
+  return std::search(head, head + n, kMagic, kMagic + sizeof kMagic) != head + n;
+}
+
 TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(path, io::File::Mode::kRead) {
   const std::string context = fmt::format("'{}' cannot be read as a torch.save file", path);
   index_ = std::make_unique<zip::Index>(

@@ -28,6 +28,9 @@ struct TorchFileContents {
 
 // A regular file that starts like a zip archive (what torch.save writes).
 bool is_torch_file(const std::string& path);
+// A file torch.save wrote in its legacy format (before PyTorch 1.6, or with
+// _use_new_zipfile_serialization=False): a bare pickle stream, unread here.
+bool is_legacy_torch_file(const std::string& path);
 
 // A torch.save file opened for reading: its pickle is read and checked at
 // once, tensor bytes on demand, straight from the file into their

@@ -28,7 +28,7 @@ std::string folder_for(const std::string& path) {
 
 TorchFileWriter::TorchFileWriter(const std::string& path, const StateDict& common, std::vector<Tensor> tensors)
     : paths_(io::staging_paths(path)), tensors_(std::move(tensors)), folder_(folder_for(paths_.target)) {
-  if (io::exists(paths_.target)) {
+  if (io::lexists(paths_.target)) {  // a dangling link too: the commit would not replace it
     throw CheckpointError(fmt::format(
         "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
   }
