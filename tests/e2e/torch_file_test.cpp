@@ -54,6 +54,20 @@ TEST_F(TorchFile, AModuleStateDictLoadsAndItsDigestMatchesItsExport) {
   EXPECT_EQ(cli("digest " + file("module.pt")).output, cli("digest " + file("module-st")).output);
 }
 
+// A file of torch.save's legacy format (no zip) is named as such, with what to do.
+TEST_F(TorchFile, TheLegacyFormatIsNamedWithWhatToDo) {
+  const CommandResult py = run_command("/usr/bin/python3 -c \"import torch; torch.save({'w': torch.ones(2)}, '" +
+                                       file("legacy.pt") + "', _use_new_zipfile_serialization=False)\"");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  const CommandResult inspect = run_command(kBin + "/distckpt inspect " + file("legacy.pt"));
+  EXPECT_EQ(inspect.exit_code, 2);
+  EXPECT_NE(inspect.output.find("is a torch.save file in the legacy format (PyTorch before 1.6, or "
+                                "_use_new_zipfile_serialization=False), which distckpt does not read: load it with "
+                                "torch.load and save it again with torch.save"),
+            std::string::npos)
+      << inspect.output;
+}
+
 // A load that reads a tensor's whole record checks its CRC-32.
 TEST_F(TorchFile, AWholeRecordReadIsCheckedAgainstItsCrc) {
   StateDict sd = Value::dict();
