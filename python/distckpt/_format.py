@@ -320,11 +320,26 @@ def read_small(root: str, relative: str, limit: int) -> bytes:
     return data
 
 
+def _what_is_there(root: str) -> str:
+    """Why `root` is no checkpoint, in the terms of what it is."""
+    foreign = ("the Python package reads distckpt checkpoints only; convert it first "
+               "(distckpt convert SRC DST --to distckpt)")
+    if not os.path.exists(root):
+        return "the path does not exist"
+    if os.path.isfile(root):
+        if root.endswith(".safetensors") or root.endswith((".pt", ".pth", ".bin")):
+            return f"it is a file of another format: {foreign}"
+        return "it is a file, not a checkpoint directory"
+    if any(n.endswith(".safetensors") or n.endswith(".safetensors.index.json") for n in os.listdir(root)):
+        return f"it holds safetensors files: {foreign}"
+    return "a save that did not finish, or the wrong directory"
+
+
 def load_commit_marker(root: str) -> CommitMarker:
     path = os.path.join(root, COMMIT_FILE)
     if not os.path.isfile(path):
-        raise CheckpointError(f"{root} holds no committed distckpt checkpoint ({COMMIT_FILE} is missing): a save "
-                              "that did not finish, or the wrong directory")
+        raise CheckpointError(f"{root} holds no committed distckpt checkpoint ({COMMIT_FILE} is missing): "
+                              f"{_what_is_there(root)}")
     return parse_commit_marker(read_small(root, COMMIT_FILE, _MAX_COMMIT_BYTES), path)
 
 

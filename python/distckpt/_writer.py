@@ -237,7 +237,9 @@ class FileSystemWriter(_dcp.StorageWriter):
                 raise CheckpointError(f"'{target}' already holds a committed checkpoint; pass overwrite=True to "
                                       "replace it (the old one is removed only after the new one is committed) or "
                                       "save into another directory")
-        elif os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
+        elif os.path.exists(target) and not os.path.isdir(target):
+            raise CheckpointError(f"'{target}' is a file; a checkpoint is a directory: choose another path")
+        elif os.path.exists(target) and os.listdir(target):
             raise CheckpointError(f"'{target}' exists, is not empty and holds no committed distckpt checkpoint; "
                                   "remove it or choose another directory")
         if os.path.exists(old):

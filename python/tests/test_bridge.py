@@ -219,6 +219,20 @@ class Bridge(unittest.TestCase):
         with self.assertRaisesRegex(distckpt.CheckpointError, "written by 'torch_dist', not distckpt"):
             distckpt.inspect(self.ckpt)
 
+    def test_other_formats_and_wrong_paths_say_what_they_are(self):
+        with self.assertRaisesRegex(distckpt.CheckpointError, "the path does not exist"):
+            distckpt.inspect(os.path.join(self.tmp, "nope"))
+        pt = os.path.join(self.tmp, "model.pt")
+        torch.save({"w": torch.ones(2)}, pt)
+        with self.assertRaisesRegex(distckpt.CheckpointError, "reads distckpt checkpoints only; convert it first"):
+            distckpt.inspect(pt)
+        os.makedirs(self.ckpt)
+        open(os.path.join(self.ckpt, "model.safetensors"), "wb").close()
+        with self.assertRaisesRegex(distckpt.CheckpointError, "it holds safetensors files: the Python package"):
+            distckpt.inspect(self.ckpt)
+        with self.assertRaisesRegex(BaseException, "is a file; a checkpoint is a directory"):
+            save({"w": torch.ones(3)}, pt)
+
     def test_committed_checkpoint_is_never_overwritten_by_accident(self):
         save({"w": torch.ones(3)}, self.ckpt)
         with self.assertRaisesRegex(BaseException, "already holds a committed checkpoint; pass overwrite=True"):

@@ -68,6 +68,22 @@ TEST_F(TorchFile, TheLegacyFormatIsNamedWithWhatToDo) {
       << inspect.output;
 }
 
+// A tensor named "" (torch.save takes any key) cannot be a distckpt key: said plainly.
+TEST_F(TorchFile, ATensorWithAnEmptyNameIsRefusedByTheConversionToDistckpt) {
+  const CommandResult py = run_command(
+      "/usr/bin/python3 -c \"import torch; torch.save({'': torch.ones(2), 'b': "
+      "torch.zeros(1)}, '" +
+      file("empty-key.pt") + "')\"");
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  const CommandResult converted =
+      run_command(kBin + "/distckpt convert " + file("empty-key.pt") + " " + file("empty-key") + " --to distckpt");
+  EXPECT_EQ(converted.exit_code, 2);
+  EXPECT_NE(converted.output.find("holds a tensor with an empty name, which a distckpt checkpoint cannot store"),
+            std::string::npos)
+      << converted.output;
+  EXPECT_FALSE(std::filesystem::exists(file("empty-key")));
+}
+
 // A load that reads a tensor's whole record checks its CRC-32.
 TEST_F(TorchFile, AWholeRecordReadIsCheckedAgainstItsCrc) {
   StateDict sd = Value::dict();

@@ -439,6 +439,12 @@ ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst
   std::unordered_map<std::string, size_t> by_name;
   for (size_t i = 0; i < source->tensors().size(); ++i) {
     const TensorSource::Tensor& t = source->tensors()[i];
+    if (t.name.empty()) {
+      throw CheckpointError(
+          fmt::format("'{}' holds a tensor with an empty name, which a distckpt checkpoint cannot store (its keys name "
+                      "tensors); convert it --to safetensors or --to torch instead (nothing was written)",
+                      src));
+    }
     // Shape and dtype only: the values stream from SRC into the data file.
     const at::Tensor meta =
         at::empty(t.shape, at::TensorOptions().dtype(stored_dtype(t.dtype, options)).device(at::kMeta));
