@@ -330,7 +330,11 @@ def _what_is_there(root: str) -> str:
         if root.endswith(".safetensors") or root.endswith((".pt", ".pth", ".bin")):
             return f"it is a file of another format: {foreign}"
         return "it is a file, not a checkpoint directory"
-    if any(n.endswith(".safetensors") or n.endswith(".safetensors.index.json") for n in os.listdir(root)):
+    try:
+        names = os.listdir(root)
+    except OSError as e:
+        return f"it cannot be listed ({e.strerror})"
+    if any(n.endswith(".safetensors") or n.endswith(".safetensors.index.json") for n in names):
         return f"it holds safetensors files: {foreign}"
     return "a save that did not finish, or the wrong directory"
 

@@ -129,11 +129,15 @@ TEST_F(IoFaultTest, NoSpaceOnABackgroundStagedSaveFailsEveryRankAtFinalize) {
 TEST_F(IoFaultTest, ABackgroundStagedSaveThatCannotStartItsWriterFailsEveryRankAtFinalize) {
   const std::string file = staging_file("data/rank_00001.bin");
   const int before = threads_started_before(
-      [&](const std::string& prefix) { return run_bounded(probe_job(ckpt_, "async-save", 1, "", prefix)); }, 1, dir_);
+      [&](const std::string& prefix) {
+        return run_bounded(probe_job(ckpt_, "async-save", 1, "--io-threads 1", prefix));
+      },
+      1, dir_);
   ASSERT_GE(before, 0) << "rank 1 never touched " << dir_;
   bool reached = false;
   for (int when = before + 1; when <= before + 4 && !reached; ++when) {
-    const CommandResult r = run_bounded(probe_job(ckpt_, "async-save", 2, "", fail_thread_start_on_rank(1, when)));
+    const CommandResult r =
+        run_bounded(probe_job(ckpt_, "async-save", 2, "--io-threads 1", fail_thread_start_on_rank(1, when)));
     ASSERT_FALSE(ran_out(r)) << "the job hung with rank 1's thread start " << when << " failed:\n" << r.output;
     reached = r.output.find("could not start a thread for writing") != std::string::npos;
     if (reached) {
@@ -159,9 +163,10 @@ TEST_F(IoFaultTest, AWriterThreadThatCannotStartLeavesTheWorkToTheOther) {
     const CommandResult r = job(fail_thread_start_on_rank(1, when));
     ASSERT_FALSE(ran_out(r)) << "the save hung with rank 1's thread start " << when << " failed:\n" << r.output;
     // (Failing the first writer thread fails the save on both ranks, saying why.)
-    reached = r.output.find(
-                  "the process is at its thread limit; raise it (ulimit -u, or the container's "
-                  "pids.max) or run fewer threads; going on with 1 of 2") != std::string::npos;
+    reached =
+        r.output.find(
+            "the process is at its thread limit or out of memory for thread stacks; raise the limit "
+            "(ulimit -u, or the container's pids.max) or run fewer threads; going on with 1 of 2") != std::string::npos;
     if (reached) {
       EXPECT_EQ(r.exit_code, 0) << r.output;
       EXPECT_THAT(r.output, HasSubstr("rank 0 saved seed 1"));

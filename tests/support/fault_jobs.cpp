@@ -30,7 +30,9 @@ std::string probe_job(const std::string& dir, const std::string& action, int see
 
 std::string fail_thread_start_on_rank(int rank, int when) {
   const std::string strace =
-      strace_command() + " -qq -o /dev/null -e trace=clone3 -e inject=clone3:error=EAGAIN:when=" + std::to_string(when);
+      // clone3 since glibc 2.34, clone before; each is counted on its own.
+      strace_command() +
+      " -qq -o /dev/null -e trace=clone,clone3 -e inject=clone,clone3:error=EAGAIN:when=" + std::to_string(when);
   return "/bin/sh -c " +
          shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
                      " \"$@\"; else exec \"$@\"; fi") +
@@ -44,7 +46,7 @@ int threads_started_before(const std::function<CommandResult(const std::string& 
   if (fd < 0) return -1;
   ::close(fd);
   const std::string trace = trace_template;
-  const std::string strace = strace_command() + " -qq -o " + shell_quote(trace) + " -e trace=clone3,%file";
+  const std::string strace = strace_command() + " -qq -o " + shell_quote(trace) + " -e trace=clone,clone3,%file";
   job("/bin/sh -c " +
       shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
                   " \"$@\"; else exec \"$@\"; fi") +
@@ -59,7 +61,7 @@ int threads_started_before(const std::function<CommandResult(const std::string& 
     if (main_pid.empty()) main_pid = pid;
     if (pid != main_pid) continue;
     const std::string call = line.substr(std::min(line.size(), line.find_first_not_of(' ', pid.size())));
-    if (call.rfind("clone3(", 0) == 0) {
+    if (call.rfind("clone3(", 0) == 0 || call.rfind("clone(", 0) == 0) {
       ++started;
     } else if (call.rfind("execve(", 0) != 0 && line.find(path) != std::string::npos) {
       found = started;

@@ -27,7 +27,8 @@ std::string strace_command();
 std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper);
 
 // A prefix for each rank of a launched job (it reads $RANK): rank `rank`
-// runs under strace with the `when`-th thread creation (clone3) of each of
+// runs under strace with the `when`-th thread creation (clone3, or clone
+// with an older glibc) of each of
 // its threads failing with EAGAIN, as at a thread limit; the others run as
 // they are.
 std::string fail_thread_start_on_rank(int rank, int when);

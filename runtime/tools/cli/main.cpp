@@ -68,16 +68,33 @@ std::string plain_text(const distckpt::Value& v) {
   }
 }
 
-// "path: value" for each plain value of SaveOptions::content_metadata (or a
-// safetensors "__metadata__").
-std::vector<std::string> content_lines(const distckpt::StorageReader& storage) {
-  std::vector<std::string> lines;
-  const std::optional<distckpt::Value> content = storage.read_content_metadata();
-  if (!content) return lines;
-  for (const auto& [path, value] : distckpt::nested_items(*content)) {
-    lines.push_back(fmt::format("{}: {}", distckpt::to_string(path), plain_text(*value)));
+// The same as JSON.
+nlohmann::json plain_json(const distckpt::Value& v) {
+  switch (v.kind()) {
+    case distckpt::Kind::kNone:
+      return nullptr;
+    case distckpt::Kind::kBool:
+      return v.as_bool();
+    case distckpt::Kind::kInt:
+      return v.as_int();
+    case distckpt::Kind::kFloat:
+      return v.as_float();
+    case distckpt::Kind::kString:
+      return v.as_string();
+    default:
+      return fmt::format("({})", distckpt::kind_name(v.kind()));
   }
-  return lines;
+}
+
+// Each plain value of SaveOptions::content_metadata (or a safetensors
+// "format"), by its path.
+std::vector<std::pair<std::string, const distckpt::Value*>> content_items(
+    const std::optional<distckpt::Value>& content) {
+  std::vector<std::pair<std::string, const distckpt::Value*>> items;
+  if (!content) return items;
+  for (const auto& [path, value] : distckpt::nested_items(*content))
+    items.emplace_back(distckpt::to_string(path), value);
+  return items;
 }
 
 std::vector<std::string> common_keys(const distckpt::StorageReader& storage) {
@@ -119,7 +136,9 @@ int inspect(const std::string& dir, bool as_json) {
       j["objects"].push_back({{"key", o.key}, {"unique_key", o.unique_key()}, {"bytes", o.byte_length}});
     }
     j["common_keys"] = common;
-    j["content_metadata"] = content_lines(*storage);
+    j["content_metadata"] = nlohmann::json::object();
+    const std::optional<distckpt::Value> content = storage->read_content_metadata();
+    for (const auto& [path, value] : content_items(content)) j["content_metadata"][path] = plain_json(*value);
     std::cout << as_text(j) << '\n';
     return 0;
   }
@@ -152,9 +171,10 @@ int inspect(const std::string& dir, bool as_json) {
   for (const auto& o : md.objects) fmt::print("  {} ({} bytes)\n", printable(o.unique_key()), o.byte_length);
   fmt::print("\ncommon keys:\n");
   for (const auto& k : common) fmt::print("  {}\n", printable(k));
-  const std::vector<std::string> content = content_lines(*storage);
-  if (!content.empty()) fmt::print("\ncontent metadata:\n");
-  for (const auto& line : content) fmt::print("  {}\n", line);
+  const std::optional<distckpt::Value> content = storage->read_content_metadata();
+  const auto items = content_items(content);
+  if (!items.empty()) fmt::print("\ncontent metadata:\n");
+  for (const auto& [path, value] : items) fmt::print("  {}: {}\n", printable(path), plain_text(*value));
   return 0;
 }
 

@@ -61,7 +61,7 @@ std::string values_detail(const std::string& left, const std::string& right, con
 void write_safetensors(const std::string& file, const std::string& key, const at::Tensor& tensor) {
   std::vector<safetensors::Entry> entries{
       {key, tensor.scalar_type(), Shape(tensor.sizes().begin(), tensor.sizes().end())}};
-  std::string bytes = safetensors::encode_header(entries, {{"format", "pt"}});
+  std::string bytes = safetensors::encode_header(entries, {{safetensors::kFormatKey, "pt"}});
   const at::Tensor contiguous = tensor.contiguous();
   bytes.append(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes());
   io::write_file_atomic(file, bytes);

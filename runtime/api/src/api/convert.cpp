@@ -25,6 +25,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
 #include "format/dtype.h"
+#include "format/safetensors.h"
 #include "io/file.h"
 #include "io/threads.h"
 #include "storage/safetensors_writer.h"
@@ -281,8 +282,9 @@ class TensorSource {
   virtual void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) = 0;
   // Bytes held beyond the windows (a strided view's storage, read whole).
   uint64_t extra_peak() const { return extra_peak_; }
-  // What the source says about its content (SaveOptions::content_metadata,
-  // a safetensors "__metadata__"), kept by the conversion to distckpt.
+  // SaveOptions::content_metadata of a distckpt source, kept by the
+  // conversion to distckpt. (A safetensors file's "format" describes those
+  // files only: it does not travel.)
   virtual std::optional<StateDict> content_metadata() { return std::nullopt; }
 
  protected:
@@ -300,7 +302,10 @@ class CheckpointSource : public TensorSource {
                                                   reader_.index().objects.size(), src));
     }
   }
-  std::optional<StateDict> content_metadata() override { return reader_.storage().read_content_metadata(); }
+  std::optional<StateDict> content_metadata() override {
+    if (reader_.storage().format() != StorageFormat::kDistckpt) return std::nullopt;
+    return reader_.storage().read_content_metadata();
+  }
   void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
     api::read_in_windows(reader_, *exports_[i].record, exports_[i].region, scratch.nbytes(), fn, scratch);
   }
@@ -393,7 +398,8 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
     if (!by_name.emplace(t.name, i).second)
       throw CheckpointError(fmt::format("'{}' names two tensors of '{}'", t.name, src));
   }
-  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes, {{"format", "pt"}});
+  storage::SafetensorsWriter writer(dst, std::move(entries), options.max_shard_bytes,
+                                    {{safetensors::kFormatKey, "pt"}});
   std::vector<size_t> order;  // the writer's: by dtype width, then name
   std::vector<at::ScalarType> dtypes;
   for (const safetensors::Entry& e : writer.tensors()) {

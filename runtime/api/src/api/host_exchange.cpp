@@ -175,6 +175,7 @@ class HostExchange::Rounds {
             for (std::thread& t : threads) t.join();
           }
         } join{*this, readers};
+        readers.reserve(kReadThreads);  // a thread made never waits for room in the vector
         for (uint32_t i = 0; i < kReadThreads && layout_[static_cast<size_t>(me_)].slabs > 0; ++i) {
           readers.push_back(io::start_thread(
               [this, i, &reader_errors] {

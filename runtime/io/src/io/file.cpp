@@ -87,7 +87,20 @@ void remove_children(int dir_fd, const std::string& dir_path) {
   }
 }
 
+CorruptionError not_regular(const std::string& path, mode_t mode) {
+  return CorruptionError(
+      fmt::format("'{}' is not a regular file ({}); distckpt reads checkpoints from regular files only", path,
+                  S_ISDIR(mode)    ? "a directory"
+                  : S_ISFIFO(mode) ? "a FIFO"
+                                   : "a device or socket"));
+}
+
 }  // namespace
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) throw not_regular(path, st.st_mode);
+}
 
 File::File(const std::string& path, Mode mode) : path_(path) {
   // Writers open read-write so that a writer can read back what it wrote.
@@ -98,6 +111,13 @@ File::File(const std::string& path, Mode mode) : path_(path) {
                     : mode == Mode::kUpdate ? O_RDWR | O_CLOEXEC
                                             : O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = open_retrying(path.c_str(), flags, 0644);
+  if (!fd_.valid() && mode == Mode::kRead && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    // A regular file under a lease (or on a tiered file system) answers a
+    // non-blocking open so: open it as usual, the wait is the caller's.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      fd_ = open_retrying(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  }
   if (!fd_.valid()) {
     throw_errno(mode == Mode::kRead     ? "open for reading"
                 : mode == Mode::kUpdate ? "open for writing"
@@ -107,13 +127,9 @@ File::File(const std::string& path, Mode mode) : path_(path) {
   if (mode != Mode::kRead) return;
   struct stat st {};
   if (::fstat(fd_.get(), &st) != 0) throw_errno("stat", path, errno);
-  if (!S_ISREG(st.st_mode)) {
-    throw Error(fmt::format("'{}' is not a regular file ({}); distckpt reads checkpoints from regular files only", path,
-                            S_ISDIR(st.st_mode)    ? "a directory"
-                            : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                   : "a device or socket"));
-  }
-  if (::fcntl(fd_.get(), F_SETFL, O_RDONLY) != 0) throw_errno("fcntl", path, errno);
+  if (!S_ISREG(st.st_mode)) throw not_regular(path, st.st_mode);
+  const int status = ::fcntl(fd_.get(), F_GETFL);
+  if (status < 0 || ::fcntl(fd_.get(), F_SETFL, status & ~O_NONBLOCK) != 0) throw_errno("fcntl", path, errno);
 }
 
 // Errors of an implicit close cannot be reported; close() reports them.
@@ -339,6 +355,11 @@ void remove_tree(const std::string& path) {
     remove_children(fd.get(), path);
   }
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) throw_errno("rmdir", path, errno);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 bool lexists(const std::string& path) {

@@ -77,6 +77,10 @@ void remove_tree(const std::string& path);  // no error if absent
 bool exists(const std::string& path);
 bool lexists(const std::string& path);  // also a symbolic link, even one to nothing
 bool is_dir(const std::string& path);
+bool is_regular_file(const std::string& path);  // following links; false when absent
+// Throws CorruptionError saying what `path` is when it exists and is not a
+// regular file (a FIFO, a device, a directory).
+void require_regular_file(const std::string& path);
 bool is_empty_dir(const std::string& path);  // true also when absent
 uint64_t file_size(const std::string& path);
 

@@ -10,9 +10,12 @@
 namespace distckpt::io {
 
 std::string thread_start_failure(const std::string& what, const std::system_error& e) {
+  if (e.code() != std::errc::resource_unavailable_try_again) {
+    return fmt::format("could not start a thread for {} ({})", what, e.what());
+  }
   return fmt::format(
-      "could not start a thread for {} ({}): the process is at its thread limit; raise it (ulimit -u, or the "
-      "container's pids.max) or run fewer threads",
+      "could not start a thread for {} ({}): the process is at its thread limit or out of memory for thread "
+      "stacks; raise the limit (ulimit -u, or the container's pids.max) or run fewer threads",
       what, e.what());
 }
 

@@ -260,11 +260,11 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
   } catch (const std::system_error& e) {
     // Raised here alone, it would leave the other ranks waiting in the
     // finalize; written now, the save goes on like any other.
+    write();
     log_message(
         LogLevel::kWarning,
-        fmt::format("local checkpoint: rank {}: {}; writing it on the calling thread", comm_.rank(),
+        fmt::format("local checkpoint: rank {}: {}; it was written on the calling thread", comm_.rank(),
                     io::thread_start_failure(fmt::format("the local checkpoint of iteration {}", iteration), e)));
-    write();
   }
   try {
     return queue.schedule(AsyncRequest::from_functions(

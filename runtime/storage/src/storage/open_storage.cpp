@@ -41,6 +41,7 @@ const char* status_name(VerifyReport::Status status) {
 StorageFormat detect_storage_format(const std::string& path) {
   if (!io::exists(path)) return StorageFormat::kDistckpt;  // its error says what is missing
   if (!io::is_dir(path)) {
+    io::require_regular_file(path);
     if (storage::is_safetensors_name(path)) return StorageFormat::kSafetensors;
     if (storage::is_torch_file(path)) return StorageFormat::kTorch;
     if (storage::is_legacy_torch_file(path)) {

@@ -15,6 +15,7 @@
 #include "distckpt/core/log.h"
 #include "distckpt/storage/storage_writer.h"
 #include "format/dtype.h"
+#include "format/safetensors.h"
 #include "io/file.h"
 #include "io/staging.h"
 #include "storage/safetensors_storage.h"
@@ -204,7 +205,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
   }
 
   std::map<std::string, std::string> metadata_of(const StateDict* common) const {
-    std::map<std::string, std::string> metadata{{"format", "pt"}};
+    std::map<std::string, std::string> metadata{{safetensors::kFormatKey, "pt"}};
     if (!common || common->as_dict().empty()) return metadata;
     if (options_.mapping) {  // the external model's tensors only, like the tensors it does not name
       log_message(LogLevel::kWarning, fmt::format("{} common values are not written to '{}' under name mapping '{}'",
@@ -218,7 +219,9 @@ class SafetensorsStorageWriter final : public StorageWriter {
             "(\"__metadata__\"): save it as a string or use the distckpt format",
             key, kind_name(value.kind())));
       }
-      if (key == "format") throw CheckpointError("the common value 'format' is reserved in safetensors (\"pt\")");
+      if (key == safetensors::kFormatKey) {
+        throw CheckpointError("the common value 'format' is reserved in safetensors (\"pt\")");
+      }
       metadata[key] = value.as_string();
     }
     return metadata;

@@ -145,7 +145,7 @@ constexpr uint64_t kTensorBytesSlack = uint64_t{64} << 20;
 }  // namespace
 
 bool is_torch_file(const std::string& path) {
-  if (!io::exists(path) || io::is_dir(path)) return false;
+  if (!io::is_regular_file(path)) return false;
   io::File f(path, io::File::Mode::kRead);
   char head[sizeof kZipSignature] = {};
   if (f.size() < sizeof head) return false;
@@ -157,6 +157,7 @@ bool is_legacy_torch_file(const std::string& path) {
   // Its first pickle op after the protocol (and, from protocol 4, a frame
   // header) is the legacy format's magic number as a 10-byte LONG1.
   static constexpr unsigned char kMagic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+  if (!io::is_regular_file(path)) return false;
   io::File f(path, io::File::Mode::kRead);
   unsigned char head[32] = {};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), sizeof head));

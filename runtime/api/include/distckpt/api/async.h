@@ -68,8 +68,9 @@ class AsyncRequest {
                                      std::function<SaveReport(Communicator&)> finalize);
   AsyncRequest(AsyncRequest&&) noexcept;
   AsyncRequest& operator=(AsyncRequest&&) noexcept;
-  // A request never finalized is abandoned: its writes are cancelled and
-  // nothing is committed (no collective; never throws).
+  // A request never finalized is abandoned: its writes are cancelled (a
+  // local checkpoint's write is waited for instead) and nothing is
+  // committed (no collective; never throws).
   ~AsyncRequest();
 
   const std::string& directory() const;

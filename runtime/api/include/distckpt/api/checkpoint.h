@@ -75,7 +75,9 @@ LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Com
 StateDict load_common_state_dict(const std::string& dir);
 
 // The dict saved as SaveOptions::content_metadata; nullopt when the save
-// gave none (or DIR is another format). Reads only the small common file.
+// gave none. For safetensors, {"format": F} when the files name the
+// framework they are for (Hugging Face writes "pt"); nullopt for a
+// torch.save file. Reads only the small common file (or the headers).
 std::optional<StateDict> load_content_metadata(const std::string& dir);
 
 // Every stored tensor as a metadata-only ShardedTensor covering the whole

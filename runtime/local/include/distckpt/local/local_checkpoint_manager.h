@@ -82,7 +82,8 @@ class LocalCheckpointManager {
   // (through `queue`, e.g. maybe_finalize) replicates, agrees and cleans up.
   // A request dropped unfinalized (the queue destroyed without close())
   // waits for its write and no longer counts as in flight; its file stays,
-  // unreplicated, until a later save or discard_after removes it.
+  // unreplicated, until a later save or discard_after removes it. Like
+  // every call of the manager, drop the queue on the manager's thread.
   int64_t save_async(const TensorAwareStateDict& state, int64_t iteration, AsyncCallsQueue& queue);
 
   // Collective. The newest iteration for which every rank's checkpoint exists

@@ -81,10 +81,12 @@ class StorageReader {
   // A serialized object's bytes (a format without objects never lists any).
   virtual std::string read_object(const ObjectRecord& object) = 0;
   // Values saved outside tensors: distckpt's common state; for safetensors
-  // the file's "__metadata__" strings. An empty dict when there are none.
+  // the file's "__metadata__" strings but "format". An empty dict when
+  // there are none.
   virtual Value read_common_state() const = 0;
-  // The small dict saved with SaveOptions::content_metadata; nullopt when
-  // none was (or the format has no place for one).
+  // The small dict saved with SaveOptions::content_metadata; for
+  // safetensors, {"format": F} when the files say it; nullopt when none
+  // was (or the format has no place for one).
   virtual std::optional<Value> read_content_metadata() const { return std::nullopt; }
   // Re-reads every stored byte and checks it against what the format
   // records, adding one line to `report.problems` per damaged range.
