@@ -165,7 +165,7 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   EXPECT_EQ(diff.output,
             "! layers.0.bias: values 1 of 3 elements differ, first at [2] (1 vs 5), max |difference| 4\n"
             "+ layers.1.bias (only in " +
-                b + ")\n= w\n! common step\n! object rng/shard__\ndifferent\n");
+                b + ")\n= w\n! common step: 3 vs 4\n! object rng/shard__\ndifferent\n");
   EXPECT_EQ(run_command(bin + "diff " + a + " " + a).exit_code, 0);
 
   // extract: both file kinds, read back by the real readers.

@@ -23,23 +23,18 @@
 #include "distckpt/version.h"
 #include "format/dtype.h"
 #include "manage_commands.h"
+#include "plain_values.h"
 #include "storage/distckpt_storage.h"
 
 namespace {
 
+using distckpt::cli::plain_json;
+using distckpt::cli::plain_text;
+using distckpt::cli::printable;
+
 // Keys and error texts come from untrusted files and need not be UTF-8:
 // invalid bytes become U+FFFD instead of aborting the report.
 std::string as_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
-
-// A name from a file, fit for one line of a table: control bytes escaped.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    out += byte < 0x20 || byte == 0x7f ? fmt::format("\\x{:02x}", byte) : std::string(1, c);
-  }
-  return out;
-}
 
 // "1 file", "2 files".
 std::string count(uint64_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
@@ -48,42 +43,6 @@ uint64_t stored_bytes(const distckpt::TensorRecord& t) {
   uint64_t n = 0;
   for (const auto& c : t.chunks) n += c.byte_length;
   return n;
-}
-
-// A plain value as Python would print it (strings from files may hold anything: quoted, as JSON does).
-std::string plain_text(const distckpt::Value& v) {
-  switch (v.kind()) {
-    case distckpt::Kind::kNone:
-      return "None";
-    case distckpt::Kind::kBool:
-      return v.as_bool() ? "True" : "False";
-    case distckpt::Kind::kInt:
-      return std::to_string(v.as_int());
-    case distckpt::Kind::kFloat:
-      return fmt::format("{}", v.as_float());
-    case distckpt::Kind::kString:
-      return nlohmann::json(v.as_string()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    default:
-      return fmt::format("({})", distckpt::kind_name(v.kind()));
-  }
-}
-
-// The same as JSON.
-nlohmann::json plain_json(const distckpt::Value& v) {
-  switch (v.kind()) {
-    case distckpt::Kind::kNone:
-      return nullptr;
-    case distckpt::Kind::kBool:
-      return v.as_bool();
-    case distckpt::Kind::kInt:
-      return v.as_int();
-    case distckpt::Kind::kFloat:
-      return v.as_float();
-    case distckpt::Kind::kString:
-      return v.as_string();
-    default:
-      return fmt::format("({})", distckpt::kind_name(v.kind()));
-  }
 }
 
 // Each plain value of SaveOptions::content_metadata (or a safetensors

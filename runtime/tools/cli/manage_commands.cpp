@@ -5,11 +5,14 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/api/checkpoint_manager.h"
 #include "distckpt/api/compare.h"
+#include "distckpt/core/dict_utils.h"
+#include "plain_values.h"
 
 namespace distckpt::cli {
 
@@ -81,7 +84,20 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
   }
   for (const std::string& p : d.common_only_left) fmt::print("- common {} (only in {})\n", p, left);
   for (const std::string& p : d.common_only_right) fmt::print("+ common {} (only in {})\n", p, right);
-  for (const std::string& p : d.common_differ) fmt::print("! common {}\n", p);
+  // Differing common values with both sides, where each is one plain value.
+  std::map<std::string, const Value*> left_values, right_values;
+  const StateDict left_common = d.common_differ.empty() ? Value::dict() : load_common_state_dict(left);
+  const StateDict right_common = d.common_differ.empty() ? Value::dict() : load_common_state_dict(right);
+  for (const auto& [path, value] : nested_items(left_common)) left_values.emplace(to_string(path), value);
+  for (const auto& [path, value] : nested_items(right_common)) right_values.emplace(to_string(path), value);
+  for (const std::string& p : d.common_differ) {
+    const auto a = left_values.find(p), b = right_values.find(p);
+    if (a == left_values.end() || b == right_values.end()) {
+      fmt::print("! common {}\n", printable(p));
+    } else {
+      fmt::print("! common {}: {} vs {}\n", printable(p), plain_text(*a->second), plain_text(*b->second));
+    }
+  }
   for (const std::string& k : d.objects_only_left) fmt::print("- object {} (only in {})\n", k, left);
   for (const std::string& k : d.objects_only_right) fmt::print("+ object {} (only in {})\n", k, right);
   for (const std::string& k : d.objects_differ) fmt::print("! object {}\n", k);
