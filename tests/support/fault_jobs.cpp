@@ -13,6 +13,14 @@ namespace {
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 
+// A rank prefix of a launched job: `prefix` on rank `rank` only.
+std::string on_rank(int rank, const std::string& prefix) {
+  return "/bin/sh -c " +
+         shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + prefix +
+                     " \"$@\"; else exec \"$@\"; fi") +
+         " sh";
+}
+
 }  // namespace
 
 std::string shell_quote(const std::string& text) {
@@ -33,10 +41,7 @@ std::string fail_thread_start_on_rank(int rank, int when) {
       // clone3 since glibc 2.34, clone before; each is counted on its own.
       strace_command() +
       " -qq -o /dev/null -e trace=clone,clone3 -e inject=clone,clone3:error=EAGAIN:when=" + std::to_string(when);
-  return "/bin/sh -c " +
-         shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
-                     " \"$@\"; else exec \"$@\"; fi") +
-         " sh";
+  return on_rank(rank, strace);
 }
 
 int threads_started_before(const std::function<CommandResult(const std::string& rank_prefix)>& job, int rank,
@@ -47,10 +52,7 @@ int threads_started_before(const std::function<CommandResult(const std::string& 
   ::close(fd);
   const std::string trace = trace_template;
   const std::string strace = strace_command() + " -qq -o " + shell_quote(trace) + " -e trace=clone,clone3,%file";
-  job("/bin/sh -c " +
-      shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + strace +
-                  " \"$@\"; else exec \"$@\"; fi") +
-      " sh");
+  job(on_rank(rank, strace));
   // Lines are "PID syscall(...": the first is the main thread's execve
   // (which names `path` among its arguments).
   std::ifstream in(trace);

@@ -54,7 +54,6 @@ void check_inside(const std::string& dir, const std::string& path) {
   // The usual case costs one lstat per component below `dir` (data/x.bin:
   // two), not a resolution of the whole path: only a link on the way is
   // resolved and compared. (`dir` itself may be reached through links.)
-  std::string at = dir;
   size_t start = path.compare(0, dir.size(), dir) == 0 ? dir.size() : 0;
   bool linked = start == 0;  // not under `dir` as written: resolve
   while (!linked && start < path.size()) {
@@ -62,9 +61,8 @@ void check_inside(const std::string& dir, const std::string& path) {
     const size_t slash = path.find('/', start);
     const size_t end = slash == std::string::npos ? path.size() : slash;
     if (end == start) break;
-    at = path.substr(0, end);
     struct stat st {};
-    linked = ::lstat(at.c_str(), &st) != 0 || S_ISLNK(st.st_mode);
+    linked = ::lstat(path.substr(0, end).c_str(), &st) != 0 || S_ISLNK(st.st_mode);
     start = end;
   }
   if (!linked) return;

@@ -93,31 +93,25 @@ std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& op
   return peers;
 }
 
-// The background half of an asynchronous local save. Its request joins the
-// thread when it is finalized or dropped, so the thread never outlives it.
-struct BackgroundWrite {
+// An asynchronous local save: its background write and the iteration it
+// holds in flight. Its request owns it and, finalized or dropped, waits for
+// the write, so the thread never outlives it. Dropped unfinalized (its queue
+// destroyed without close()), it lets the iteration go, so the manager is
+// not held back by a save that will never finalize; the file stays, as a
+// killed process's would (complete files are what a restart looks at).
+struct AsyncLocalSave {
   std::thread thread;
   std::atomic<bool> done{false};
   std::exception_ptr error;
   uint64_t bytes = 0;
-  ~BackgroundWrite() { join(); }
-  void join() {
-    if (thread.joinable()) thread.join();
-  }
-};
-
-// What a request of save_async owns. Dropped unfinalized (its queue was
-// destroyed without close()), it waits for the write and lets the iteration
-// go, so the manager is not held back by a save that will never finalize.
-// The file stays, as a killed process's would: complete files are what a
-// restart looks at.
-struct AsyncLocalSave {
-  std::shared_ptr<BackgroundWrite> work;
   std::weak_ptr<std::set<int64_t>> in_flight;  // the manager's, while it lives
   int64_t iteration = 0;
   bool finalized = false;
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
   ~AsyncLocalSave() {
-    work->join();
+    join();
     if (finalized) return;
     if (const std::shared_ptr<std::set<int64_t>> iterations = in_flight.lock()) iterations->erase(iteration);
   }
@@ -231,7 +225,6 @@ void LocalCheckpointManager::save(const TensorAwareStateDict& state, int64_t ite
 
 int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, int64_t iteration,
                                            AsyncCallsQueue& queue) {
-  auto work = std::make_shared<BackgroundWrite>();
   std::shared_ptr<TensorAwareStateDict> staged;
   begin_save(state, iteration, [&] {
     // Host copies of the kept tensors: the caller's may change right away.
@@ -244,19 +237,19 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
   });
   const std::string path = file_path(comm_.rank(), iteration, comm_.rank());
   auto save = std::make_shared<AsyncLocalSave>();
-  save->work = work;
   save->in_flight = in_flight_;
   save->iteration = iteration;
-  const auto write = [work, staged, iteration, path] {
+  // The thread may use `save` bare: whoever releases it joins the thread first.
+  const auto write = [s = save.get(), staged, path] {
     try {
-      work->bytes = local::write_local_file(*staged, iteration, path);
+      s->bytes = local::write_local_file(*staged, s->iteration, path);
     } catch (...) {
-      work->error = std::current_exception();
+      s->error = std::current_exception();
     }
-    work->done = true;
+    s->done = true;
   };
   try {
-    work->thread = std::thread(write);
+    save->thread = std::thread(write);
   } catch (const std::system_error& e) {
     // Raised here alone, it would leave the other ranks waiting in the
     // finalize; written now, the save goes on like any other.
@@ -268,22 +261,22 @@ int64_t LocalCheckpointManager::save_async(const TensorAwareStateDict& state, in
   }
   try {
     return queue.schedule(AsyncRequest::from_functions(
-        rank_dir(comm_.rank()), [work] { return work->done.load(); },
+        rank_dir(comm_.rank()), [save] { return save->done.load(); },
         [this, save, path](Communicator&) {
-          save->work->join();
+          save->join();
           save->finalized = true;
           std::vector<std::string> created;
-          if (!save->work->error) created.push_back(path);
-          finish_save(save->iteration, save->work->error, created);
+          if (!save->error) created.push_back(path);
+          finish_save(save->iteration, save->error, created);
           SaveReport report;
-          report.bytes_written = save->work->bytes;
+          report.bytes_written = save->bytes;
           report.items_written = 1;
           return report;
         }));
   } catch (...) {
     // Never queued (the queue is closed, or finalizing an older save failed,
     // on every rank alike): this save will never be finalized, so its file goes.
-    work->join();
+    save->join();
     std::error_code ignored;
     fs::remove(path, ignored);
     throw;  // `save` lets the iteration go
