@@ -24,7 +24,7 @@ import torch
 import xxhash
 
 from ._errors import CheckpointError, CorruptionError
-from ._paths import inside, validate_relative
+from ._paths import check_opened, inside, validate_relative
 
 try:
     from .fb import (ChunkRecord as _Chunk, CheckpointMetadata as _Meta, FileRecord as _File,
@@ -313,7 +313,9 @@ def open_regular(path: str) -> int:
 
 def read_small(root: str, relative: str, limit: int) -> bytes:
     path = inside(root, relative)
-    with os.fdopen(open_regular(path), "rb") as f:
+    fd = open_regular(path)
+    check_opened(root, path, fd)
+    with os.fdopen(fd, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise CorruptionError(f"{path} is larger than {limit} bytes; it is not a distckpt file")

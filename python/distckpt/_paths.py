@@ -38,13 +38,31 @@ def inside(root: str, relative: str) -> str:
     """ROOT/RELATIVE, refused unless it resolves (symbolic links followed)
     inside ROOT."""
     validate_relative(relative)
-    real_root = os.path.realpath(root)
     full = os.path.join(root, relative)
-    real = os.path.realpath(full)
+    _check_resolved(root, full, os.path.realpath(full))
+    return full
+
+
+def check_opened(root: str, full: str, fd: int) -> None:
+    """Refuses (closing FD) unless the file FD opened lies inside ROOT:
+    checked on the descriptor, a link swapped in after `inside` approved the
+    name cannot redirect the read."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return  # no /proc: `inside` checked the name
+    try:
+        _check_resolved(root, full, real)
+    except CorruptionError:
+        os.close(fd)
+        raise
+
+
+def _check_resolved(root: str, full: str, real: str) -> None:
+    real_root = os.path.realpath(root)
     if os.path.commonpath([real_root, real]) != real_root:
         raise CorruptionError(f"{full} resolves to {real}, outside the checkpoint {root}; refusing to follow it "
                               "(copy the checkpoint with `cp -L` if the link is intended)")
-    return full
 
 
 def staging_paths(target: str):

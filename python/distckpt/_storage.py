@@ -11,7 +11,7 @@ from . import _common
 from ._errors import CorruptionError
 from ._format import (METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, open_regular,
                       read_small, xxh3)
-from ._paths import inside
+from ._paths import check_opened, inside
 
 _MAX_METADATA = (1 << 31) - 1
 _OPEN_FILES = 64  # descriptors kept open at once, whatever the number of data files
@@ -74,6 +74,7 @@ class Checkpoint:
             record = self.metadata.files[file_index]
             full = inside(self.path, record.path)
             fd = open_regular(full)
+            check_opened(self.path, full, fd)
             size = os.fstat(fd).st_size
             if size != record.size:
                 os.close(fd)

@@ -298,6 +298,17 @@ class Bridge(unittest.TestCase):
             distckpt.load_plain_tensors(self.ckpt)
         with self.assertRaisesRegex(distckpt.CorruptionError, r"unsafe path '\.\./x'.*'\.\.' components"):
             _format.validate_relative("../x")
+        # Checked on the opened file too: a name approved, then swapped for a link, is still refused.
+        from distckpt import _paths
+        inside_file = os.path.join(self.tmp, "ckpt", "inside.bin")
+        with open(inside_file, "wb") as f:
+            f.write(b"x")
+        full = _paths.inside(self.ckpt, "inside.bin")
+        os.replace(inside_file, inside_file + ".old")
+        os.symlink(outside, inside_file)
+        fd = os.open(full, os.O_RDONLY)
+        with self.assertRaisesRegex(distckpt.CorruptionError, "resolves to .*outside.bin, outside the checkpoint"):
+            _paths.check_opened(self.ckpt, full, fd)
 
     def test_the_torch_2_call_sequence(self):
         """torch 2.x drives storage as below (reset, validate_checkpoint_id,

@@ -254,6 +254,32 @@ TEST(SafetensorsLoad, SymlinksOutOfTheDirectoryAreNotFollowed) {
   ASSERT_EQ(::rename((outside + "/real.safetensors").c_str(), (hf + "/real.bin").c_str()), 0);
   ASSERT_EQ(::symlink("real.bin", (hf + "/model.safetensors").c_str()), 0);
   EXPECT_EQ(load_plain_tensors(hf).at("step").as_tensor().item<int64_t>(), 7);
+  // The file a user names may be a link anywhere: the user chose it.
+  const std::string named = outside + "/named.safetensors";
+  ASSERT_EQ(::symlink((hf + "/real.bin").c_str(), named.c_str()), 0);
+  EXPECT_EQ(load_plain_tensors(named).at("step").as_tensor().item<int64_t>(), 7);
+}
+
+// The Hugging Face hub cache: <repo>/snapshots/<revision>/* are links to
+// <repo>/blobs/<hash>, shards and index alike.
+TEST(SafetensorsLoad, HubCacheSnapshotsLoadThroughTheirBlobLinks) {
+  TempDir tmp("st-hub");
+  const std::string repo = tmp.path() + "/models--org--tiny";
+  const std::string snapshot = repo + "/snapshots/4f2a9c";
+  ASSERT_EQ(::system(("mkdir -p " + snapshot + " " + repo + "/blobs").c_str()), 0);
+  const Named tensors = model_tensors();
+  write_safetensors(repo + "/blobs/aa01", {tensors[0], tensors[1]});
+  write_safetensors(repo + "/blobs/aa02", {tensors[2], tensors[3]});
+  write_text(repo + "/blobs/aa03",
+             R"({"metadata":{},"weight_map":{"model.embed.weight":"model-00001-of-00002.safetensors",)"
+             R"("model.layers.0.mlp.weight":"model-00001-of-00002.safetensors",)"
+             R"("model.norm.weight":"model-00002-of-00002.safetensors","step":"model-00002-of-00002.safetensors"}})");
+  ASSERT_EQ(::symlink("../../blobs/aa01", (snapshot + "/model-00001-of-00002.safetensors").c_str()), 0);
+  ASSERT_EQ(::symlink("../../blobs/aa02", (snapshot + "/model-00002-of-00002.safetensors").c_str()), 0);
+  ASSERT_EQ(::symlink("../../blobs/aa03", (snapshot + "/model.safetensors.index.json").c_str()), 0);
+  const StateDict plain = load_plain_tensors(snapshot);
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(at::equal(plain.at(name).as_tensor(), t)) << name;
+  EXPECT_TRUE(verify_checkpoint(snapshot).problems.empty());
 }
 
 }  // namespace

@@ -120,6 +120,51 @@ TEST(IoFileTest, CheckInsideAcceptsLinksThatStayInTheCheckpointOnly) {
   check_inside(dir.file("alias"), dir.file("alias") + "/data/a.bin");
 }
 
+// open_inside checks the file it opened, not the name: a link swapped in
+// after an earlier check by name is still refused.
+TEST(IoFileTest, OpenInsideChecksTheOpenedFileNotTheName) {
+  TempDir dir("io");
+  const std::string ckpt = dir.file("ckpt"), outside = dir.file("outside.bin");
+  make_dirs(ckpt);
+  write_text(ckpt + "/a.bin", "inside");
+  write_text(outside, "secret");
+  EXPECT_EQ(read_file_inside(ckpt, ckpt + "/a.bin", 100), "inside");
+  check_inside(ckpt, ckpt + "/a.bin");  // a reader's early check passes...
+  ASSERT_EQ(::rename((ckpt + "/a.bin").c_str(), (ckpt + "/old.bin").c_str()), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (ckpt + "/a.bin").c_str()), 0);  // ...then the name changes
+  EXPECT_TRUE(throws_with<CorruptionError>(
+      [&] { open_inside(ckpt, ckpt + "/a.bin"); },
+      "resolves to " + std::filesystem::canonical(outside).string() + ", outside the checkpoint " + ckpt));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { read_file_inside(ckpt, ckpt + "/a.bin", 100); }, "outside"));
+}
+
+// A Hugging Face hub cache keeps a snapshot's files as links into the
+// repository's blobs folder; those (and only those) are part of it.
+TEST(IoFileTest, HubSnapshotLinksIntoItsOwnBlobsOnly) {
+  TempDir dir("io");
+  const std::string repo = dir.file("models--org--m"), other = dir.file("models--org--other");
+  const std::string snapshot = repo + "/snapshots/0123abc";
+  make_dirs(snapshot);
+  make_dirs(repo + "/blobs");
+  make_dirs(other + "/blobs");
+  write_text(repo + "/blobs/f00d", "weights");
+  write_text(other + "/blobs/beef", "other");
+  ASSERT_EQ(::symlink("../../blobs/f00d", (snapshot + "/model.safetensors").c_str()), 0);
+  ASSERT_EQ(::symlink((other + "/blobs/beef").c_str(), (snapshot + "/stolen.safetensors").c_str()), 0);
+  check_inside(snapshot, snapshot + "/model.safetensors");
+  EXPECT_EQ(read_file_inside(snapshot, snapshot + "/model.safetensors", 100), "weights");
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_inside(snapshot, snapshot + "/stolen.safetensors"); },
+                                           "outside the checkpoint"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { open_inside(snapshot, snapshot + "/stolen.safetensors"); },
+                                           "outside the checkpoint"));
+  // A folder merely named like one is no snapshot of a repository with blobs.
+  const std::string lone = dir.file("snapshots/rev");
+  make_dirs(lone);
+  ASSERT_EQ(::symlink((repo + "/blobs/f00d").c_str(), (lone + "/m.safetensors").c_str()), 0);
+  EXPECT_TRUE(
+      throws_with<CorruptionError>([&] { check_inside(lone, lone + "/m.safetensors"); }, "outside the checkpoint"));
+}
+
 TEST(IoFileTest, CreateTruncatesAndMoveTransfersOwnership) {
   TempDir dir("io");
   const std::string path = dir.file("f.bin");

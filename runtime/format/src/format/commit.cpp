@@ -128,8 +128,7 @@ std::optional<std::string> foreign_writer_of(std::string_view text) {
 std::optional<std::string> read_marker(const std::string& dir) {
   const std::string path = commit_path(dir);
   if (!io::exists(path)) return std::nullopt;
-  io::check_inside(dir, path);
-  return io::read_file(path, kMaxCommitFileBytes);
+  return io::read_file_inside(dir, path, kMaxCommitFileBytes);
 }
 
 }  // namespace

@@ -278,12 +278,16 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {
   File file(path, File::Mode::kRead);
+  return read_all(file, max_bytes);
+}
+
+std::string read_all(const File& file, uint64_t max_bytes) {
   const uint64_t size = file.size();
   if (size > max_bytes) {
     throw CorruptionError(
         fmt::format("{} is {} bytes, more than the {} bytes such a file may have; it is "
                     "not the file distckpt wrote",
-                    path, size, max_bytes));
+                    file.path(), size, max_bytes));
   }
   std::string bytes(static_cast<size_t>(size), '\0');
   file.pread_all(bytes.data(), bytes.size(), 0);

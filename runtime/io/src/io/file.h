@@ -63,6 +63,7 @@ class File {
 // directory: readers see the old file or the new one, never a torn one.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 std::string read_file(const std::string& path, uint64_t max_bytes);  // throws if larger
+std::string read_all(const File& file, uint64_t max_bytes);          // from offset 0; throws if larger
 void rename_path(const std::string& from, const std::string& to);    // rename(2), errors name both
 // rename(2) that never replaces: CheckpointError when `to` exists (it may
 // have appeared since it was checked), leaving it as it is.
@@ -91,7 +92,13 @@ std::string safe_join(const std::string& dir, std::string_view relative);
 void validate_relative_path(std::string_view relative);
 // Throws CorruptionError unless `path`, an existing file of the checkpoint
 // `dir`, resolves inside `dir`: a symbolic link (the file's or a folder's on
-// its way) is followed only within the checkpoint.
+// its way) is followed only within the checkpoint (or, for a Hugging Face hub
+// snapshot <repo>/snapshots/<revision>, into <repo>/blobs).
 void check_inside(const std::string& dir, const std::string& path);
+// Opens `path` of the checkpoint `dir` for reading and applies check_inside's
+// rule to the opened file itself, so a link swapped in after an earlier
+// check cannot redirect the read.
+File open_inside(const std::string& dir, const std::string& path);
+std::string read_file_inside(const std::string& dir, const std::string& path, uint64_t max_bytes);
 
 }  // namespace distckpt::io

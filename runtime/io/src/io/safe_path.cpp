@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -48,6 +49,30 @@ std::string real_path(const std::string& path) {
   return buffer;
 }
 
+bool under(const std::string& path, std::string folder) {
+  if (folder.back() != '/') folder += '/';
+  return path.compare(0, folder.size(), folder) == 0;
+}
+
+// Throws unless `target`, what `path` resolves to, lies inside `dir`. A
+// Hugging Face hub snapshot, <repo>/snapshots/<revision>, holds links to
+// <repo>/blobs/<hash>: that folder belongs to the checkpoint too.
+void check_target(const std::string& dir, const std::string& path, const std::string& target) {
+  const std::string root = real_path(dir);
+  if (under(target, root)) return;
+  const size_t revision = root.find_last_of('/');
+  const size_t snapshots =
+      revision == 0 || revision == std::string::npos ? std::string::npos : root.find_last_of('/', revision - 1);
+  if (snapshots != std::string::npos && root.compare(snapshots, revision - snapshots, "/snapshots") == 0 &&
+      under(target, root.substr(0, snapshots) + "/blobs")) {
+    return;
+  }
+  throw CorruptionError(
+      fmt::format("{} resolves to {}, outside the checkpoint {}; distckpt does not follow links out of a "
+                  "checkpoint: copy the files into it (cp -L)",
+                  path, target, dir));
+}
+
 }  // namespace
 
 void check_inside(const std::string& dir, const std::string& path) {
@@ -65,16 +90,26 @@ void check_inside(const std::string& dir, const std::string& path) {
     linked = ::lstat(path.substr(0, end).c_str(), &st) != 0 || S_ISLNK(st.st_mode);
     start = end;
   }
-  if (!linked) return;
-  std::string root = real_path(dir);
-  if (root.back() != '/') root += '/';
-  const std::string target = real_path(path);
-  if (target.compare(0, root.size(), root) != 0) {
-    throw CorruptionError(
-        fmt::format("{} resolves to {}, outside the checkpoint {}; distckpt does not follow links out of a "
-                    "checkpoint: copy the files into it (cp -L)",
-                    path, target, dir));
+  if (linked) check_target(dir, path, real_path(path));
+}
+
+File open_inside(const std::string& dir, const std::string& path) {
+  File file(path, File::Mode::kRead);
+  // What the descriptor reached, whatever happened to the names since.
+  char target[PATH_MAX];
+  const std::string link = fmt::format("/proc/self/fd/{}", file.fd());
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target);
+  if (n <= 0 || static_cast<size_t>(n) == sizeof target) {
+    check_inside(dir, path);  // no /proc: the check by name
+  } else {
+    check_target(dir, path, std::string(target, static_cast<size_t>(n)));
   }
+  return file;
+}
+
+std::string read_file_inside(const std::string& dir, const std::string& path, uint64_t max_bytes) {
+  File file = open_inside(dir, path);
+  return read_all(file, max_bytes);
 }
 
 void validate_relative_path(std::string_view relative) {

@@ -45,8 +45,7 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
   const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
-  if (io::exists(path)) io::check_inside(dir_, path);  // (a missing one is reported by the read)
-  const std::string bytes = io::read_file(path, kMaxMetadataBytes);
+  const std::string bytes = io::read_file_inside(dir_, path, kMaxMetadataBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
   metadata_ = decode_metadata(bytes, path);
   if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
@@ -67,7 +66,8 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
   path = io::safe_join(dir_, metadata_.common_file);
-  std::string bytes = io::read_file(path, config_.common ? config_.common->bytes : io::file_size(path));
+  const io::File file = io::open_inside(dir_, path);
+  std::string bytes = io::read_all(file, config_.common ? config_.common->bytes : file.size());
   if (config_.common) check_recorded_file(*config_.common, bytes, path);
   return bytes;
 }

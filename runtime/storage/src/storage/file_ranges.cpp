@@ -30,7 +30,7 @@ class BlockChecker {
     const bool checked = !checksums.empty();
     const uint64_t block = checked ? index_.checksum_block_size : kUncheckedPiece;
     try {
-      io::File f(io::safe_join(ranges_.dir(), name), io::File::Mode::kRead);
+      const io::File f = ranges_.open(file);
       for (uint64_t i = 0; i * block < length; ++i) {
         const uint64_t s = i * block, n = std::min(block, length - s);
         buffer_.resize(n);
@@ -91,8 +91,13 @@ thread_local CachedBlock cached_block;
 
 }  // namespace
 
-FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums)
-    : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums) {}
+FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links)
+    : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums), links_(links) {}
+
+io::File FileRanges::open(uint32_t index) const {
+  const std::string path = io::safe_join(dir_, index_.files.at(index).path);
+  return links_ == Links::kInside ? io::open_inside(dir_, path) : io::File(path, io::File::Mode::kRead);
+}
 
 std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   std::lock_guard<std::mutex> lock(files_mutex_);
@@ -104,8 +109,7 @@ std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   }
   // A file evicted here stays open until the threads reading it are done.
   if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
-  const std::string path = io::safe_join(dir_, index_.files.at(index).path);
-  open_files_.emplace_front(index, std::make_shared<io::File>(path, io::File::Mode::kRead));
+  open_files_.emplace_front(index, std::make_shared<io::File>(open(index)));
   return open_files_.front().second;
 }
 

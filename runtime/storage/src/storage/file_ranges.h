@@ -23,10 +23,14 @@ class FileRanges {
  public:
   static constexpr size_t kMaxOpenFiles = 64;
 
+  // Whether a file may resolve outside `dir`: a checkpoint's files may not
+  // (io::open_inside); the one file a user names may be a link anywhere.
+  enum class Links { kInside, kAnywhere };
   // `index` (its files and checksum block size) must outlive this object.
-  FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums);
+  FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links = Links::kInside);
 
   const std::string& dir() const { return dir_; }
+  io::File open(uint32_t file) const;  // a new descriptor, checked as `links` says
   // Bytes [begin, end) of the range [base, base + length) of `file` into
   // `out`, verifying every checksum block of the range that they overlap
   // (blocks are counted from `base`; none when `checksums` is empty). A block
@@ -47,7 +51,7 @@ class FileRanges {
   void verify_all(VerifyReport& report, const VerifyProgress& progress);
 
  private:
-  std::shared_ptr<io::File> file(uint32_t index);
+  std::shared_ptr<io::File> file(uint32_t index);  // from the bounded set of open files
   // Throws CorruptionError naming the block unless `digest` is checksum `index` of the range.
   void check_block(uint64_t digest, uint32_t file_index, uint64_t base, uint64_t length,
                    const std::vector<uint64_t>& checksums, uint64_t index, const std::string& what) const;
@@ -56,6 +60,7 @@ class FileRanges {
   std::string dir_;
   const StorageIndex& index_;
   bool verify_;
+  Links links_;
   std::mutex files_mutex_;
   std::list<std::pair<uint32_t, std::shared_ptr<io::File>>> open_files_;  // most recently used first
   std::atomic<uint64_t> bytes_read_{0};

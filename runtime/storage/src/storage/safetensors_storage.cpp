@@ -36,16 +36,16 @@ std::vector<std::string> names_ending(const std::string& dir, const std::string&
   return out;
 }
 
-// A regular file inside `dir` (a symlink is accepted only when it resolves
-// inside `dir`): a checkpoint never makes a load read elsewhere.
-void check_inside(const std::string& dir, const std::string& name) {
+// A regular file of `dir`, opened; inside it (a symlink is followed only
+// within the checkpoint) unless `links` allows it anywhere.
+io::File open_file(const std::string& dir, const std::string& name, FileRanges::Links links) {
   const std::string path = io::safe_join(dir, name);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(errno)));
   }
-  io::check_inside(dir, path);
   if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path));
+  return links == FileRanges::Links::kInside ? io::open_inside(dir, path) : io::File(path, io::File::Mode::kRead);
 }
 
 }  // namespace
@@ -63,6 +63,7 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
     const std::filesystem::path file(path);
     dir_ = file.has_parent_path() ? file.parent_path().string() : ".";
     files.push_back(file.filename().string());
+    links_ = FileRanges::Links::kAnywhere;  // the file the user named, which may be a link
   } else {
     dir_ = path;
     const std::vector<std::string> indexes = names_ending(dir_, safetensors::kIndexSuffix);
@@ -74,9 +75,8 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
     }
     if (indexes.size() == 1) {
       index_file_ = indexes[0];
-      check_inside(dir_, index_file_);
       const std::string index_path = io::safe_join(dir_, index_file_);
-      index = safetensors::parse_index(io::read_file(index_path, kMaxIndexBytes), index_path);
+      index = safetensors::parse_index(io::read_all(open_file(dir_, index_file_, links_), kMaxIndexBytes), index_path);
       std::set<std::string> unique;
       for (const auto& [name, file] : index->weight_map) unique.insert(file);
       files.assign(unique.begin(), unique.end());
@@ -108,13 +108,12 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
                                         index_.files[index_.tensors[i].chunks[0].file].path));
     }
   }
-  ranges_ = std::make_unique<FileRanges>(dir_, index_, true);
+  ranges_ = std::make_unique<FileRanges>(dir_, index_, true, links_);
 }
 
 void SafetensorsStorage::add_file(const std::string& name, const std::vector<std::string>* expected) {
-  check_inside(dir_, name);
   const std::string path = io::safe_join(dir_, name);
-  const io::File f(path, io::File::Mode::kRead);
+  const io::File f = open_file(dir_, name, links_);
   const uint64_t size = f.size();
   uint8_t prefix[safetensors::kPrefixBytes] = {};
   if (size >= sizeof prefix) f.pread_all(prefix, sizeof prefix, 0);

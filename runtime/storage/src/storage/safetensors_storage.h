@@ -43,6 +43,7 @@ class SafetensorsStorage final : public FileBackedStorage {
   std::string location_;
   std::string dir_;
   std::string index_file_;
+  FileRanges::Links links_ = FileRanges::Links::kInside;
   StorageIndex index_;
   Value common_ = Value::dict();
   Value content_ = Value::dict();

@@ -38,7 +38,8 @@ TorchFileStorage::TorchFileStorage(const std::string& path) : reader_(path) {
   std::sort(index_.tensors.begin(), index_.tensors.end(),  // names are unique (the reader checks)
             [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
   const std::string dir = file.has_parent_path() ? file.parent_path().string() : ".";
-  ranges_ = std::make_unique<FileRanges>(dir, index_, /*verify_checksums=*/false);
+  // The file is the one the user named, not a name read from a checkpoint.
+  ranges_ = std::make_unique<FileRanges>(dir, index_, /*verify_checksums=*/false, FileRanges::Links::kAnywhere);
 }
 
 void TorchFileStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end,
