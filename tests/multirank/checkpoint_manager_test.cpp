@@ -186,14 +186,14 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   EXPECT_TRUE(throws_with<Error>([&] { remove_sharded_tensors(b, ""); }, "an empty prefix would remove every tensor"));
   const CommandResult rm = run_command(bin + "rm-tensors " + b + " layers.");
   EXPECT_EQ(rm.exit_code, 0) << rm.output;
-  EXPECT_EQ(rm.output, b + ": removed 2 tensor(s) starting with 'layers.'\n");
+  EXPECT_EQ(rm.output, b + ": removed 2 key(s) starting with 'layers.'\n");
   const CommandResult after = run_command(bin + "diff --json " + a + " " + b);
   EXPECT_EQ(after.exit_code, 1);
   EXPECT_NE(after.output.find("\"status\": \"only_left\""), std::string::npos) << after.output;
   // A prefix that matches nothing (a typo, say) is not a success.
   const CommandResult none = run_command(bin + "rm-tensors " + b + " layers.");
   EXPECT_EQ(none.exit_code, 1);
-  EXPECT_EQ(none.output, "distckpt rm-tensors: no tensor of " + b + " starts with 'layers.'; nothing was changed\n");
+  EXPECT_EQ(none.output, "distckpt rm-tensors: no tensor or object of " + b + " starts with 'layers.'; nothing was changed\n");
 
   // A NaN on one side makes the largest difference NaN, not 0.
   const std::string n1 = tmp.path() + "/n1", n2 = tmp.path() + "/n2";

@@ -121,9 +121,15 @@ TEST(FileIntegrity, RemovingTensorsSwitchesTheMarkerToNewMetadataAtomically) {
     StateDict sd = Value::dict();
     sd["a"] = ShardedTensor::from_rank_offsets("optimizer.a", at::ones({2}), {{0, comm.rank(), 2}});
     sd["b"] = ShardedTensor::from_rank_offsets("model.b", at::full({2}, 3.0), {{0, comm.rank(), 2}});
+    // An object under the prefix goes with the tensors (its two shards count once); one outside stays.
+    sd["o"] = ShardedObject{"optimizer.rng", "state", {2}, {comm.rank()}, {0}};
+    sd["m"] = ShardedObject{"model.extra", "kept", {2}, {comm.rank()}, {0}};
     save(sd, dir, comm);
   });
-  EXPECT_EQ(remove_sharded_tensors(dir, "optimizer."), 1u);
+  EXPECT_EQ(remove_sharded_tensors(dir, "optimizer."), 2u);
+  const StateDict objects = load_sharded_objects_metadata(dir);
+  EXPECT_EQ(objects.size(), 2u);
+  EXPECT_TRUE(objects.contains("model.extra/shard_0_2") && objects.contains("model.extra/shard_1_2"));
   const std::string metadata_file = marker(dir).at("metadata").at("file");
   EXPECT_EQ(metadata_file.rfind("metadata-", 0), 0u) << metadata_file;
   EXPECT_TRUE(io::exists(dir + "/" + metadata_file));

@@ -223,6 +223,26 @@ TEST(WriterDistribution, PlanRecoveredFromMetadataMatchesTheOriginal) {
                                            "saved with another structure"));
 }
 
+// Replicas of an object may differ (each data-parallel rank its own RNG
+// state under one key): the main replica's is saved under every policy, as
+// Megatron saves it, never a balanced or lowest-ranked one.
+TEST(WriterDistribution, ObjectsAreWrittenByTheirMainReplicaUnderEveryPolicy) {
+  std::vector<LocalPlan> plans = tp2_dp4_plans();
+  for (int rank = 0; rank < 8; ++rank) {
+    const int tp = rank % 2, dp = rank / 2;
+    plans[static_cast<size_t>(rank)].objects.push_back(ObjectPlan{"rng", {2}, {tp}, {3 - dp}, 40});  // main: dp 3
+  }
+  for (const WriterPolicy policy : {WriterPolicy::kMainReplica, WriterPolicy::kLowestRank, WriterPolicy::kBalanced}) {
+    const auto a = distribute_writers(plans, policy);
+    for (int rank = 0; rank < 8; ++rank) {
+      const size_t object_item = plans[static_cast<size_t>(rank)].tensors.size();
+      const auto& mine = a[static_cast<size_t>(rank)];
+      EXPECT_EQ(std::count(mine.begin(), mine.end(), object_item), rank >= 6 ? 1 : 0)
+          << "rank " << rank << ", policy " << static_cast<int>(policy);
+    }
+  }
+}
+
 TEST(WriterDistribution, StructureHashIgnoresObjectSizesAndRank) {
   LocalPlan a = tp2_dp4_plans()[0];
   a.objects.push_back(ObjectPlan{"rng", {8}, {0}, {0}, 100});

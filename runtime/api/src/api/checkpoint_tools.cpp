@@ -151,11 +151,21 @@ size_t remove_sharded_tensors(const std::string& dir, const std::string& key_pre
   const storage::DistckptStorage stored(dir);
   CheckpointMetadata metadata = stored.metadata();
   CheckpointConfig config = stored.config();
+  // Every entry under the prefix goes, objects too (Megatron's rule): an
+  // optimizer's per-rank objects must not outlive its tensors.
+  const auto removed_key = [&](const std::string& key) { return key.rfind(key_prefix, 0) == 0; };
   const size_t before = metadata.tensors.size();
   metadata.tensors.erase(std::remove_if(metadata.tensors.begin(), metadata.tensors.end(),
-                                        [&](const TensorRecord& t) { return t.key.rfind(key_prefix, 0) == 0; }),
+                                        [&](const TensorRecord& t) { return removed_key(t.key); }),
                          metadata.tensors.end());
-  const size_t removed = before - metadata.tensors.size();
+  std::set<std::string> object_keys;
+  for (const ObjectRecord& o : metadata.objects) {
+    if (removed_key(o.key)) object_keys.insert(o.key);
+  }
+  metadata.objects.erase(std::remove_if(metadata.objects.begin(), metadata.objects.end(),
+                                        [&](const ObjectRecord& o) { return removed_key(o.key); }),
+                         metadata.objects.end());
+  const size_t removed = before - metadata.tensors.size() + object_keys.size();
   if (removed == 0) return 0;
 
   // Drop files nothing refers to any more and renumber the rest.

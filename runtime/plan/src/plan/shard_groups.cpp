@@ -121,9 +121,6 @@ Grouping group_items(const std::vector<LocalPlan>& plans) {
       while (j < tensor_refs && same_tensor_shard(g.refs[i], g.refs[j])) ++j;
     }
     uint64_t bytes = plans[g.refs[i].plan].item_bytes(g.refs[i].item);
-    if (is_object) {  // objects may differ in size between replicas: plan for the largest
-      for (size_t k = i; k < j; ++k) bytes = std::max(bytes, plans[g.refs[k].plan].item_bytes(g.refs[k].item));
-    }
     g.groups.push_back(ShardGroup{is_object, i, j, bytes});
     i = j;
   }
@@ -150,7 +147,10 @@ std::vector<int64_t> choose_unshared_writers(const std::vector<LocalPlan>& plans
     const int64_t main = main_of(plans, g, group);
     if (main < 0 || (!group.is_object && group.bytes == 0)) continue;  // empty tensor shards are not stored
     const bool one_holder = g.refs[group.begin].plan == g.refs[group.end - 1].plan;
-    if (policy == WriterPolicy::kMainReplica) {
+    // An object's replicas may differ (per-rank RNG state under one key):
+    // the main replica's is the one saved, under every policy (Megatron's
+    // rule); objects are small, so balancing them buys nothing.
+    if (policy == WriterPolicy::kMainReplica || group.is_object) {
       writer[i] = main;
     } else if (policy == WriterPolicy::kLowestRank || one_holder) {
       writer[i] = static_cast<int64_t>(ref_of_rank(plans, g, group, rank_of(plans, g.refs[group.begin])));

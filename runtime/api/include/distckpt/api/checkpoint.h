@@ -109,10 +109,10 @@ StateDict load_sharded_objects_metadata(const std::string& dir);
 // Every stored ShardedObject with its bytes, keyed by unique key.
 StateDict load_all_sharded_objects(const std::string& dir);
 
-// Removes the tensors whose key starts with `key_prefix` from a committed
-// checkpoint (metadata rewritten atomically; data files no longer referenced
-// are deleted). Run on one process. Returns how many tensors were removed;
-// an empty prefix (every tensor) is an Error.
+// Removes the tensors and objects whose key starts with `key_prefix` from a
+// committed checkpoint (metadata rewritten atomically; data files no longer
+// referenced are deleted). Run on one process. Returns how many keys were
+// removed (an object's shards count once); an empty prefix is an Error.
 size_t remove_sharded_tensors(const std::string& dir, const std::string& key_prefix);
 
 // Checks everything a load would, on one process: the commit marker, the
