@@ -236,7 +236,8 @@ TEST(Checker, VirtualStagesMeshesAndDistributedGroups) {
       "  stack experts[e] over ep on experts { tensor fc [8, 8] split(1 by etp); }\n"
       "}\n"
       "stack mtp[mtp] stage(last) { tensor norm [8]; }\n"
-      "optimizer adam { state m like param; distributed over dp * cp instances(n); distributed over edp on experts; "
+      "optimizer adam { state exp_avg like param; distributed over dp * cp instances(n); distributed over edp on "
+      "experts; "
       "}\n");
   ASSERT_TRUE(c.layout.has_value()) << c.diagnostics.render();
   const Layout& l = *c.layout;

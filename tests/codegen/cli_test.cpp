@@ -53,6 +53,30 @@ TEST_F(Cli, WritesTheHeaderAndTheSource) {
   EXPECT_TRUE(fs::exists(dir_ / "out" / "tiny.shard.cpp"));
 }
 
+// Usage errors exit 2 like unreadable files (not CLI11's own codes); --help
+// and --version exit 0; a file name that cannot go into an #include is refused.
+TEST_F(Cli, UsageErrorsExitTwoAndHelpAndVersionZero) {
+  EXPECT_EQ(run_gen("").status, 2);
+  EXPECT_EQ(run_gen("--bogus").status, 2);
+  EXPECT_EQ(run_gen((dir_ / "tiny.shard").string() + " -o ''").status, 2);
+  EXPECT_EQ(run_gen("--help").status, 0);
+  const GenRun version = run_gen("--version");
+  EXPECT_EQ(version.status, 0);
+  EXPECT_THAT(version.output, ::testing::MatchesRegex("distckpt-gen [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  fs::copy_file(dir_ / "tiny.shard", dir_ / "we\"ird.shard");
+  const GenRun odd = run_gen("'" + (dir_ / "we\"ird.shard").string() + "' -o " + (dir_ / "out").string());
+  EXPECT_EQ(odd.status, 2);
+  EXPECT_THAT(odd.output, HasSubstr("would appear in a C++ #include; rename it"));
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(Cli, AByteOrderMarkIsSkipped) {
+  std::ofstream(dir_ / "bom.shard") << "\xEF\xBB\xBFlayout bom;\nmesh tp;\ntensor w [4] split(0 by tp);\n";
+  const GenRun run = run_gen((dir_ / "bom.shard").string() + " --out-dir " + (dir_ / "out").string());
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "bom.shard.h"));
+}
+
 TEST_F(Cli, AnOutputDirectoryItCannotCreateFailsWithTheOsError) {
   std::ofstream(dir_ / "file") << "x";
   const GenRun run = run_gen((dir_ / "tiny.shard").string() + " --out-dir " + (dir_ / "file" / "out").string());

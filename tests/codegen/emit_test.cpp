@@ -103,16 +103,17 @@ TEST(Emit, VirtualStagesLoopOverChunksAndPrefixParameterNames) {
 
 TEST(Emit, SecondMeshAndDistributedGroupsNameTheirMeshes) {
   const GeneratedFiles files = generate(
-      "layout t;\nconfig { k: int = 1; }\nmesh tp, dp;\nmesh experts: ep, edp;\n"
+      "layout t;\nconfig { k: int = 1; }\nmesh tp, cp, dp;\nmesh experts: ep, edp;\n"
       "stack e[4] over ep on experts { tensor w [2]; }\ntensor d [2] split(0 by tp);\n"
-      "optimizer adam { state m like param; distributed over dp * tp instances(k); distributed over edp on experts; "
+      "optimizer adam { state exp_avg like param; distributed over dp * cp instances(k); distributed over edp on "
+      "experts; "
       "}\n");
   EXPECT_NE(files.source.find("enum MeshIndex : int { kDefaultMesh = 0, kExpertsMesh = 1 };"), std::string::npos)
       << files.source;
-  EXPECT_NE(files.source.find("{{\"default\", {kTp, kDp}}, {\"experts\", {kEp, kEdp}}}};"), std::string::npos);
+  EXPECT_NE(files.source.find("{{\"default\", {kTp, kCp, kDp}}, {\"experts\", {kEp, kEdp}}}};"), std::string::npos);
   EXPECT_NE(files.source.find(".on_mesh(kExpertsMesh)"), std::string::npos);
   EXPECT_EQ(count(files.source, ".on_mesh("), 1u);  // the default mesh is the runtime's default
-  EXPECT_NE(files.source.find("{/*mesh=*/kDefaultMesh, /*axes=*/{kDp, kTp}, /*instances=*/c.k},"), std::string::npos);
+  EXPECT_NE(files.source.find("{/*mesh=*/kDefaultMesh, /*axes=*/{kDp, kCp}, /*instances=*/c.k},"), std::string::npos);
   EXPECT_NE(files.source.find("{/*mesh=*/kExpertsMesh, /*axes=*/{kEdp}, /*instances=*/1},"), std::string::npos);
 }
 

@@ -402,6 +402,25 @@ TEST(Parser, StrayTokensAtTopLevel) {
                   "optimizer or mapping) (found 'tensr')"));
 }
 
+// Every later pass (and the AST's destructor) recurses on expressions and
+// stacks: nesting is bounded, so no schema can overflow the stack.
+TEST(Parser, NestingIsBoundedSoNoInputOverflowsTheStack) {
+  std::string sum = "1";
+  for (int i = 0; i < 100000; ++i) sum += "+1";
+  EXPECT_THAT(syntax_errors("layout t;\ntensor w [" + sum + "];\n"),
+              ElementsAre("2:410: the expression nests more than 200 operations; simplify it"));
+  EXPECT_THAT(syntax_errors("layout t;\ntensor w [" + std::string(30000, '(') + "1" + std::string(30000, ')') + "];\n"),
+              ElementsAre("2:211: more than 200 nested parentheses; simplify the expression"));
+  std::string stacks = "layout t;\n";
+  for (int i = 0; i < 30000; ++i) stacks += "stack s[1] over pp {\n";
+  const std::vector<std::string> errors = syntax_errors(stacks);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors.front(), "202:1: more than 200 nested stacks");
+  std::string ok = "layout t;\ntensor w [" + std::string(200, '(') + "1";
+  for (int i = 0; i < 199; ++i) ok += "+1";
+  EXPECT_TRUE(syntax_errors(ok + std::string(200, ')') + "];\n").empty());
+}
+
 TEST(Parser, EmptyInputIsAnEmptySchema) {
   const Parsed p = parse("  # nothing but a comment\n");
   EXPECT_TRUE(p.diagnostics.all().empty());

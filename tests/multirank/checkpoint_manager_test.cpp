@@ -193,7 +193,8 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   // A prefix that matches nothing (a typo, say) is not a success.
   const CommandResult none = run_command(bin + "rm-tensors " + b + " layers.");
   EXPECT_EQ(none.exit_code, 1);
-  EXPECT_EQ(none.output, "distckpt rm-tensors: no tensor or object of " + b + " starts with 'layers.'; nothing was changed\n");
+  EXPECT_EQ(none.output,
+            "distckpt rm-tensors: no tensor or object of " + b + " starts with 'layers.'; nothing was changed\n");
 
   // A NaN on one side makes the largest difference NaN, not 0.
   const std::string n1 = tmp.path() + "/n1", n2 = tmp.path() + "/n2";

@@ -6,6 +6,8 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/layout/builder.h"
+#include "distckpt/layout/optimizer.h"
+#include "support/throws_with.h"
 
 namespace distckpt::layout {
 namespace {
@@ -108,6 +110,30 @@ TEST(LayoutBuilder, DistributedRangesOverAProductOfAxesWithinInstances) {
   const Value entry = b.derived_entry(slot, "optimizer.state.exp_avg", at::zeros({256}), ranges[0], &zero);
   EXPECT_EQ(entry.as_sharded_tensor().replica_id, (ReplicaId{1, 0}));     // instance 1, then tp
   EXPECT_THROW(b.distributed_ranges(Distribution{0, {2, 1}, 3}), Error);  // 3 instances do not divide 8 ranks
+}
+
+// A save holds exactly the states a load asks for: one the schema does not
+// declare would be written and never restored, so it is refused at save.
+TEST(LayoutBuilder, OptimizerStateTheSchemaDoesNotDeclareIsRefusedAtSave) {
+  Builder b("t", mesh());
+  const at::Tensor w = at::zeros({4});
+  b.set_tensor(b.add_tensor(TensorSpec("w", {4}), Position{}, "w"), w);
+  StateDict torch_state = Value::dict();
+  torch_state["state"]["0"]["step"] = int64_t{3};
+  torch_state["state"]["0"]["exp_avg"] = at::ones({4});
+  torch_state["state"]["0"]["exp_avg_sq"] = at::ones({4});
+  torch_state["param_groups"] = Value::list();
+  Value group = Value::dict();
+  group["amsgrad"] = false;
+  torch_state["param_groups"].push_back(group);
+  const OptimizerSpec both{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, {}};
+  const StateDict saved = sharded_optimizer_state(b, both, torch_state, {w});
+  EXPECT_EQ(saved.at("optimizer").at("state").at("w").size(), 2u);
+  EXPECT_EQ(saved.at("optimizer").at("step").as_int(), 3);
+  const OptimizerSpec one{"adam", {"exp_avg"}, {"step"}, {}};
+  EXPECT_TRUE(throws_with<Error>([&] { sharded_optimizer_state(b, one, torch_state, {w}); },
+                                 "the optimizer has state 'exp_avg_sq' for 'w', which the schema's optimizer adam "
+                                 "does not declare, so a load would not restore it; add it to its `state` line"));
 }
 
 TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {

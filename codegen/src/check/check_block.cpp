@@ -5,13 +5,17 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "check/checker_context.h"
 #include "check/names.h"
 #include "ir/cpp_names.h"
+#include "ir/expr.h"
 
 namespace distckpt::gen {
 
@@ -34,8 +38,8 @@ void BlockChecker::add(const ast::Tensor& tensor) {
   const std::string full_key = scope_.key_prefix + decl.key;
   check_enclosing_axes(decl.mesh, tensor.meshes.empty() ? decl.loc : tensor.meshes.front().loc,
                        "tensor '" + full_key + "'");
-  ctx_.claim_key(full_key,
-                 KeyUse{decl.loc, conditions_with(decl.condition), true, !decl.tied_key.empty(), decl.shape.size()});
+  ctx_.claim_key(full_key, KeyUse{decl.loc, conditions_with(decl.condition), true, !decl.tied_key.empty(),
+                                  decl.shape.size(), decl.shape});
   block_.order.push_back(Member{Member::Kind::kTensor, block_.tensors.size()});
   block_.tensors.push_back(std::move(decl));
 }
@@ -72,7 +76,7 @@ void BlockChecker::add(const ast::Object& object) {
     decl.per_axes.push_back(*axis);
   }
   decl.condition = ctx_.resolve_condition(object.condition);
-  ctx_.claim_key(full_key, KeyUse{decl.loc, conditions_with(decl.condition), false, false, 0});
+  ctx_.claim_key(full_key, KeyUse{decl.loc, conditions_with(decl.condition), false, false, 0, {}});
   block_.order.push_back(Member{Member::Kind::kObject, block_.objects.size()});
   block_.objects.push_back(std::move(decl));
 }
@@ -211,6 +215,35 @@ void BlockChecker::check_virtual(StackDecl& decl, const ast::Stack& stack, const
   }
 }
 
+namespace {
+
+// Both shapes, when every extent of both is known.
+std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> known_shapes(const CheckContext& ctx,
+                                                                                  const std::vector<ExprPtr>& a,
+                                                                                  const std::vector<ExprPtr>& b) {
+  const auto known = [&](const std::vector<ExprPtr>& shape) -> std::optional<std::vector<int64_t>> {
+    std::vector<int64_t> out;
+    for (const ExprPtr& extent : shape) {
+      const std::optional<int64_t> value = extent ? ctx.known_value(*extent) : std::nullopt;
+      if (!value) return std::nullopt;
+      out.push_back(*value);
+    }
+    return out;
+  };
+  std::optional<std::vector<int64_t>> x = known(a), y = known(b);
+  if (!x || !y) return std::nullopt;
+  return std::make_pair(std::move(*x), std::move(*y));
+}
+
+bool any_param(const std::vector<ExprPtr>& shape) {
+  for (const ExprPtr& extent : shape) {
+    if (extent && uses_params(*extent)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void resolve_ties(CheckContext& ctx) {
   for (const PendingTie& tie : ctx.ties) {
     const std::string& key = tie.target.text;
@@ -233,6 +266,14 @@ void resolve_ties(CheckContext& ctx) {
       ctx.diag.error(tie.target.loc, fmt::format("tied({}): tensor '{}' has rank {} but '{}' has rank {}; a tied "
                                                  "tensor has the rank of its main copy",
                                                  key, tie.tensor_key, tie.rank, key, main->rank));
+    } else if (const auto shapes = known_shapes(ctx, tie.shape, main->shape);
+               shapes && shapes->first != shapes->second) {
+      ctx.diag.error(
+          tie.target.loc,
+          fmt::format("tied({}): tensor '{}' has shape [{}] but '{}' has shape [{}]{}; a tied tensor has "
+                      "the shape of its main copy",
+                      key, tie.tensor_key, fmt::join(shapes->first, ", "), key, fmt::join(shapes->second, ", "),
+                      any_param(tie.shape) || any_param(main->shape) ? " with the config defaults" : ""));
     }
   }
 }

@@ -231,6 +231,10 @@ std::optional<int64_t> CheckContext::check_extent(const Expr& expr, const std::s
   return value;
 }
 
+std::optional<int64_t> CheckContext::known_value(const Expr& expr) const {
+  return evaluate_traced(expr, param_values_).value;
+}
+
 std::string CheckContext::describe_value(const Expr& expr, int64_t value) const {
   if (expr.op == Expr::Op::kConst) return std::to_string(value);
   return fmt::format("{} ('{}'{})", value, to_source(expr, layout.params),

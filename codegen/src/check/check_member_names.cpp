@@ -152,6 +152,18 @@ void check_model(CheckContext& ctx, const std::vector<std::string>& classes) {
     }
     const std::string chunk = layout.chunked_stack->accessor + "_chunk";
     table.fix(chunk, fmt::format("the generated Model::{}()", chunk));
+    table.fix(chunk + "s_", fmt::format("the generated Model::{}s_", chunk));
+  }
+  // File-local helpers Model's definitions call or name unqualified.
+  if (layout.meshes.size() > 1) {
+    table.fix("mesh_coords", "mesh_coords(), which Model's constructor calls");
+    for (const MeshDecl& mesh : layout.meshes) {
+      const std::string constant = mesh_constant(mesh.name);
+      table.fix(constant, fmt::format("the mesh constant {}, which the generated code uses", constant));
+    }
+  }
+  for (const MappingDecl& m : layout.mappings) {
+    table.fix(m.function + "_of", fmt::format("{}_of(), which Model::save_options() calls", m.function));
   }
   // Names Model's definitions use unqualified, which a member would hide.
   table.fix("resolve", "resolve(), which Model's constructor calls");

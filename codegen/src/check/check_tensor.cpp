@@ -228,7 +228,7 @@ TensorDecl check_tensor(CheckContext& ctx, const ast::Tensor& tensor, const Scop
   if (!tensor.tied.empty()) {
     reject_repeats(t, tensor.tied, "tied(...)", [](const ast::Name& name) { return name.loc; });
     decl.tied_key = tensor.tied.front().text;
-    ctx.ties.push_back(PendingTie{tensor.tied.front(), t.full_key, t.rank});
+    ctx.ties.push_back(PendingTie{tensor.tied.front(), t.full_key, t.rank, decl.shape});
   }
   check_dtype(t, decl);
   decl.condition = ctx.resolve_condition(tensor.condition);

@@ -10,6 +10,7 @@
 
 #include "check/checker_context.h"
 #include "check/cpp_identifiers.h"
+#include "ir/cpp_names.h"
 
 namespace distckpt::gen {
 namespace {
@@ -46,6 +47,7 @@ void check_layout_decls(CheckContext& ctx, const ast::Schema& schema) {
 // may be unnamed (the default mesh), the others are named.
 void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {
   std::map<std::string, Loc> names;
+  std::map<std::string, std::pair<std::string, Loc>> constants;  // C++ constant -> (mesh, where)
   const ast::Mesh* first = nullptr;
   for (const ast::Item& item : schema.items) {
     const auto* mesh = std::get_if<ast::Mesh>(&item);
@@ -64,6 +66,15 @@ void check_mesh_decls(CheckContext& ctx, const ast::Schema& schema) {
     const auto [it, fresh] = names.emplace(name, loc);
     if (!fresh) {
       ctx.diag.error(loc, fmt::format("duplicate mesh '{}'", name)).note(it->second, "first declared here");
+      continue;
+    }
+    const std::string constant = mesh_constant(name);
+    const auto [same, unique] = constants.emplace(constant, std::make_pair(name, loc));
+    if (!unique) {
+      ctx.diag
+          .error(loc, fmt::format("mesh '{}' and mesh '{}' both become the C++ constant '{}'; rename one of them", name,
+                                  same->second.first, constant))
+          .note(same->second.second, "first declared here");
       continue;
     }
     ctx.declare_mesh(*mesh);

@@ -45,6 +45,7 @@ struct KeyUse {
   bool tensor = false;
   bool tied = false;
   size_t rank = 0;
+  std::vector<ExprPtr> shape;  // a tensor's (one element's)
 };
 
 // A tied(KEY) to resolve once every tensor is known.
@@ -52,6 +53,7 @@ struct PendingTie {
   ast::Name target;
   std::string tensor_key;  // full key of the tied tensor
   size_t rank = 0;
+  std::vector<ExprPtr> shape;
 };
 
 class CheckContext {
@@ -78,6 +80,8 @@ class CheckContext {
   // Like evaluate(), and a known value must be positive; `what` names the
   // extent in the message ("dim 0 of tensor 'x'").
   std::optional<int64_t> check_extent(const Expr& expr, const std::string& what);
+  // Value from literals and constant defaults, reporting nothing.
+  std::optional<int64_t> known_value(const Expr& expr) const;
   // "-2 ('a - b' with the config defaults)", or just "0" for a literal.
   std::string describe_value(const Expr& expr, int64_t value) const;
   void warn_unused_params();

@@ -41,10 +41,7 @@ std::string EmitContext::axis_coords() const {
   return comma_list(coords);
 }
 
-std::string EmitContext::mesh_constant(int index) const {
-  std::string name = gen::axis_constant(layout_.meshes.at(index).name);  // "kExperts"
-  return name + "Mesh";
-}
+std::string EmitContext::mesh_constant(int index) const { return gen::mesh_constant(layout_.meshes.at(index).name); }
 
 std::string EmitContext::first_chunk_prefix() const {
   return layout_.chunked_stack ? "distckpt::layout::chunk_prefix(0)" : "";

@@ -28,4 +28,6 @@ std::string class_name(std::string_view name) {
 
 std::string axis_constant(std::string_view axis) { return "k" + class_name(axis); }
 
+std::string mesh_constant(std::string_view mesh) { return axis_constant(mesh) + "Mesh"; }
+
 }  // namespace distckpt::gen

@@ -17,4 +17,7 @@ std::string class_name(std::string_view name);
 // "tp" -> "kTp".
 std::string axis_constant(std::string_view axis);
 
+// "experts" -> "kExpertsMesh".
+std::string mesh_constant(std::string_view mesh);
+
 }  // namespace distckpt::gen

@@ -32,7 +32,8 @@ struct Expr {
   std::string name;   // kName: a config parameter, unresolved
   char op = 0;        // kBinary: '+', '-', '*' or '/'
   std::unique_ptr<Expr> lhs, rhs;
-  Loc loc;  // first token: the left operand's for kBinary, or its '(' when parenthesized
+  Loc loc;        // first token: the left operand's for kBinary, or its '(' when parenthesized
+  int depth = 1;  // of the tree: bounded by the parser, since every later pass recurses
 };
 using ExprPtr = std::unique_ptr<Expr>;
 

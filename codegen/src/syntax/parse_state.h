@@ -47,6 +47,10 @@ struct ParseState {
   // Expressions are built bottom-up: operands wait here for their operator.
   std::vector<ast::ExprPtr> operands;
   std::vector<std::pair<char, Loc>> operators;
+  // Nesting the parser, the checker and the AST's destructors recurse on:
+  // bounded so that no input can overflow the stack.
+  static constexpr int kMaxNesting = 200;
+  int open_parens = 0;
 
   // For recover<> (syntax_recovery.h).
   std::size_t mark() const { return open_stacks.size(); }
@@ -57,6 +61,7 @@ struct ParseState {
     condition.reset();
     operands.clear();
     operators.clear();
+    open_parens = 0;
   }
 
   // A finished tensor, object or stack joins the innermost open stack, or

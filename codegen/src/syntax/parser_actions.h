@@ -3,6 +3,9 @@
 // and the rule of the whole statement moves it into its block.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <memory>
 #include <tao/pegtl.hpp>
 #include <utility>
@@ -50,7 +53,7 @@ DISTCKPT_ACTION(add_op, s.operators.emplace_back(in.peek_char(), loc_of(in)));
 // operator at a time, makes both levels left-associative.
 struct fold_binary {
   template <typename Input>
-  static void apply(const Input& /*in*/, ParseState& s) {
+  static void apply(const Input& in, ParseState& s) {
     auto e = std::make_unique<ast::Expr>();
     e->kind = ast::Expr::Kind::kBinary;
     e->rhs = s.pop_operand();
@@ -58,14 +61,27 @@ struct fold_binary {
     e->op = s.operators.back().first;
     s.operators.pop_back();
     e->loc = e->lhs->loc;
+    e->depth = 1 + std::max(e->lhs->depth, e->rhs->depth);
+    if (e->depth > ParseState::kMaxNesting) {
+      throw tao::pegtl::parse_error(
+          fmt::format("the expression nests more than {} operations; simplify it", ParseState::kMaxNesting), in);
+    }
     s.operands.push_back(std::move(e));
   }
 };
 template <>
 struct action<grammar::mul_tail> : fold_binary {};
+DISTCKPT_ACTION(open_paren, {
+  if (++s.open_parens > ParseState::kMaxNesting) {
+    throw tao::pegtl::parse_error(
+        fmt::format("more than {} nested parentheses; simplify the expression", ParseState::kMaxNesting), in);
+  }
+});
 // A parenthesized operation starts at its '(' (a lone name keeps its own place).
-DISTCKPT_ACTION(paren_expr,
-                if (s.operands.back()->kind == ast::Expr::Kind::kBinary) s.operands.back()->loc = loc_of(in));
+DISTCKPT_ACTION(paren_expr, {
+  --s.open_parens;
+  if (s.operands.back()->kind == ast::Expr::Kind::kBinary) s.operands.back()->loc = loc_of(in);
+});
 template <>
 struct action<grammar::add_tail> : fold_binary {};
 
@@ -131,6 +147,9 @@ DISTCKPT_ACTION(object, {
 // ---- stack ----------------------------------------------------------------
 
 DISTCKPT_ACTION(stack_word, {
+  if (s.open_stacks.size() >= ParseState::kMaxNesting) {
+    throw tao::pegtl::parse_error(fmt::format("more than {} nested stacks", ParseState::kMaxNesting), in);
+  }
   s.open_stacks.push_back(std::make_unique<ast::Stack>());
   s.open_stacks.back()->loc = loc_of(in);
 });

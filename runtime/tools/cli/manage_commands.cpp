@@ -44,7 +44,8 @@ int list_checkpoints(const std::string& root, bool as_json) {
 int remove_tensors(const std::string& dir, const std::string& prefix) {
   const size_t removed = remove_sharded_tensors(dir, prefix);
   if (removed == 0) {
-    fmt::print(stderr, "distckpt rm-tensors: no tensor or object of {} starts with '{}'; nothing was changed\n", dir, prefix);
+    fmt::print(stderr, "distckpt rm-tensors: no tensor or object of {} starts with '{}'; nothing was changed\n", dir,
+               prefix);
     return 1;
   }
   fmt::print("{}: removed {} key(s) starting with '{}'\n", dir, removed, prefix);

@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
@@ -52,6 +53,9 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
       if (ranges[slot]) owned[slot] = ranges[slot];
     }
   }
+  // Exactly what a load asks for is saved: a state the schema does not
+  // declare would be written but never restored.
+  const std::vector<std::string> names = optimizer_state_names(spec, torch_state);
   Value state = Value::dict();
   std::optional<int64_t> step;
   for (const auto& [id_text, param_state] : torch_state.at("state").as_dict()) {
@@ -74,6 +78,12 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
           step = value.as_int();
         }
         continue;
+      }
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        throw Error(
+            fmt::format("the optimizer has state '{}' for '{}', which the schema's optimizer {} does not "
+                        "declare, so a load would not restore it; add it to its `state` line",
+                        name, model.parameter_name(slot), spec.name));
       }
       const std::string prefix = std::string(kPrefix) + "." + name;
       const Distribution* distribution = spec.distribution_of(model.slot_mesh(slot));

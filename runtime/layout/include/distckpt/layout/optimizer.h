@@ -41,9 +41,10 @@ std::vector<at::Tensor> parameters_in_order(const Optimizer& optimizer) {
 }
 
 // {"optimizer": {"state": {parameter name: {state: entry}}, "step": n,
-// "param_groups": [...]}} for the parameters bound to `model`. Extra state
-// tensors of the optimizer (e.g. max_exp_avg_sq with amsgrad) are kept too.
-// Every optimizer parameter must be bound to the model.
+// "param_groups": [...]}} for the parameters bound to `model`: the states
+// optimizer_state_names() gives (a load asks for exactly those); any other
+// state tensor of the optimizer is an Error. Every optimizer parameter must
+// be bound to the model.
 StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
                                   const std::vector<at::Tensor>& params);
 
