@@ -34,6 +34,18 @@ TEST(LayoutBuilder, UnevenPlacementPutsFirstAndLastCountsOnTheEnds) {
   EXPECT_EQ((Placement{8, -1, -1}.range(1, 4, "layers")), (std::pair<int64_t, int64_t>{2, 4}));
   EXPECT_THROW((Placement{9, -1, -1}.range(0, 4, "layers")), Error);
   EXPECT_THROW((Placement{10, 6, 6}.range(0, 4, "layers")), Error);
+  // A config value the generator could not check: -4 layers over 2 stages was 0 per stage.
+  EXPECT_TRUE(throws_with<Error>(
+      [] {
+        Placement{-4, -1, -1}.range(0, 2, "layers");
+      },
+      "layers: -4 elements; the count must not be negative (check the config)"));
+  Builder b("t", mesh());
+  EXPECT_TRUE(throws_with<Error>(
+      [&] {
+        b.add_tensor(TensorSpec("w", {8, -4}), Position{}, "w");
+      },
+      "layout t: 'w' dim 1 has extent -4; extents must not be negative"));
 }
 
 // Megatron's interleaved assignment: virtual stage v = chunk * stages + stage,

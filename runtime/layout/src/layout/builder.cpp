@@ -168,6 +168,9 @@ std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, cons
 std::vector<std::pair<int64_t, int64_t>> Placement::chunk_ranges(int64_t stage, int64_t stages,
                                                                  const std::string& what) const {
   if (chunks < 1) throw Error(fmt::format("{}: {} virtual stages per stage; need at least 1", what, chunks));
+  // Config values reach here unchecked (the generator checks only defaults).
+  if (count < 0)
+    throw Error(fmt::format("{}: {} elements; the count must not be negative (check the config)", what, count));
   const int64_t virtual_stages = stages * chunks;
   const std::string spread =
       chunks == 1 ? fmt::format("{} stages", stages) : fmt::format("{} stages x {} virtual stages", stages, chunks);
@@ -269,6 +272,12 @@ size_t Builder::add_tensor(TensorSpec spec, Position position, std::string param
   if (spec.mesh < 0 || static_cast<size_t>(spec.mesh) >= mesh_.meshes.size()) {
     throw Error(fmt::format("layout {}: '{}' names mesh {} but the layout has {}", layout_name_, spec.schema_key,
                             spec.mesh, mesh_.meshes.size()));
+  }
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    if (spec.shape[d] < 0) {
+      throw Error(fmt::format("layout {}: '{}' dim {} has extent {}; extents must not be negative (check the config)",
+                              layout_name_, spec.schema_key, d, spec.shape[d]));
+    }
   }
   for (const Split& s : spec.splits) {
     const int64_t parts = split_coord(s).second;
