@@ -161,6 +161,39 @@ TEST(Reshard, AllowShapeMismatchPadsWithZerosAndTruncates) {
   });
 }
 
+// Distributed-optimizer state of a padded vocabulary: flat ranges of the
+// whole [vocab, h] chunk, saved at 10 rows and loaded at 12 (Megatron's
+// fully_sharded_model_space format before 5ab481c combined the two).
+TEST(Reshard, FlatRangesOfAPaddedTensorPadAndTruncate) {
+  TempDir tmp("padded-flat");
+  const std::string dir = tmp.path() + "/ckpt";
+  const at::Tensor g = global_tensor("vocab", {10, 4});
+  run_ranks(2, [&](Communicator& comm) {
+    const FlatRange range{comm.rank() * 20, comm.rank() * 20 + 20};
+    StateDict sd = Value::dict();
+    sd["w"] = ShardedTensor::from_rank_offsets_flat("vocab", g.reshape(-1).slice(0, range.start, range.stop).clone(),
+                                                    {10, 4}, {}, range, {0});
+    sd["w"].as_sharded_tensor().allow_shape_mismatch = true;
+    save(sd, dir, comm);
+  });
+  run_ranks(2, [&](Communicator& comm) {
+    const auto request = [&](int64_t rows) {
+      const int64_t half = rows * 4 / 2;
+      const FlatRange range{comm.rank() * half, comm.rank() * half + half};
+      StateDict sd = Value::dict();
+      sd["w"] = ShardedTensor::from_rank_offsets_flat("vocab", at::full({half}, 5.0), {rows, 4}, {}, range, {0});
+      sd["w"].as_sharded_tensor().allow_shape_mismatch = true;
+      return load(sd, dir, comm).state_dict.at("w").as_tensor();
+    };
+    // 12 rows: rank 1 holds rows 6..11, of which 10 and 11 are padding.
+    at::Tensor padded = at::zeros({12, 4});
+    padded.narrow(0, 0, 10).copy_(g);
+    EXPECT_TRUE(at::equal(request(12), padded.reshape(-1).narrow(0, comm.rank() * 24, 24))) << "rank " << comm.rank();
+    // 8 rows: truncated.
+    EXPECT_TRUE(at::equal(request(8), g.narrow(0, 0, 8).reshape(-1).narrow(0, comm.rank() * 16, 16)));
+  });
+}
+
 // SwiGLU-style fused [W; V] rows: stored as two tensors so each half
 // reshards on its own; merge concatenates them back.
 Value fused_factory(int64_t tp, int64_t tp_rank, const at::Tensor& local) {

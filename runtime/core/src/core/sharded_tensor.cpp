@@ -179,9 +179,6 @@ void ShardedTensor::validate_metadata_integrity() const {
       fail(fmt::format("flattened data must be 1-D with {} elements, got shape {}", r.size(),
                        to_string(shape_of(data))));
     }
-    if (allow_shape_mismatch) {
-      fail("allow_shape_mismatch cannot be combined with a flattened_range");
-    }
   }
   if (prepend_axis_num < 0) fail(fmt::format("prepend_axis_num {} is negative", prepend_axis_num));
   if (global_shape.size() != global_offset.size()) {

@@ -442,8 +442,8 @@ Value Builder::make_entry(const TensorSlot& slot, const std::string& key, at::Te
   base.dtype = dtype;
   base.local_shape = local_shape(static_cast<size_t>(&slot - tensors_.data()));
   base.prepend_axis_num = prepend;
-  // Padding may change between save and load, but not together with flat ranges.
-  base.allow_shape_mismatch = spec.pad_dim.has_value() && !flat;
+  // Padding may change between save and load (flat ranges too: each piece is padded or truncated).
+  base.allow_shape_mismatch = spec.pad_dim.has_value();
   std::vector<int> not_replicating = slot.position.placing_axes;
   int64_t instance = -1;
   if (distribution) {
