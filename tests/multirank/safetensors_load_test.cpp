@@ -237,6 +237,19 @@ TEST(SafetensorsConvert, ApiRoundTripFromTwoRanksStreamsLargeTensors) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].line(), b[i].line());
   EXPECT_TRUE(throws_with<CheckpointError>([&] { convert_to_safetensors(ckpt, hf); }, "already exists"));
+  // An empty directory made beforehand is a free target; a link to one, or a file, is not.
+  for (const std::string& empty : {tmp.path() + "/made-st", tmp.path() + "/made-dc"}) {
+    ASSERT_EQ(::mkdir(empty.c_str(), 0755), 0);
+  }
+  convert_to_safetensors(ckpt, tmp.path() + "/made-st");
+  convert_to_distckpt(hf, tmp.path() + "/made-dc");
+  EXPECT_TRUE(at::equal(load_plain_tensors(tmp.path() + "/made-st").at("big").as_tensor(), big));
+  EXPECT_TRUE(at::equal(load_plain_tensors(tmp.path() + "/made-dc").at("big").as_tensor(), big));
+  const std::string empty = tmp.path() + "/still-empty", link = tmp.path() + "/link-to-empty";
+  ASSERT_EQ(::mkdir(empty.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(empty.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { convert_to_safetensors(ckpt, link); }, "already exists"));
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { convert_to_torch(ckpt, empty); }, "already exists"));
 }
 
 TEST(SafetensorsLoad, SymlinksOutOfTheDirectoryAreNotFollowed) {

@@ -317,6 +317,27 @@ void rename_no_replace(const std::string& from, const std::string& to) {
   rename_path(from, to);
 }
 
+void rename_into_empty(const std::string& from, const std::string& to) {
+  struct stat st {};
+  if (::lstat(to.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::rmdir(to.c_str()) != 0 && errno != ENOENT) {
+    if (errno == ENOTEMPTY || errno == EEXIST) {
+      throw CheckpointError(fmt::format(
+          "'{}' was an empty directory but something was written into it meanwhile; it was left as it is", to));
+    }
+    throw Error(fmt::format("rmdir of the empty directory '{}' failed: {}", to, std::strerror(errno)));
+  }
+  rename_no_replace(from, to);
+}
+
+bool holds_nothing(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    throw_errno("lstat", path, errno);
+  }
+  return S_ISDIR(st.st_mode) && is_empty_dir(path);
+}
+
 void fsync_dir(const std::string& dir) {
   const UniqueFd fd = open_retrying(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (!fd.valid()) throw_errno("open directory", dir, errno);

@@ -68,6 +68,9 @@ void rename_path(const std::string& from, const std::string& to);    // rename(2
 // rename(2) that never replaces: CheckpointError when `to` exists (it may
 // have appeared since it was checked), leaving it as it is.
 void rename_no_replace(const std::string& from, const std::string& to);
+// rename_no_replace, except that an empty directory at `to` (made with mkdir
+// before an export) is removed first; one that is no longer empty stays.
+void rename_into_empty(const std::string& from, const std::string& to);
 void fsync_dir(const std::string& dir);
 // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): at every
 // instant each name holds one of the two. False, with nothing changed, where
@@ -82,7 +85,8 @@ bool is_regular_file(const std::string& path);  // following links; false when a
 // Throws CorruptionError saying what `path` is when it exists and is not a
 // regular file (a FIFO, a device, a directory).
 void require_regular_file(const std::string& path);
-bool is_empty_dir(const std::string& path);  // true also when absent
+bool is_empty_dir(const std::string& path);   // true also when absent
+bool holds_nothing(const std::string& path);  // absent, or an empty directory that is not a link
 uint64_t file_size(const std::string& path);
 
 // Joins a relative path from untrusted metadata to `dir`; throws

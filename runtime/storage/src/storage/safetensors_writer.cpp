@@ -39,7 +39,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
                                      uint64_t max_shard_bytes, std::map<std::string, std::string> metadata,
                                      bool lock_held)
     : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
-  if (io::lexists(paths_.target)) {  // a dangling link too: the commit would not replace it
+  if (!io::holds_nothing(paths_.target)) {  // a dangling link too: the commit would not replace it
     throw CheckpointError(fmt::format(
         "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
   }
@@ -124,7 +124,7 @@ void SafetensorsWriter::commit() {
     f.close();
   }
   io::fsync_dir(paths_.staging);
-  io::rename_no_replace(paths_.staging, paths_.target);
+  io::rename_into_empty(paths_.staging, paths_.target);
   io::fsync_dir(paths_.parent);
   committed_ = true;
 }
