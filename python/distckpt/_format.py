@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - a packaging mistake, not a user e
 FORMAT_NAME = "distckpt"
 FORMAT_VERSION = 2
 OLDEST_VERSION = 1
+MAX_BLOCK_SIZE = 1 << 30  # StorageIndex::kMaxChecksumBlockSize: a reader holds a block to check it
 BACKEND = "distckpt-fb"
 COMMIT_FILE = "metadata.json"
 METADATA_FILE = "metadata.fb"
@@ -402,6 +403,8 @@ class _Decoder:
             self.fail(f"world_size is {world}, it must be at least 1")
         m = Metadata(world_size=world, block_size=root.ChecksumBlockSize(), tensors=[], objects=[], files=[],
                      format_version=version)
+        if m.block_size > MAX_BLOCK_SIZE:
+            self.fail(f"checksum blocks of {m.block_size} bytes, more than the {MAX_BLOCK_SIZE} a writer uses")
         seen = set()
         for i in range(self.count(root.FilesLength(), 4, "files")):
             self.charge(1, "files")
@@ -432,7 +435,17 @@ class _Decoder:
         if m.common_file:
             self.path(m.common_file, "the common state file")
         m.layout_name = self.text(root.LayoutName())
+        self.disjoint_bytes(m)
         return m
+
+    def disjoint_bytes(self, m):
+        """Each byte of a data file belongs to one record: records sharing
+        bytes would let a small checkpoint claim any amount of data."""
+        ranges = sorted((r.file, r.byte_offset, r.byte_offset + r.byte_length)
+                        for r in [c for t in m.tensors for c in t.chunks] + m.objects if r.byte_length > 0)
+        for (file_a, _, end_a), (file_b, begin_b, end_b) in zip(ranges, ranges[1:]):
+            if file_a == file_b and begin_b < end_a:
+                self.fail(f"two records share bytes [{begin_b}, {min(end_a, end_b)}) of '{m.files[file_a].path}'")
 
     def path(self, path, what):
         try:

@@ -16,11 +16,15 @@ Names taken by a sharded tensor are never shadowed by a common path.
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+import bisect
+import heapq
 import warnings
 
+import numpy as np
 import torch
 
 from . import _dcp
+from ._errors import CorruptionError
 from ._format import DTYPES, ChunkRecord, ObjectRecord, dtype_of, itemsize
 
 
@@ -84,6 +88,80 @@ def _pieces(chunk: ChunkRecord, size: int) -> List[Piece]:
     return out
 
 
+def check_tiling(key: str, shape, pieces: List[Piece]) -> None:
+    """CorruptionError unless the stored PIECES of tensor KEY tile its SHAPE
+    exactly once: counting elements alone would let an overlap hide a hole
+    (the rules of the C++ reader, plan/coverage.cpp)."""
+    boxes = [(tuple(p.offsets), tuple(p.sizes)) for p in pieces if all(n > 0 for n in p.sizes)]
+    total = 1
+    for n in shape:
+        total *= n
+    where = f"the stored chunks of '{key}' (global shape {list(shape)})"
+    if total == 0:
+        return
+    if not shape:
+        if len(boxes) != 1:
+            raise CorruptionError(f"{where}: {len(boxes)} chunks hold its one element")
+        return
+    for off, size in boxes:
+        if len(off) != len(shape) or any(o < 0 or o + n > e for o, n, e in zip(off, size, shape)):
+            raise CorruptionError(f"{where}: a chunk at {list(off)} of {list(size)} lies outside it")
+    cuts = [sorted({0, e} | {o[d] for o, _ in boxes} | {o[d] + n[d] for o, n in boxes})
+            for d, e in enumerate(shape)]
+    cells = 1
+    for c in cuts:
+        cells *= len(c) - 1
+    if cells <= 8 * len(boxes) + 4096:  # every regular or aligned layout: mark the grid
+        count = np.zeros([len(c) - 1 for c in cuts], dtype=np.int32)
+        for off, size in boxes:
+            count[tuple(slice(bisect.bisect_left(c, o), bisect.bisect_left(c, o + n))
+                        for c, o, n in zip(cuts, off, size))] += 1
+        if (count > 1).any():
+            raise CorruptionError(f"{where}: two chunks overlap at "
+                                  f"{[c[i] for c, i in zip(cuts, np.argwhere(count > 1)[0])]}")
+        if (count == 0).any():
+            raise CorruptionError(f"{where}: no chunk holds the elements at "
+                                  f"{[c[i] for c, i in zip(cuts, np.argwhere(count == 0)[0])]}")
+        return
+    # A sweep over axis 0: each box meets the open boxes (whose axis-0 range
+    # reaches it) that can meet it on axis 1. In one or two dimensions those
+    # are disjoint on axis 1, so its neighbours there are the only candidates.
+    boxes.sort()
+    for (a, _), (b, _) in zip(boxes, boxes[1:]):
+        if a == b:
+            raise CorruptionError(f"{where}: two chunks start at {list(a)}")
+    size_of = dict(boxes)
+    closing = []  # heap of (axis-0 end, open entry)
+    open_boxes = []  # sorted (axis-1 start, axis-1 end, offsets)
+    stored = 0
+    for off, size in boxes:
+        while closing and closing[0][0] <= off[0]:
+            del open_boxes[bisect.bisect_left(open_boxes, heapq.heappop(closing)[1])]
+        lo, hi = (off[1], off[1] + size[1]) if len(shape) > 1 else (0, 1)
+        met = None
+        if len(shape) <= 2:
+            i = bisect.bisect_right(open_boxes, (lo, float("inf")))
+            if i < len(open_boxes) and open_boxes[i][0] < hi:
+                met = open_boxes[i][2]
+            elif i > 0 and open_boxes[i - 1][1] > lo:
+                met = open_boxes[i - 1][2]
+        else:
+            for start, _, o in open_boxes:
+                if start >= hi:
+                    break
+                if all(a < c + m and c < a + k for a, k, c, m in zip(off, size, o, size_of[o])):
+                    met = o
+                    break
+        if met is not None:
+            raise CorruptionError(f"{where}: chunks at {list(met)} and {list(off)} overlap")
+        entry = (lo, hi, off)
+        bisect.insort(open_boxes, entry)
+        heapq.heappush(closing, (off[0] + size[0], entry))
+        stored += int(np.prod(size, dtype=object))
+    if stored != total:
+        raise CorruptionError(f"{where}: its chunks hold {stored} of its {total} elements")
+
+
 def _walk(value, path, out):
     """Every node of the common tree under its dotted path."""
     if path:
@@ -107,6 +185,7 @@ def build(ckpt) -> Index:
         dtype = dtype_of(t.dtype)
         size = itemsize(dtype)
         ps = [p for c in t.chunks for p in _pieces(c, size)]
+        check_tiling(t.key, t.shape, ps)
         md[t.key] = _dcp.TensorStorageMetadata(
             properties=_dcp.tensor_properties(dtype), size=torch.Size(t.shape),
             chunks=[_dcp.ChunkStorageMetadata(offsets=torch.Size(p.offsets), sizes=torch.Size(p.sizes)) for p in ps])

@@ -74,9 +74,10 @@ def verify(path) -> VerifyReport:
                 except (CheckpointError, OSError) as e:
                     report.problems.append(str(e))
         for t in ckpt.metadata.tensors:
-            if t.stored_numel() != numel(t.shape):
-                report.problems.append(f"tensor '{t.key}': its chunks store {t.stored_numel()} elements, the tensor "
-                                       f"has {numel(t.shape)}")
+            try:
+                _index.check_tiling(t.key, t.shape, [p for c in t.chunks for p in _index._pieces(c, 1)])
+            except CorruptionError as e:
+                report.problems.append(str(e))
         report.bytes_checked = ckpt.bytes_read
     return report
 
@@ -102,13 +103,13 @@ def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, 
             if t.stored_numel() != numel(t.shape):  # before allocating: a damaged shape must not exhaust memory
                 raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
                                       f"store {t.stored_numel()} of its {numel(t.shape)} elements")
+            pieces = [p for c in t.chunks for p in _index._pieces(c, size)]
+            _index.check_tiling(key, t.shape, pieces)  # every element written below exactly once
             dst = torch.empty(t.shape, dtype=dtype)
-            for chunk in t.chunks:
-                for piece in _index._pieces(chunk, size):
-                    view = dst
-                    for axis, (o, n) in enumerate(zip(piece.offsets, piece.sizes)):
-                        view = view.narrow(axis, o, n)
-                    copy_region(ckpt, piece, size, dtype, [0] * len(piece.sizes), piece.sizes, view,
-                                f"tensor '{key}'")
+            for piece in pieces:
+                view = dst
+                for axis, (o, n) in enumerate(zip(piece.offsets, piece.sizes)):
+                    view = view.narrow(axis, o, n)
+                copy_region(ckpt, piece, size, dtype, [0] * len(piece.sizes), piece.sizes, view, f"tensor '{key}'")
             out[key] = dst
         return out

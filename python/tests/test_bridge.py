@@ -288,6 +288,30 @@ class Bridge(unittest.TestCase):
         writing._release()
         self.assertFalse(os.path.exists(lock))  # (its staging directory goes with the next save)
 
+    def test_chunks_must_tile_their_tensor_exactly(self):
+        """An overlap must not hide a hole: element counts alone would accept
+        both, and a load would hand back uninitialised memory."""
+        P = _index.Piece
+        def tiles(shape, boxes):
+            _index.check_tiling("w", shape, [P(o, n, None) for o, n in boxes])
+        tiles((4, 4), [((0, 0), (2, 4)), ((2, 0), (2, 4))])  # the grid
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"two chunks overlap at \[2, 0\]"):
+            tiles((4, 4), [((0, 0), (2, 4)), ((2, 0), (1, 4)), ((2, 0), (1, 4))])
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"no chunk holds the elements at \[3, 0\]"):
+            tiles((4, 4), [((0, 0), (3, 4))])
+        # Too irregular for a grid of cells (n column strips and n single cells): the sweep.
+        n = 3000
+        strips = [((0, j), (n, 1)) for j in range(n)] + [((i, n), (1, 1)) for i in range(n)]
+        tiles((n, n + 1), strips)
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"chunks at \[0, 5\] and \[7, 5\] overlap"):
+            tiles((n, n + 1), strips + [((7, 5), (1, 1))])
+        with self.assertRaisesRegex(distckpt.CorruptionError, r"its chunks hold \d+ of its \d+ elements"):
+            tiles((n, n + 1), strips[:-1])
+        cubes = [((0, j, k), (2, 1, 1)) for j in range(80) for k in range(80)]
+        tiles((2, 80, 80), cubes)
+        with self.assertRaisesRegex(distckpt.CorruptionError, "overlap"):
+            tiles((2, 80, 80), cubes + [((1, 3, 3), (1, 1, 1))])
+
     def test_paths_out_of_the_checkpoint_are_refused(self):
         save({"w": torch.ones(3)}, self.ckpt)
         outside = os.path.join(self.tmp, "outside.bin")

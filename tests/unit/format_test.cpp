@@ -271,6 +271,11 @@ TEST(FormatMetadataTest, RejectsBadByteRangesAndChecksumCounts) {
                                        "object 'rng/shard_0_2' spans bytes [4090, +10)"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[1].block_checksums.clear(); },
                                        "object 'rng/shard_1_2' has 0 block checksums, expected 1"));
+  // Two records on the same bytes: a small checkpoint claiming any amount of data.
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[0].byte_offset = m.tensors[0].chunks[0].byte_offset; },
+                                       "two records share bytes"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.checksum_block_size = uint64_t{1} << 31; },
+                                       "checksum blocks of 2147483648 bytes, more than the 1073741824 a writer uses"));
 }
 
 TEST(FormatMetadataTest, RejectsBadKeysFilesAndHeader) {

@@ -96,7 +96,7 @@ const ObjectRecord* CheckpointReader::find_object(const std::string& unique_key)
 const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) {
   std::lock_guard<std::mutex> lock(indexes_mutex_);
   auto& slot = indexes_[&record];
-  if (!slot) slot = std::make_unique<plan::ChunkIndex>(record);
+  if (!slot) slot = std::make_unique<plan::ChunkIndex>(record, index().files);
   return *slot;
 }
 

@@ -134,6 +134,12 @@ std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
 // The options a rank can check alone; returns the coordinator.
 int checked_options(const SaveOptions& options, const Communicator& comm) {
   if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
+  if (options.checksum_block_size > StorageIndex::kMaxChecksumBlockSize) {
+    throw Error(
+        fmt::format("SaveOptions::checksum_block_size is {} bytes; at most {} (1 GiB), since a reader holds "
+                    "a block in memory to check it",
+                    options.checksum_block_size, StorageIndex::kMaxChecksumBlockSize));
+  }
   resolve_io_threads(options.io_threads);  // rejects a negative count
   if (options.coordinator_rank < 0 || options.coordinator_rank >= comm.size()) {
     throw Error(fmt::format("SaveOptions::coordinator_rank is {}, but the ranks are 0 to {}", options.coordinator_rank,

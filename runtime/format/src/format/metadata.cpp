@@ -132,9 +132,14 @@ class MetadataDecoder {
     m.world_size = root_.world_size();
     if (m.world_size < 1) fail(fmt::format("world_size is {}, it must be at least 1", m.world_size));
     m.checksum_block_size = root_.checksum_block_size();
+    if (m.checksum_block_size > StorageIndex::kMaxChecksumBlockSize) {
+      fail(fmt::format("checksum blocks of {} bytes, more than the {} a writer uses", m.checksum_block_size,
+                       StorageIndex::kMaxChecksumBlockSize));
+    }
     m.files = decode_files();
     m.tensors = decode_tensors(m.files);
     m.objects = decode_objects(m.files);
+    check_disjoint_bytes(m);
     m.common_file = std::string(view(root_.common_file()));
     if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
     m.layout_name = std::string(view(root_.layout_name()));
@@ -378,6 +383,35 @@ class MetadataDecoder {
     const auto where = [&] { return fmt::format("object '{}'", o.unique_key()); };
     check_storage(where, o.file, o.byte_offset, o.byte_length, o.block_checksums.size(), files);
     return o;
+  }
+
+  // Each byte of a data file belongs to one chunk or object: records that
+  // share bytes would let a small checkpoint claim any amount of data, and
+  // are never written.
+  void check_disjoint_bytes(const CheckpointMetadata& m) const {
+    struct Range {
+      uint32_t file;
+      uint64_t begin, end;
+      bool operator<(const Range& o) const { return file != o.file ? file < o.file : begin < o.begin; }
+    };
+    std::vector<Range> ranges;
+    for (const TensorRecord& t : m.tensors) {
+      for (const ChunkRecord& c : t.chunks) {
+        if (c.byte_length > 0) ranges.push_back({c.file, c.byte_offset, c.byte_offset + c.byte_length});
+      }
+    }
+    for (const ObjectRecord& o : m.objects) {
+      if (o.byte_length > 0) ranges.push_back({o.file, o.byte_offset, o.byte_offset + o.byte_length});
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      const Range& a = ranges[i - 1];
+      const Range& b = ranges[i];
+      if (a.file == b.file && b.begin < a.end) {
+        fail(fmt::format("two records share bytes [{}, {}) of '{}'", b.begin, std::min(a.end, b.end),
+                         m.files[a.file].path));
+      }
+    }
   }
 
   const fb::CheckpointMetadata& root_;

@@ -1,10 +1,11 @@
 #include "plan/chunk_index.h"
 
 #include "format/dtype.h"
+#include "plan/coverage.h"
 
 namespace distckpt::plan {
 
-ChunkIndex::ChunkIndex(const TensorRecord& record) {
+ChunkIndex::ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files) {
   const uint64_t element = record.element_size();
   for (uint32_t c = 0; c < record.chunks.size(); ++c) {
     const ChunkRecord& chunk = record.chunks[c];
@@ -16,6 +17,13 @@ ChunkIndex::ChunkIndex(const TensorRecord& record) {
       pieces_.push_back(StoredPiece{p.box, c, static_cast<uint64_t>(p.flat_start - chunk.flat->start) * element});
     }
   }
+  // Counting the elements a region's pieces hold would let an overlap hide a
+  // hole: the stored chunks must tile the tensor exactly, checked once.
+  std::vector<OwnedBox> boxes;
+  boxes.reserve(pieces_.size());
+  for (const StoredPiece& p : pieces_)
+    boxes.push_back(OwnedBox{p.box, files.at(record.chunks[p.chunk].file).writer_rank});
+  check_exact_cover(record.key, record.global_shape, boxes, CoverSubject::kStoredChunks);
   if (record.global_shape.empty()) return;  // scalars: every piece matches
   std::sort(pieces_.begin(), pieces_.end(),
             [](const StoredPiece& a, const StoredPiece& b) { return a.box.offset[0] < b.box.offset[0]; });

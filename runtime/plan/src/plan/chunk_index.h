@@ -21,7 +21,9 @@ struct StoredPiece {
 
 class ChunkIndex {
  public:
-  explicit ChunkIndex(const TensorRecord& record);
+  // Throws CorruptionError unless the stored chunks tile the tensor exactly
+  // (`files`, the checkpoint's, name the writers in the message).
+  ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files);
 
   // Appends the pieces that intersect `region` to `out`. Pieces are sorted by
   // their axis-0 start with a running maximum of their axis-0 end, so a query

@@ -3,15 +3,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
+#include <iterator>
+#include <map>
 
 #include "distckpt/core/errors.h"
 
 namespace distckpt::plan {
 namespace {
 
-[[noreturn]] void throw_overlap(const std::string& key, const Shape& global_shape, const OwnedBox& a,
-                                const OwnedBox& b) {
+[[noreturn]] void throw_overlap(const std::string& key, const Shape& global_shape, const OwnedBox& a, const OwnedBox& b,
+                                CoverSubject subject) {
+  if (subject == CoverSubject::kStoredChunks) {
+    throw CorruptionError(
+        fmt::format("the stored chunks of '{}' (global shape {}) overlap: {} (written by rank {}) "
+                    "and {} (written by rank {})",
+                    key, to_string(global_shape), to_string(a.box), a.rank, to_string(b.box), b.rank));
+  }
   throw ShardingError(
       fmt::format("invalid sharding of '{}' (global shape {}): main replicas overlap: rank {} holds {} and rank {} "
                   "holds {}. Every element must have exactly one main replica (replica_id all zeros); give the copies "
@@ -20,11 +27,16 @@ namespace {
 }
 
 [[noreturn]] void throw_gap(const std::string& key, const Shape& global_shape, const Box& hole, int64_t covered,
-                            int64_t total) {
-  throw ShardingError(fmt::format(
-      "invalid sharding of '{}' (global shape {}): no rank holds a main replica of {} ({} of {} elements "
-      "covered). Check the offsets/fragments of that tensor on every rank.",
-      key, to_string(global_shape), hole.ndim() ? to_string(hole) : std::string("some elements"), covered, total));
+                            int64_t total, CoverSubject subject) {
+  const std::string where = hole.ndim() ? to_string(hole) : std::string("some elements");
+  if (subject == CoverSubject::kStoredChunks) {
+    throw CorruptionError(fmt::format("no stored chunk of '{}' (global shape {}) holds {} ({} of {} elements stored)",
+                                      key, to_string(global_shape), where, covered, total));
+  }
+  throw ShardingError(
+      fmt::format("invalid sharding of '{}' (global shape {}): no rank holds a main replica of {} ({} of {} elements "
+                  "covered). Check the offsets/fragments of that tensor on every rank.",
+                  key, to_string(global_shape), where, covered, total));
 }
 
 // Sorted distinct cut coordinates per axis.
@@ -72,7 +84,8 @@ void for_each_cell(const std::vector<size_t>& lo, const std::vector<size_t>& hi,
 // Marks every grid cell each box covers; the first cell marked twice is an
 // overlap, the first cell never marked is a gap.
 void check_on_grid(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes,
-                   const std::vector<std::vector<int64_t>>& cuts, size_t cells, int64_t covered, int64_t total) {
+                   const std::vector<std::vector<int64_t>>& cuts, size_t cells, int64_t covered, int64_t total,
+                   CoverSubject subject) {
   const size_t nd = global_shape.size();
   std::vector<size_t> dims(nd), strides(nd);
   size_t stride = 1;
@@ -89,7 +102,7 @@ void check_on_grid(const std::string& key, const Shape& global_shape, const std:
       hi[d] = cut_index(cuts[d], boxes[i].box.offset[d] + boxes[i].box.length[d]);
     }
     for_each_cell(lo, hi, strides, [&](size_t cell) {
-      if (owner[cell] >= 0) throw_overlap(key, global_shape, boxes[owner[cell]], boxes[i]);
+      if (owner[cell] >= 0) throw_overlap(key, global_shape, boxes[owner[cell]], boxes[i], subject);
       owner[cell] = static_cast<int32_t>(i);
     });
   }
@@ -103,40 +116,68 @@ void check_on_grid(const std::string& key, const Shape& global_shape, const std:
       hole.offset[d] = cuts[d][i];
       hole.length[d] = cuts[d][i + 1] - cuts[d][i];
     }
-    throw_gap(key, global_shape, hole, covered, total);
+    throw_gap(key, global_shape, hole, covered, total, subject);
   }
 }
 
-// Sweep along axis 0: boxes sorted by start; each is compared only with the
-// still-open boxes whose axis-0 range reaches it.
+// Sweep along axis 0: each box is compared only with the still-open boxes
+// (whose axis-0 range reaches it) that can meet it on axis 1. In one or two
+// dimensions open boxes of a valid cover are disjoint on axis 1, so only its
+// neighbours there are checked: O(n log n). With more dimensions every open
+// box starting before its axis-1 end is compared.
 void check_by_sweep(const std::string& key, const Shape& global_shape, std::vector<OwnedBox> boxes, int64_t covered,
-                    int64_t total) {
+                    int64_t total, CoverSubject subject) {
   std::sort(boxes.begin(), boxes.end(),
             [](const OwnedBox& a, const OwnedBox& b) { return a.box.offset[0] < b.box.offset[0]; });
-  std::multiset<std::pair<int64_t, size_t>> open;  // (axis-0 end, index)
+  const size_t nd = global_shape.size();
+  const auto start1 = [&](size_t i) { return nd > 1 ? boxes[i].box.offset[1] : 0; };
+  const auto end1 = [&](size_t i) { return nd > 1 ? boxes[i].box.offset[1] + boxes[i].box.length[1] : 1; };
+  std::multimap<int64_t, size_t> closing;  // axis-0 end -> box
+  std::multimap<int64_t, size_t> open;     // axis-1 start -> box
+  std::vector<std::multimap<int64_t, size_t>::iterator> open_at(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) {
     const int64_t start = boxes[i].box.offset[0];
-    while (!open.empty() && open.begin()->first <= start) open.erase(open.begin());
-    for (const auto& [end, j] : open) {
-      if (intersect(boxes[i].box, boxes[j].box)) throw_overlap(key, global_shape, boxes[j], boxes[i]);
+    while (!closing.empty() && closing.begin()->first <= start) {
+      open.erase(open_at[closing.begin()->second]);
+      closing.erase(closing.begin());
     }
-    open.emplace(start + boxes[i].box.length[0], i);
+    const auto overlap = [&](size_t j) { throw_overlap(key, global_shape, boxes[j], boxes[i], subject); };
+    if (nd <= 2) {
+      const auto next = open.upper_bound(start1(i));
+      if (next != open.end() && next->first < end1(i)) overlap(next->second);
+      if (next != open.begin() && end1(std::prev(next)->second) > start1(i)) overlap(std::prev(next)->second);
+    } else {
+      for (auto it = open.begin(); it != open.end() && it->first < end1(i); ++it) {
+        if (intersect(boxes[i].box, boxes[it->second].box)) overlap(it->second);
+      }
+    }
+    open_at[i] = open.emplace(start1(i), i);
+    closing.emplace(start + boxes[i].box.length[0], i);
   }
-  if (covered != total) throw_gap(key, global_shape, Box{}, covered, total);
+  if (covered != total) throw_gap(key, global_shape, Box{}, covered, total, subject);
 }
 
 }  // namespace
 
-void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& all) {
+void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& all,
+                       CoverSubject subject) {
   std::vector<OwnedBox> boxes;
   boxes.reserve(all.size());
   const Box whole{Shape(global_shape.size(), 0), global_shape};
   for (const OwnedBox& b : all) {
+    if (b.box.ndim() != global_shape.size() && subject == CoverSubject::kStoredChunks) {
+      throw CorruptionError(fmt::format("a stored chunk of '{}' is {} but the global shape is {}", key,
+                                        to_string(b.box), to_string(global_shape)));
+    }
     if (b.box.ndim() != global_shape.size()) {
       throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {} but the global shape is {}", key,
                                       b.rank, to_string(b.box), to_string(global_shape)));
     }
     if (b.box.empty()) continue;
+    if (!contains(whole, b.box) && subject == CoverSubject::kStoredChunks) {
+      throw CorruptionError(fmt::format("a stored chunk of '{}' is {}, outside the global shape {}", key,
+                                        to_string(b.box), to_string(global_shape)));
+    }
     if (!contains(whole, b.box)) {
       throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}, outside the global shape {}", key,
                                       b.rank, to_string(b.box), to_string(global_shape)));
@@ -149,8 +190,8 @@ void check_exact_cover(const std::string& key, const Shape& global_shape, const 
   const int64_t covered64 = covered > total ? total + 1 : static_cast<int64_t>(covered);
   if (total == 0) return;
   if (global_shape.empty()) {  // a scalar: exactly one holder
-    if (boxes.size() > 1) throw_overlap(key, global_shape, boxes[0], boxes[1]);
-    if (boxes.empty()) throw_gap(key, global_shape, whole, 0, 1);
+    if (boxes.size() > 1) throw_overlap(key, global_shape, boxes[0], boxes[1], subject);
+    if (boxes.empty()) throw_gap(key, global_shape, whole, 0, 1, subject);
     return;
   }
   const auto cuts = grid_cuts(global_shape, boxes);
@@ -158,9 +199,9 @@ void check_exact_cover(const std::string& key, const Shape& global_shape, const 
   for (const auto& c : cuts) cells *= static_cast<__int128>(c.size() - 1);
   const __int128 grid_budget = 8 * static_cast<__int128>(boxes.size()) + 4096;
   if (cells <= grid_budget) {
-    check_on_grid(key, global_shape, boxes, cuts, static_cast<size_t>(cells), covered64, total);
+    check_on_grid(key, global_shape, boxes, cuts, static_cast<size_t>(cells), covered64, total, subject);
   } else {
-    check_by_sweep(key, global_shape, std::move(boxes), covered64, total);
+    check_by_sweep(key, global_shape, std::move(boxes), covered64, total, subject);
   }
 }
 

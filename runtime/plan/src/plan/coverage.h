@@ -14,12 +14,18 @@ struct OwnedBox {
   int rank;
 };
 
-// Throws ShardingError (naming `key`, the ranks and the boxes) when two boxes
-// overlap or part of `global_shape` is covered by none. Empty boxes are
-// ignored. Cost: O(n log n) plus the number of cells of the grid formed by
-// all box boundaries when that grid is at most a small multiple of n (every
-// regular or uneven-but-aligned layout); otherwise a sweep over axis 0 that
-// compares only boxes whose axis-0 ranges overlap.
-void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes);
+// What the boxes are: the main replicas a save is about to write (a bad
+// sharding: ShardingError) or the chunks a checkpoint stores (a corrupt
+// checkpoint: CorruptionError).
+enum class CoverSubject { kMainReplicas, kStoredChunks };
+
+// Throws (naming `key`, the ranks and the boxes) when two boxes overlap or
+// part of `global_shape` is covered by none. Empty boxes are ignored. Cost:
+// O(n log n) plus the number of cells of the grid formed by all box
+// boundaries when that grid is at most a small multiple of n (every regular
+// or uneven-but-aligned layout); otherwise a sweep over axis 0, O(n log n) in
+// one or two dimensions.
+void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes,
+                       CoverSubject subject = CoverSubject::kMainReplicas);
 
 }  // namespace distckpt::plan

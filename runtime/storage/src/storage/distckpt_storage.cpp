@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "distckpt/core/errors.h"
@@ -12,7 +13,9 @@
 namespace distckpt::storage {
 namespace {
 
-constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
+// metadata.fb and common.fb are FlatBuffers, which cannot exceed 2 GiB: a
+// larger file is refused before it is read.
+constexpr uint64_t kMaxFlatBufferBytes = (uint64_t{1} << 31) - 1;
 
 // Whether `dir` is a root of iter_* checkpoints (CheckpointManager's layout)
 // rather than a checkpoint.
@@ -45,7 +48,7 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
   const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
-  const std::string bytes = io::read_file_inside(dir_, path, kMaxMetadataBytes);
+  const std::string bytes = io::read_file_inside(dir_, path, kMaxFlatBufferBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
   metadata_ = decode_metadata(bytes, path);
   if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
@@ -67,7 +70,8 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
 std::string DistckptStorage::common_bytes(std::string& path) const {
   path = io::safe_join(dir_, metadata_.common_file);
   const io::File file = io::open_inside(dir_, path);
-  std::string bytes = io::read_all(file, config_.common ? config_.common->bytes : file.size());
+  std::string bytes =
+      io::read_all(file, std::min(config_.common ? config_.common->bytes : file.size(), kMaxFlatBufferBytes));
   if (config_.common) check_recorded_file(*config_.common, bytes, path);
   return bytes;
 }

@@ -66,6 +66,10 @@ struct FileRecord {
 };
 
 struct StorageIndex {
+  // A reader holds a block in memory to check it: larger blocks are refused
+  // (at save and in metadata read from disk).
+  static constexpr uint64_t kMaxChecksumBlockSize = uint64_t{1} << 30;
+
   std::vector<TensorRecord> tensors;  // sorted by key, unique keys
   std::vector<ObjectRecord> objects;  // sorted by unique key
   std::vector<FileRecord> files;
