@@ -96,6 +96,11 @@ TEST(SafetensorsHeader, RejectsDamagedHeadersNamingTheTensor) {
                       "is too large"));
   EXPECT_TRUE(rejects(R"({"__metadata__":{"k":1}})", 0, "__metadata__ maps 'k' to 1, not a string"));
   EXPECT_TRUE(rejects(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "a tensor has an empty name"));
+  // Keys are unique per object (the same name in two objects is fine); nesting is bounded.
+  EXPECT_TRUE(
+      rejects(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "names 'dtype' twice"));
+  EXPECT_TRUE(
+      rejects(R"({"x":)" + std::string(100, '[') + std::string(100, ']') + "}", 0, "nests more than 64 levels deep"));
 }
 
 // FP8 checkpoints (DeepSeek-V3 style): listed by name whatever the LibTorch,

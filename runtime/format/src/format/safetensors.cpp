@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
@@ -47,29 +50,78 @@ constexpr DtypeName kDtypes[] = {
 // Names the format defines whose elements are not whole bytes (packed).
 constexpr const char* kUnsupported[] = {"F6_E2M3", "F6_E3M2", "F4"};
 
-// nlohmann keeps the last of two equal keys; a duplicate tensor name must
-// not pick one of two definitions silently.
-Json parse_json(std::string_view text, const std::string& origin, const char* what) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  const auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
-        !open_objects.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
+// nlohmann keeps the last of two equal keys, and its parser with a callback
+// rescans an object as each child closes (quadratic in a 100k-tensor header):
+// duplicates and nesting are found by a SAX pass first, then the plain
+// parser builds the document. Both passes are linear.
+class KeyChecker {
+ public:
+  static constexpr size_t kMaxDepth = 64;  // a header nests three deep
+
+  bool null() { return true; }
+  bool boolean(bool /*value*/) { return true; }
+  bool number_integer(Json::number_integer_t /*value*/) { return true; }
+  bool number_unsigned(Json::number_unsigned_t /*value*/) { return true; }
+  bool number_float(Json::number_float_t /*value*/, const std::string& /*text*/) { return true; }
+  bool string(std::string& /*value*/) { return true; }
+  bool binary(Json::binary_t& /*value*/) { return true; }
+  bool start_object(size_t /*elements*/) { return open(true); }
+  bool start_array(size_t /*elements*/) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& key) {
+    if (!keys_.back()->insert(key).second) {
+      duplicate = key;
+      return false;
     }
     return true;
-  };
+  }
+  bool parse_error(size_t /*position*/, const std::string& /*token*/, const nlohmann::detail::exception& e) {
+    error = e.what();
+    return false;
+  }
+
+  std::string duplicate, error;
+  bool too_deep = false;
+
+ private:
+  bool open(bool object) {
+    if (keys_.size() >= kMaxDepth) {
+      too_deep = true;
+      return false;
+    }
+    keys_.push_back(object ? std::make_unique<std::unordered_set<std::string>>() : nullptr);
+    return true;
+  }
+  bool close() {
+    keys_.pop_back();
+    return true;
+  }
+
+  std::vector<std::unique_ptr<std::unordered_set<std::string>>> keys_;  // null for an array
+};
+
+Json parse_json(std::string_view text, const std::string& origin, const char* what) {
+  KeyChecker checker;
+  Json::sax_parse(text.begin(), text.end(), &checker);
+  if (!checker.error.empty()) {
+    throw CorruptionError(fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors",
+                                      origin, what, checker.error));
+  }
+  if (checker.too_deep) {
+    throw CorruptionError(fmt::format("{}: the {} nests more than {} levels deep; the file is not safetensors", origin,
+                                      what, KeyChecker::kMaxDepth));
+  }
+  if (!checker.duplicate.empty()) {
+    throw CorruptionError(
+        fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, checker.duplicate));
+  }
   Json json;
   try {
-    json = Json::parse(text.begin(), text.end(), callback);
+    json = Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {
     throw CorruptionError(fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors",
                                       origin, what, e.what()));
-  }
-  if (!duplicate.empty()) {
-    throw CorruptionError(fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, duplicate));
   }
   if (!json.is_object()) throw CorruptionError(fmt::format("{}: the {} is not a JSON object", origin, what));
   return json;
