@@ -100,6 +100,8 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
     return throws_with<CheckpointError>([&] { load_plain_tensors(file(name)); }, part);
   };
   EXPECT_TRUE(refused("fanout.pt", "its pickle expands to more than 64 times its size"));
+  EXPECT_TRUE(refused("globals.pt", "global names adding up to more than 8 times the pickle's size"));
+  EXPECT_TRUE(refused("nones.pt", "more than 1048576 values waiting on the stack"));
   EXPECT_TRUE(refused("aliases.pt", "its tensors add up to 104857600 bytes, more than 4 times the file's"));
   EXPECT_TRUE(refused("twice.pt", "'a.b' names two tensors"));
   EXPECT_TRUE(refused("intkey.pt", "the top-level dict holds the key '0' twice (as an int and as a string)"));

@@ -24,6 +24,8 @@ OUT/fanout.pt   a list of two references to a list of two references ... 40 deep
 OUT/aliases.pt  one 1 MiB storage under 100 names
 OUT/twice.pt    {"a.b": x, "a": {"b": y}}: two tensors named "a.b"
 OUT/intkey.pt   {0: 1, "0": 2, "w": x}: one key twice in the common values
+OUT/globals.pt  a hand-made pickle: one memoized 100 KB string made into 20000 global names
+OUT/nones.pt    a hand-made pickle: 2^20 + 2 None values pushed and never consumed
 """
 import collections
 import os
@@ -101,6 +103,17 @@ def main():
     torch.save({f"k{i}": shared for i in range(100)}, os.path.join(out, "aliases.pt"))
     torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(3)}}, os.path.join(out, "twice.pt"))
     torch.save({0: 1, "0": 2, "w": torch.ones(1)}, os.path.join(out, "intkey.pt"))
+    long_name = b"X" + struct.pack("<I", 100000) + b"a" * 100000 + b"q\x00"
+    write_pickle(os.path.join(out, "globals.pt"), b"\x80\x02" + long_name + b"h\x00h\x00\x93" * 20000 + b".")
+    write_pickle(os.path.join(out, "nones.pt"), b"\x80\x02" + b"N" * ((1 << 20) + 2) + b".")
+
+
+def write_pickle(path, pickle):
+    """A torch.save archive around a hand-made data.pkl."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pickle)
+        z.writestr("archive/byteorder", b"little")
+        z.writestr("archive/version", b"3\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 
 #include "distckpt/core/errors.h"
 #include "format/metadata.h"
+#include "support/throws_with.h"
 
 namespace distckpt {
 namespace {
@@ -57,6 +58,13 @@ TEST(NameMapping, InconsistentMappingsAreErrorsNamingIt) {
   unknown.map("a", "x.{layer}", {4});
   EXPECT_THROW(unknown.expand(), Error);
   EXPECT_THROW(find_mapping({twice}, "llama", "checkpoint 'c'"), Error);
+  // A mapping read from a checkpoint may claim any count: the expansion is bounded before it allocates
+  // (2^20 x 2^20 x 2^20 would also overflow int64).
+  NameMapping huge("m");
+  huge.map("w", "w.{a}.{b}.{c}", {1}).over("a", int64_t{1} << 20).over("b", int64_t{1} << 20).over("c", 1 << 20);
+  EXPECT_TRUE(throws_with<CheckpointError>([&] { huge.expand(); },
+                                           "name mapping 'm': 'w.{a}.{b}.{c}' expands to more than 16777216 external "
+                                           "names"));
 }
 
 TEST(NameMapping, RoundTripsThroughTheMetadata) {

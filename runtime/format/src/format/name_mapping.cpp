@@ -91,6 +91,9 @@ MappedTensor& NameMapping::map(std::string key, std::string external, Shape shap
 
 std::vector<MappedName> NameMapping::expand() const {
   const std::string where = fmt::format("name mapping '{}'", name_);
+  // Far beyond any model (61 layers x 256 experts x 3 parts is 47k), and a
+  // bound on what a mapping read from a checkpoint can make us allocate.
+  constexpr int64_t kMaxNames = int64_t{1} << 24;
   std::vector<MappedName> out;
   std::unordered_map<std::string, size_t> seen;  // external name -> position in `out`
   for (const MappedTensor& t : tensors_) {
@@ -101,7 +104,15 @@ std::vector<MappedName> NameMapping::expand() const {
     }
     std::vector<int64_t> values(t.indices.size(), 0);
     int64_t combinations = 1;
-    for (const MappedTensor::Index& index : t.indices) combinations *= index.count;
+    for (const MappedTensor::Index& index : t.indices) {
+      if (index.count != 0 && combinations > (kMaxNames - static_cast<int64_t>(out.size())) / index.count) {
+        throw CheckpointError(
+            fmt::format("{}: '{}' expands to more than {} external names; a mapping this large is "
+                        "damaged or not a model's",
+                        where, t.external, kMaxNames));
+      }
+      combinations *= index.count;
+    }
     for (int64_t n = 0; n < combinations; ++n) {
       int64_t rest = n;
       for (size_t k = t.indices.size(); k-- > 0;) {

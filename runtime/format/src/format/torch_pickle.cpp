@@ -43,6 +43,9 @@ class Machine {
   NodeRef parse() {
     while (true) {
       op_at_ = pos_;
+      // Python's pickler batches list and dict items by the thousand; a
+      // longer stack is a pickle made to exhaust memory one opcode at a time.
+      if (stack_.size() > kMaxStack) fail(fmt::format("more than {} values waiting on the stack", kMaxStack));
       const uint8_t op = u8();
       switch (op) {
         case 0x80: {  // PROTO
@@ -163,13 +166,13 @@ class Machine {
         }
         case 'c': {  // GLOBAL "module\nname\n"
           const std::string module = line(), name = line();
-          stack_.push_back(value_item(Global{module + "." + name}));
+          stack_.push_back(value_item(Global{copied(module + "." + name, "global names")}));
           break;
         }
         case 0x93: {  // STACK_GLOBAL
           const std::string name = string_of(pop_node("a global's name"));
           const std::string module = string_of(pop_node("a global's module"));
-          stack_.push_back(value_item(Global{module + "." + name}));
+          stack_.push_back(value_item(Global{copied(module + "." + name, "global names")}));
           break;
         }
         case 'Q':
@@ -284,15 +287,7 @@ class Machine {
     } else {
       fail("a dict key that is neither a string nor an int");
     }
-    // Each copy of a key counts: a memoized string named by many SETITEMs
-    // would otherwise turn a small pickle into any amount of memory.
-    if (const auto* s = std::get_if<std::string>(&k)) {
-      key_bytes_ += s->size();
-      if (key_bytes_ > kKeyBytesPerPickleByte * in_.size() + 4096) {
-        fail(fmt::format("dict keys adding up to more than {} times the pickle's size (one string named as many keys)",
-                         kKeyBytesPerPickleByte));
-      }
-    }
+    if (const auto* s = std::get_if<std::string>(&k)) charge(s->size(), "dict keys");
     const auto [at, added] = d.positions.emplace(k, d.items.size());
     if (!added) {
       d.items[at->second].second = std::move(value);
@@ -391,11 +386,27 @@ class Machine {
     return storage->as_strided(size, stride, offset);
   }
 
-  static constexpr uint64_t kKeyBytesPerPickleByte = 8;
+  static constexpr uint64_t kCopiedBytesPerPickleByte = 8;
+  static constexpr size_t kMaxStack = size_t{1} << 20;
+
+  // Each copy of a string counts: a memoized string named by many SETITEMs
+  // or STACK_GLOBALs would otherwise turn a small pickle into any amount of
+  // memory.
+  void charge(size_t bytes, const char* what) {
+    copied_bytes_ += bytes;
+    if (copied_bytes_ > kCopiedBytesPerPickleByte * in_.size() + 4096) {
+      fail(fmt::format("{} adding up to more than {} times the pickle's size (one string copied many times)", what,
+                       kCopiedBytesPerPickleByte));
+    }
+  }
+  std::string copied(std::string s, const char* what) {
+    charge(s.size(), what);
+    return s;
+  }
 
   std::string_view in_;
   size_t pos_ = 0, op_at_ = 0;
-  uint64_t key_bytes_ = 0;
+  uint64_t copied_bytes_ = 0;  // dict keys and global names
   const StorageLoader& storage_;
   const std::string& origin_;
   std::vector<Item> stack_;

@@ -138,7 +138,13 @@ void Index::read_directory(const ReadAt& read, uint64_t file_size) {
   if (entries > directory_bytes / kDirectoryEntryBytes) {
     fail(fmt::format("{} entries cannot fit a central directory of {} bytes", entries, directory_bytes));
   }
-  // Bounded by the file's own size (checked above); entries are read from it in place.
+  // Bounded by the file's own size (checked above), which a sparse file does
+  // not bound in memory: 512 MiB holds the entries of millions of tensors.
+  constexpr uint64_t kMaxDirectoryBytes = uint64_t{512} << 20;
+  if (directory_bytes > kMaxDirectoryBytes) {
+    fail(fmt::format("a central directory of {} bytes, more than the {} distckpt reads", directory_bytes,
+                     kMaxDirectoryBytes));
+  }
   std::vector<uint8_t> directory(directory_bytes);
   if (!directory.empty()) read(directory.data(), directory.size(), directory_offset);
   Fields d(directory.data(), directory.size(), context_);
