@@ -208,6 +208,24 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   });
   EXPECT_EQ(diff_checkpoints(n1, n2).tensors.at(0).detail,
             "2 of 3 elements differ, first at [1] (2 vs nan), max |difference| nan (NaN on one side)");
+
+  // Keys are untrusted bytes: diff and digest print control bytes escaped, never raw to the terminal.
+  const std::string e1 = tmp.path() + "/e1", e2 = tmp.path() + "/e2";
+  const std::string key = "a\x1b[2Jb";
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict x;
+    x[key] = ShardedTensor::from_rank_offsets(key, at::ones({2}), {});
+    save(x, e1, comm);
+    StateDict y;
+    y[key] = ShardedTensor::from_rank_offsets(key, at::zeros({2}), {});
+    save(y, e2, comm);
+  });
+  const CommandResult escaped = run_command(bin + "diff " + e1 + " " + e2);
+  EXPECT_EQ(escaped.output.find('\x1b'), std::string::npos) << escaped.output;
+  EXPECT_NE(escaped.output.find("! a\\x1b[2Jb: values"), std::string::npos) << escaped.output;
+  const CommandResult digest = run_command(bin + "digest " + e1);
+  EXPECT_EQ(digest.output.find('\x1b'), std::string::npos) << digest.output;
+  EXPECT_NE(digest.output.find("a\\x1b[2Jb float32 [2]"), std::string::npos) << digest.output;
 }
 
 // What a user gets wrong first: a command by another tool's name, a root

@@ -71,20 +71,20 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
   for (const TensorDifference& t : d.tensors) {
     switch (t.status) {
       case TensorDifference::Status::kEqual:
-        fmt::print("= {}\n", t.key);
+        fmt::print("= {}\n", printable(t.key));
         break;
       case TensorDifference::Status::kOnlyLeft:
-        fmt::print("- {} (only in {})\n", t.key, left);
+        fmt::print("- {} (only in {})\n", printable(t.key), left);
         break;
       case TensorDifference::Status::kOnlyRight:
-        fmt::print("+ {} (only in {})\n", t.key, right);
+        fmt::print("+ {} (only in {})\n", printable(t.key), right);
         break;
       default:
-        fmt::print("! {}: {} {}\n", t.key, difference_status_name(t.status), t.detail);
+        fmt::print("! {}: {} {}\n", printable(t.key), difference_status_name(t.status), printable(t.detail));
     }
   }
-  for (const std::string& p : d.common_only_left) fmt::print("- common {} (only in {})\n", p, left);
-  for (const std::string& p : d.common_only_right) fmt::print("+ common {} (only in {})\n", p, right);
+  for (const std::string& p : d.common_only_left) fmt::print("- common {} (only in {})\n", printable(p), left);
+  for (const std::string& p : d.common_only_right) fmt::print("+ common {} (only in {})\n", printable(p), right);
   // Differing common values with both sides, where each is one plain value.
   std::map<std::string, const Value*> left_values, right_values;
   const StateDict left_common = d.common_differ.empty() ? Value::dict() : load_common_state_dict(left);
@@ -99,9 +99,9 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
       fmt::print("! common {}: {} vs {}\n", printable(p), plain_text(*a->second), plain_text(*b->second));
     }
   }
-  for (const std::string& k : d.objects_only_left) fmt::print("- object {} (only in {})\n", k, left);
-  for (const std::string& k : d.objects_only_right) fmt::print("+ object {} (only in {})\n", k, right);
-  for (const std::string& k : d.objects_differ) fmt::print("! object {}\n", k);
+  for (const std::string& k : d.objects_only_left) fmt::print("- object {} (only in {})\n", printable(k), left);
+  for (const std::string& k : d.objects_only_right) fmt::print("+ object {} (only in {})\n", printable(k), right);
+  for (const std::string& k : d.objects_differ) fmt::print("! object {}\n", printable(k));
   if (d.content_metadata_differs) fmt::print("! content metadata\n");
   fmt::print("{}\n", d.equal() ? "equal" : "different");
   return d.equal() ? 0 : 1;

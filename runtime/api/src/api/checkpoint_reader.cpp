@@ -152,6 +152,25 @@ void CheckpointReader::copy_piece(const TensorRecord& record, const plan::Stored
   }
 }
 
+at::Tensor CheckpointReader::read_whole(const TensorRecord& record) {
+  if (record.unrepresentable) {
+    throw CheckpointError(fmt::format("'{}' in '{}' cannot be loaded: {}; select the other tensors (TensorSelection)",
+                                      record.key, dir(), unrepresentable_reason(record)));
+  }
+  at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
+  read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
+  return whole;
+}
+
+const TensorRecord& CheckpointReader::tensor_record(const std::string& key) const {
+  const TensorRecord* record = index().find_tensor(key);
+  if (record == nullptr) {
+    throw CheckpointError(
+        fmt::format("'{}' holds no tensor '{}'; `distckpt inspect {}` lists the stored keys", dir(), key, dir()));
+  }
+  return *record;
+}
+
 void CheckpointReader::read_region(const TensorRecord& record, const Box& region, at::Tensor dest) {
   std::vector<const plan::StoredPiece*> pieces;
   index_for(record).query(region, pieces);

@@ -48,6 +48,10 @@ class CheckpointReader {
   // stored values of `region`; throws CheckpointError if the checkpoint does
   // not hold all of it.
   void read_region(const TensorRecord& record, const Box& region, at::Tensor dest);
+  // The whole tensor on the CPU; CheckpointError for a dtype this build lacks.
+  at::Tensor read_whole(const TensorRecord& record);
+  // The record of `key`; CheckpointError naming the command that lists keys.
+  const TensorRecord& tensor_record(const std::string& key) const;
   std::string read_object(const ObjectRecord& record) { return storage_->read_object(record); }
   // Bytes [begin, end) of chunk `chunk` of `record` (relative to the chunk's
   // first byte) into `out`, checked as the storage format allows.

@@ -66,25 +66,6 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
 
 namespace {
 
-at::Tensor read_whole(api::CheckpointReader& reader, const TensorRecord& record) {
-  if (record.unrepresentable) {
-    throw CheckpointError(fmt::format("'{}' in '{}' cannot be loaded: {}; select the other tensors (TensorSelection)",
-                                      record.key, reader.dir(), unrepresentable_reason(record)));
-  }
-  at::Tensor whole = at::empty(record.global_shape, at::TensorOptions().dtype(record.dtype));
-  reader.read_region(record, Box{Shape(record.global_shape.size(), 0), record.global_shape}, whole);
-  return whole;
-}
-
-const TensorRecord& stored_tensor(const api::CheckpointReader& reader, const std::string& key) {
-  const TensorRecord* record = reader.index().find_tensor(key);
-  if (record == nullptr) {
-    throw CheckpointError(fmt::format("'{}' holds no tensor '{}'; `distckpt inspect {}` lists the stored keys",
-                                      reader.dir(), key, reader.dir()));
-  }
-  return *record;
-}
-
 ShardedObject object_of(const ObjectRecord& record) {
   return ShardedObject{record.key, "", record.global_shape, record.global_offset, {0}};
 }
@@ -94,7 +75,7 @@ ShardedObject object_of(const ObjectRecord& record) {
 StateDict load_plain_tensors(const std::string& dir) {
   api::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const TensorRecord& record : reader.index().tensors) out[record.key] = Value(read_whole(reader, record));
+  for (const TensorRecord& record : reader.index().tensors) out[record.key] = Value(reader.read_whole(record));
   return out;
 }
 
@@ -102,7 +83,7 @@ StateDict load_plain_tensors(const std::string& dir, const TensorSelection& sele
   api::CheckpointReader reader(dir);
   const std::vector<TensorRecord>& tensors = reader.index().tensors;  // sorted by key
   std::set<std::string> keys;
-  for (const std::string& key : selection.keys) keys.insert(stored_tensor(reader, key).key);
+  for (const std::string& key : selection.keys) keys.insert(reader.tensor_record(key).key);
   for (const std::string& prefix : selection.prefixes) {
     auto it = std::lower_bound(tensors.begin(), tensors.end(), prefix,
                                [](const TensorRecord& t, const std::string& p) { return t.key < p; });
@@ -114,13 +95,13 @@ StateDict load_plain_tensors(const std::string& dir, const TensorSelection& sele
     }
   }
   StateDict out = Value::dict();
-  for (const std::string& key : keys) out[key] = Value(read_whole(reader, stored_tensor(reader, key)));
+  for (const std::string& key : keys) out[key] = Value(reader.read_whole(reader.tensor_record(key)));
   return out;
 }
 
 at::Tensor load_plain_tensor(const std::string& dir, const std::string& key) {
   api::CheckpointReader reader(dir);
-  return read_whole(reader, stored_tensor(reader, key));
+  return reader.read_whole(reader.tensor_record(key));
 }
 
 StateDict load_sharded_objects_metadata(const std::string& dir) {

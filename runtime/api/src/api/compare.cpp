@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
@@ -46,12 +47,17 @@ std::string value_difference(const at::Tensor& a, const at::Tensor& b) {
 
 // Where two stored tensors with equal dtype names and shapes but different
 // digests differ: by value when this build can load them, else just that.
-std::string values_detail(const std::string& left, const std::string& right, const std::string& key,
-                          const std::string& dtype) {
+// The readers are opened once for all tensors, on the first that differs.
+std::string values_detail(std::optional<api::CheckpointReader> (&readers)[2], const std::string (&dirs)[2],
+                          const std::string& key, const std::string& dtype) {
   const std::string reason = unrepresentable_reason(dtype);
   if (!reason.empty()) return fmt::format("the stored bytes differ ({})", reason);
+  for (int side = 0; side < 2; ++side) {
+    if (!readers[side]) readers[side].emplace(dirs[side]);
+  }
   try {
-    return value_difference(load_plain_tensor(left, key), load_plain_tensor(right, key));
+    return value_difference(readers[0]->read_whole(readers[0]->tensor_record(key)),
+                            readers[1]->read_whole(readers[1]->tensor_record(key)));
   } catch (const c10::Error&) {
     // Comparisons LibTorch lacks for the type on the CPU (float8, uint16/32/64 in some versions).
     return fmt::format("the stored bytes differ (LibTorch cannot compare {} values)", dtype);
@@ -101,6 +107,8 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
   for (TensorDigest& d : digest_checkpoint(left)) a.emplace(d.key, std::move(d));
   for (TensorDigest& d : digest_checkpoint(right)) b.emplace(d.key, std::move(d));
   CheckpointDiff out;
+  const std::string dirs[2] = {left, right};
+  std::optional<api::CheckpointReader> readers[2];
   using Status = TensorDifference::Status;
   for (const auto& [key, l] : a) {
     const auto it = b.find(key);
@@ -113,7 +121,7 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
     } else if (l.hash == it->second.hash) {
       out.tensors.push_back({key, Status::kEqual, ""});
     } else {
-      const std::string detail = values_detail(left, right, key, l.dtype);
+      const std::string detail = values_detail(readers, dirs, key, l.dtype);
       out.tensors.push_back({key, Status::kValues, detail});
     }
   }
