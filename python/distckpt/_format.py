@@ -411,6 +411,8 @@ class _Decoder:
             r = root.Files(i)
             f = FileRecord(self.text(r.Path()), r.Size(), r.WriterRank())
             self.path(f.path, f"file {i}")
+            if f.path in (COMMIT_FILE, COMMON_FILE) or f.path.startswith("metadata"):
+                self.fail(f"file '{f.path}' has the name of a file that is not data")
             if f.path in seen:
                 self.fail(f"file '{f.path}' is listed twice")
             seen.add(f.path)

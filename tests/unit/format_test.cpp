@@ -274,6 +274,8 @@ TEST(FormatMetadataTest, RejectsBadByteRangesAndChecksumCounts) {
   // Two records on the same bytes: a small checkpoint claiming any amount of data.
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.objects[0].byte_offset = m.tensors[0].chunks[0].byte_offset; },
                                        "two records share bytes"));
+  EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].path = "metadata.json"; },
+                                       "file 'metadata.json' has the name of a file that is not data"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.checksum_block_size = uint64_t{1} << 31; },
                                        "checksum blocks of 2147483648 bytes, more than the 1073741824 a writer uses"));
 }

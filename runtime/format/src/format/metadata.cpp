@@ -17,6 +17,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
 #include "fb_support.h"
+#include "format/commit.h"
 #include "format/dtype.h"
 #include "io/file.h"
 
@@ -226,6 +227,11 @@ class MetadataDecoder {
       f.writer_rank = r->writer_rank();
       check_path(f.path, fmt::format("file {}", i));
       if (!seen.insert(view(r->path())).second) fail(fmt::format("file '{}' is listed twice", f.path));
+      // A data file named like the marker or the metadata: removing tensors
+      // (which deletes data files no longer used) would delete those.
+      if (f.path == kCommitFile || f.path == kCommonFile || f.path.rfind("metadata", 0) == 0) {
+        fail(fmt::format("file '{}' has the name of a file that is not data", f.path));
+      }
       if (f.writer_rank < 0 || f.writer_rank >= root_.world_size()) {
         fail(fmt::format("file '{}' has writer rank {}, outside the world of {} ranks", f.path, f.writer_rank,
                          root_.world_size()));
