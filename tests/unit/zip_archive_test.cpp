@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -184,6 +185,37 @@ TEST(ZipIndex, EntryCountsAndOffsetsThatLieAreRefused) {
   std::string past = archive(kTwo);
   past[past.size() - 6] = static_cast<char>(0xF0);  // the directory's offset, low byte
   EXPECT_TRUE(refused(past, "passes its end record"));
+}
+
+// A sparse file may claim a central directory of gigabytes in a few KB on
+// disk: it is refused before anything is read into memory.
+TEST(ZipIndex, AHugeCentralDirectoryIsRefusedBeforeItIsRead) {
+  const uint64_t size = uint64_t{3} << 30, directory = size - 22;
+  std::string end;
+  put(end, 0x06054b50, 4);
+  put(end, 0, 2);
+  put(end, 0, 2);
+  put(end, 1, 2);
+  put(end, 1, 2);
+  put(end, directory, 4);
+  put(end, 0, 4);
+  put(end, 0, 2);
+  uint64_t largest_read = 0;
+  EXPECT_TRUE(throws_with<CorruptionError>(
+      [&] {
+        zip::Index(
+            [&](void* data, size_t n, uint64_t offset) {
+              largest_read = std::max<uint64_t>(largest_read, n);
+              std::memset(data, 0, n);
+              for (size_t i = 0; i < n; ++i) {
+                if (offset + i >= size - end.size())
+                  static_cast<char*>(data)[i] = end[offset + i - (size - end.size())];
+              }
+            },
+            size, "'t.pt' cannot be read");
+      },
+      "a central directory of 3221225450 bytes, more than the 536870912 distckpt reads"));
+  EXPECT_LT(largest_read, uint64_t{1} << 20);
 }
 
 TEST(ZipIndex, EntriesThatCannotBeReadDirectlyAreRefused) {
