@@ -436,6 +436,8 @@ class _Decoder:
         m.common_file = self.text(root.CommonFile())
         if m.common_file:
             self.path(m.common_file, "the common state file")
+            if any(f.path == m.common_file for f in m.files):
+                self.fail(f"data file '{m.common_file}' is also the common state file")
         m.layout_name = self.text(root.LayoutName())
         self.disjoint_bytes(m)
         return m

@@ -78,7 +78,7 @@ def flat_boxes(lengths, start, stop):
     return out
 
 
-def _pieces(chunk: ChunkRecord, size: int) -> List[Piece]:
+def pieces_of(chunk: ChunkRecord, size: int) -> List[Piece]:
     if chunk.flat is None:
         return [Piece(chunk.offset, chunk.length, chunk)]
     out = []
@@ -123,23 +123,31 @@ def check_tiling(key: str, shape, pieces: List[Piece]) -> None:
             raise CorruptionError(f"{where}: no chunk holds the elements at "
                                   f"{[c[i] for c, i in zip(cuts, np.argwhere(count == 0)[0])]}")
         return
-    # A sweep over axis 0: each box meets the open boxes (whose axis-0 range
-    # reaches it) that can meet it on axis 1. In one or two dimensions those
-    # are disjoint on axis 1, so its neighbours there are the only candidates.
-    boxes.sort()
+    # A sweep over the first axis the boxes split: each box meets the open
+    # boxes (whose range there reaches it) that can meet it on the next split
+    # axis. With at most two split axes those are disjoint on the second, so
+    # its neighbours there are the only candidates; with more, the work is
+    # bounded (plan/coverage.cpp).
+    split = [d for d, e in enumerate(shape) if any(o[d] != 0 or n[d] != e for o, n in boxes)]
+    if not split:
+        if len(boxes) != 1:
+            raise CorruptionError(f"{where}: {len(boxes)} chunks each hold all of it")
+        return
+    a0, a1 = split[0], split[1] if len(split) > 1 else None
+    boxes.sort()  # by a0 first: the axes before it are whole, offset 0 in every box
     for (a, _), (b, _) in zip(boxes, boxes[1:]):
         if a == b:
             raise CorruptionError(f"{where}: two chunks start at {list(a)}")
     size_of = dict(boxes)
-    closing = []  # heap of (axis-0 end, open entry)
-    open_boxes = []  # sorted (axis-1 start, axis-1 end, offsets)
-    stored = 0
+    closing = []  # heap of (end on a0, open entry)
+    open_boxes = []  # sorted (start on a1, end on a1, offsets)
+    stored = comparisons = 0
     for off, size in boxes:
-        while closing and closing[0][0] <= off[0]:
+        while closing and closing[0][0] <= off[a0]:
             del open_boxes[bisect.bisect_left(open_boxes, heapq.heappop(closing)[1])]
-        lo, hi = (off[1], off[1] + size[1]) if len(shape) > 1 else (0, 1)
+        lo, hi = (off[a1], off[a1] + size[a1]) if a1 is not None else (0, 1)
         met = None
-        if len(shape) <= 2:
+        if len(split) <= 2:
             i = bisect.bisect_right(open_boxes, (lo, float("inf")))
             if i < len(open_boxes) and open_boxes[i][0] < hi:
                 met = open_boxes[i][2]
@@ -149,6 +157,9 @@ def check_tiling(key: str, shape, pieces: List[Piece]) -> None:
             for start, _, o in open_boxes:
                 if start >= hi:
                     break
+                comparisons += 1
+                if comparisons > 1 << 24:
+                    raise CorruptionError(f"{where}: {len(boxes)} chunks too irregular to check for overlaps")
                 if all(a < c + m and c < a + k for a, k, c, m in zip(off, size, o, size_of[o])):
                     met = o
                     break
@@ -156,7 +167,7 @@ def check_tiling(key: str, shape, pieces: List[Piece]) -> None:
             raise CorruptionError(f"{where}: chunks at {list(met)} and {list(off)} overlap")
         entry = (lo, hi, off)
         bisect.insort(open_boxes, entry)
-        heapq.heappush(closing, (off[0] + size[0], entry))
+        heapq.heappush(closing, (off[a0] + size[a0], entry))
         stored += int(np.prod(size, dtype=object))
     if stored != total:
         raise CorruptionError(f"{where}: its chunks hold {stored} of its {total} elements")
@@ -184,7 +195,7 @@ def build(ckpt) -> Index:
             continue
         dtype = dtype_of(t.dtype)
         size = itemsize(dtype)
-        ps = [p for c in t.chunks for p in _pieces(c, size)]
+        ps = [p for c in t.chunks for p in pieces_of(c, size)]
         check_tiling(t.key, t.shape, ps)
         md[t.key] = _dcp.TensorStorageMetadata(
             properties=_dcp.tensor_properties(dtype), size=torch.Size(t.shape),

@@ -58,8 +58,24 @@ def check_opened(root: str, full: str, fd: int) -> None:
         raise
 
 
+def _hub_blobs(real_root: str):
+    """The blobs folder of the Hugging Face hub repository REAL_ROOT is a
+    snapshot (or a folder of one) of: <repo>/snapshots/<revision>/... links
+    its files into <repo>/blobs. None otherwise (io/safe_path.cpp)."""
+    at = real_root.find("/snapshots/")
+    while at > 0:
+        rest = real_root[at + len("/snapshots/"):]
+        if rest and not rest.startswith("/"):
+            return real_root[:at] + "/blobs"
+        at = real_root.find("/snapshots/", at + 1)
+    return None
+
+
 def _check_resolved(root: str, full: str, real: str) -> None:
     real_root = os.path.realpath(root)
+    blobs = _hub_blobs(real_root)
+    if blobs is not None and os.path.commonpath([blobs, real]) == blobs:
+        return
     if os.path.commonpath([real_root, real]) != real_root:
         raise CorruptionError(f"{full} resolves to {real}, outside the checkpoint {root}; refusing to follow it "
                               "(copy the checkpoint with `cp -L` if the link is intended)")

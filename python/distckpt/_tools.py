@@ -77,7 +77,7 @@ def verify(path) -> VerifyReport:
                     report.problems.append(str(e))
         for t in ckpt.metadata.tensors:
             try:
-                _index.check_tiling(t.key, t.shape, [p for c in t.chunks for p in _index._pieces(c, 1)])
+                _index.check_tiling(t.key, t.shape, [p for c in t.chunks for p in _index.pieces_of(c, 1)])
             except CorruptionError as e:
                 report.problems.append(str(e))
         report.bytes_checked = ckpt.bytes_read
@@ -105,7 +105,7 @@ def load_plain_tensors(path, keys: Optional[Iterable[str]] = None) -> Dict[str, 
             if t.stored_numel() != numel(t.shape):  # before allocating: a damaged shape must not exhaust memory
                 raise CorruptionError(f"{os.path.join(os.fspath(path), 'metadata.fb')}: the chunks of tensor '{key}' "
                                       f"store {t.stored_numel()} of its {numel(t.shape)} elements")
-            pieces = [p for c in t.chunks for p in _index._pieces(c, size)]
+            pieces = [p for c in t.chunks for p in _index.pieces_of(c, size)]
             _index.check_tiling(key, t.shape, pieces)  # every element written below exactly once
             dst = torch.empty(t.shape, dtype=dtype)
             for piece in pieces:

@@ -22,9 +22,10 @@ import torch
 
 from . import _common, _dcp
 from ._errors import CheckpointError
-from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, METADATA_FILE, ChunkRecord, FileRecord, Metadata,
-                      ObjectRecord, RecordedFile, TensorRecord, block_checksums, commit_marker_text, encode_metadata,
-                      fsync_dir, load_commit_marker, name_of, write_all, write_file_atomic, xxh3)
+from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, METADATA_FILE, ChunkRecord,
+                      FileRecord, Metadata, ObjectRecord, RecordedFile, TensorRecord, block_checksums,
+                      commit_marker_text, encode_metadata, fsync_dir, load_commit_marker, name_of, write_all,
+                      write_file_atomic, xxh3)
 from ._paths import claim_staging, staging_paths
 
 __version__ = "0.1.0"
@@ -67,8 +68,9 @@ class FileSystemWriter(_dcp.StorageWriter):
     def __init__(self, path, overwrite: bool = False, block_size: int = DEFAULT_BLOCK_SIZE,
                  content_metadata: Optional[dict] = None):
         super().__init__()
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, not {block_size}")
+        if not 0 < block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size must be positive and at most {MAX_BLOCK_SIZE} (1 GiB; a reader holds a "
+                             f"block in memory to check it), not {block_size}")
         if content_metadata is not None and not isinstance(content_metadata, dict):
             raise ValueError(f"content_metadata must be a dict, not a {type(content_metadata).__name__}")
         self.content_metadata = content_metadata

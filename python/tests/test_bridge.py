@@ -307,7 +307,10 @@ class Bridge(unittest.TestCase):
             tiles((n, n + 1), strips + [((7, 5), (1, 1))])
         with self.assertRaisesRegex(distckpt.CorruptionError, r"its chunks hold \d+ of its \d+ elements"):
             tiles((n, n + 1), strips[:-1])
+        # A stacked axis of length 1 that every chunk spans changes nothing.
+        tiles((1, n, n + 1), [((0,) + o, (1,) + z) for o, z in strips])
         cubes = [((0, j, k), (2, 1, 1)) for j in range(80) for k in range(80)]
+
         tiles((2, 80, 80), cubes)
         with self.assertRaisesRegex(distckpt.CorruptionError, "overlap"):
             tiles((2, 80, 80), cubes + [((1, 3, 3), (1, 1, 1))])

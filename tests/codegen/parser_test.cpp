@@ -215,11 +215,17 @@ TEST(Parser, KeywordsNeedAWordBoundary) {
   EXPECT_EQ(shape_of(*tensor.shape[0]), "stacks");
 }
 
-TEST(Parser, ReservedWordsAreNotNames) {
-  EXPECT_THAT(syntax_errors("layout t;\ntensor state.x [1];\ntensor a.over [1];\nmesh tp, by;"),
+// A reserved word cannot start a name, but after a '.' it is a name like any
+// other: model keys use them (`vision.stage.weight`).
+TEST(Parser, ReservedWordsAreNotNamesExceptAfterADot) {
+  EXPECT_THAT(syntax_errors("layout t;\ntensor state.x [1];\nmesh tp, by;"),
               ElementsAre("2:8: expected the tensor key after 'tensor' (found reserved word 'state')",
-                          "3:10: expected a name after '.' (found reserved word 'over')",
-                          "4:10: expected a mesh axis name (found reserved word 'by')"));
+                          "3:10: expected a mesh axis name (found reserved word 'by')"));
+  const Parsed p = parse(
+      "layout t;\ntensor vision.stage.weight [1];\nobject a.per.first;\nstack s.over[2] over pp { tensor w [1]; }");
+  ASSERT_TRUE(p.diagnostics.all().empty()) << p.diagnostics.render();
+  EXPECT_EQ(item<ast::Tensor>(p.schema, 1).key.text, "vision.stage.weight");
+  EXPECT_EQ(item<ast::Object>(p.schema, 2).key.text, "a.per.first");
 }
 
 TEST(Parser, AllForms) {

@@ -102,7 +102,12 @@ TEST(Coverage, SweepOfColumnStripsAndCellsIsNotQuadratic) {
         check_exact_cover("w", {n, n + 1}, boxes);
       },
       "rank 0 holds offset [0, 5] length [100000, 1] and rank 2 holds"));
-  // Three dimensions take the general comparison, still correct.
+  // An axis every box spans whole (a stacked axis of length 1) changes nothing.
+  std::vector<OwnedBox> stacked;
+  for (int64_t j = 0; j < n; ++j) stacked.push_back(owned({0, 0, j}, {1, n, 1}, 0));
+  for (int64_t i = 0; i < n; ++i) stacked.push_back(owned({0, i, n}, {1, 1, 1}, 1));
+  EXPECT_NO_THROW(check_exact_cover("w", {1, n, n + 1}, stacked, CoverSubject::kStoredChunks));
+  // Three split axes take the general comparison, still correct.
   std::vector<OwnedBox> cubes;
   for (int64_t j = 0; j < 300; ++j) cubes.push_back(owned({0, j, 0}, {300, 1, 1}, 0));
   for (int64_t i = 0; i < 300; ++i) cubes.push_back(owned({i, 0, 1}, {1, 300, 1}, 1));

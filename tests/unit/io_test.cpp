@@ -157,6 +157,10 @@ TEST(IoFileTest, HubSnapshotLinksIntoItsOwnBlobsOnly) {
                                            "outside the checkpoint"));
   EXPECT_TRUE(throws_with<CorruptionError>([&] { open_inside(snapshot, snapshot + "/stolen.safetensors"); },
                                            "outside the checkpoint"));
+  // A folder of a snapshot (a pipeline's text_encoder/) links three levels up.
+  make_dirs(snapshot + "/text_encoder");
+  ASSERT_EQ(::symlink("../../../blobs/f00d", (snapshot + "/text_encoder/model.safetensors").c_str()), 0);
+  EXPECT_EQ(read_file_inside(snapshot + "/text_encoder", snapshot + "/text_encoder/model.safetensors", 100), "weights");
   // A folder merely named like one is no snapshot of a repository with blobs.
   const std::string lone = dir.file("snapshots/rev");
   make_dirs(lone);

@@ -243,6 +243,25 @@ TEST(WriterDistribution, ObjectsAreWrittenByTheirMainReplicaUnderEveryPolicy) {
   }
 }
 
+// A plan cache seeded from a checkpoint of the earlier planner, which could
+// give an object to a replica other than the main one, is not reused.
+TEST(WriterDistribution, ASeedWhoseObjectsOtherReplicasWroteIsNotReused) {
+  CheckpointMetadata m;
+  m.world_size = 4;
+  m.files = {{"data/rank_00000.bin", 16, 0}, {"data/rank_00003.bin", 16, 3}};
+  m.objects = {{"rng", {2}, {0}, 1, 0, 16, {}}};  // written by rank 3
+  LocalPlan main_holder;
+  main_holder.rank = 0;
+  main_holder.objects.push_back(ObjectPlan{"rng", {2}, {0}, {0}, 16});
+  LocalPlan replica = main_holder;
+  replica.rank = 3;
+  replica.objects[0].replica_id = {1};
+  EXPECT_FALSE(objects_written_by_main_replicas(m, main_holder, 0));
+  EXPECT_TRUE(objects_written_by_main_replicas(m, replica, 3));
+  m.files[1].writer_rank = 0;  // as this planner writes it
+  EXPECT_TRUE(objects_written_by_main_replicas(m, main_holder, 0));
+}
+
 TEST(WriterDistribution, StructureHashIgnoresObjectSizesAndRank) {
   LocalPlan a = tp2_dp4_plans()[0];
   a.objects.push_back(ObjectPlan{"rng", {8}, {0}, {0}, 100});

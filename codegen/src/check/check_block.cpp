@@ -21,8 +21,9 @@ namespace distckpt::gen {
 
 void BlockChecker::check_enclosing_axes(int mesh, Loc loc, const std::string& what) {
   for (const EnclosingStack& stack : scope_.stacks) {
-    if (stack.axis >= 0) {
-      ctx_.check_axis_on_mesh(stack.axis, mesh, loc, fmt::format("{} (through its stack '{}')", what, stack.key));
+    if (stack.axis >= 0 && !ctx_.on_mesh(stack.axis, mesh) && ctx_.reported_enclosing.emplace(stack.key, mesh).second) {
+      ctx_.check_axis_on_mesh(stack.axis, mesh, loc, fmt::format("{} (through its stack '{}')", what, stack.key),
+                              /*enclosing=*/true);
     }
   }
 }

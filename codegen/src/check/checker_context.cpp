@@ -109,10 +109,14 @@ std::string CheckContext::describe_mesh(int mesh) const {
   return fmt::format("mesh {} ({})", layout.meshes[mesh].name, fmt::join(axes, ", "));
 }
 
-bool CheckContext::check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what) {
+bool CheckContext::check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what, bool enclosing) {
   if (on_mesh(axis, mesh)) return true;
   std::string hint;
-  for (size_t m = 0; m < layout.meshes.size(); ++m) {
+  if (enclosing) {
+    hint = fmt::format("; add '{}' to mesh {} (meshes naming one axis share it)", layout.mesh_axes[axis],
+                       layout.meshes[mesh].name);
+  }
+  for (size_t m = 0; hint.empty() && m < layout.meshes.size(); ++m) {
     if (on_mesh(axis, static_cast<int>(m))) {
       hint = fmt::format("; put it on mesh {} with 'on {}'", layout.meshes[m].name, layout.meshes[m].name);
       break;

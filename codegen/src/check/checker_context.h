@@ -64,6 +64,9 @@ class CheckContext {
   Layout layout;
   std::vector<int> layer_axes;  // distinct axes of the top-level stacks, for stage()
   std::vector<PendingTie> ties;
+  // (stack key, mesh) pairs whose missing axis is reported: once per stack
+  // and mesh, not for every declaration inside the stack.
+  std::set<std::pair<std::string, int>> reported_enclosing;
 
   // ---- config (check_config.cpp) ----
   // Declares the parameters, resolves their defaults, reports duplicates and
@@ -93,7 +96,9 @@ class CheckContext {
   std::optional<int> resolve_mesh(const ast::Name& name);
   bool on_mesh(int axis, int mesh) const;
   // Reports `axis` (used at `loc` by `what`) when mesh `mesh` lacks it.
-  bool check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what);
+  // `enclosing`: the axis is an enclosing stack's, so the fix is to give the
+  // mesh that axis, not to move the declaration.
+  bool check_axis_on_mesh(int axis, int mesh, Loc loc, const std::string& what, bool enclosing = false);
   std::string describe_mesh(int mesh) const;  // "mesh experts (etp, ep, edp, pp)"
   // Reports an unknown axis (or the missing mesh, once).
   std::optional<int> resolve_axis(const ast::Name& name);
@@ -148,7 +153,8 @@ class BlockChecker {
 // check_block.cpp: every tied(KEY), once all tensors are declared.
 void resolve_ties(CheckContext& ctx);
 
-// check_extras.cpp: common values, transients and optimizers.
+// check_commons.cpp: common values and transients; check_optimizers.cpp:
+// optimizer blocks.
 void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema);
 void check_optimizers(CheckContext& ctx, const ast::Schema& schema);
 // check_mapping.cpp: every `mapping` block, once the layout is complete.

@@ -43,6 +43,11 @@ std::string identifier_problem(std::string_view name, CppScope scope) {
   if (scope == CppScope::kNamespace && !name.empty() && name[0] == '_') {
     return ", which C++ reserves for the implementation at global scope (it begins with '_')";
   }
+  // Namespaces the generated code names: Model would land among their names.
+  if (scope == CppScope::kNamespace &&
+      (name == "std" || name == "at" || name == "c10" || name == "torch" || name == "distckpt" || name == "fmt")) {
+    return ", which the generated code uses for a library of its own";
+  }
   return "";
 }
 

@@ -93,7 +93,9 @@ struct ident : seq<not_at<reserved>, pegtl::identifier> {};
 struct top_level_word : sor<kw_layout, kw_config, kw_mesh, kw_common, kw_transient, kw_optimizer, kw_mapping> {};
 struct item_word : sor<top_level_word, kw_tensor, kw_stack, kw_object> {};
 struct optimizer_word_or_item : sor<item_word, kw_state, kw_scalar, kw_distributed> {};
-struct dotted_part : ident {};
+// After a '.', a word cannot start anything else: reserved words are names
+// there (`vision.stage.weight`, `mlp.per.x`), as model keys use them.
+struct dotted_part : pegtl::identifier {};
 struct dotted : seq<ident, star<one<'.'>, must<dotted_part>>> {};
 struct integer : pegtl::plus<pegtl::digit> {};
 

@@ -66,10 +66,12 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// The checks of the conversions that write one whole target: a file, or a
-// directory that may exist empty (made with mkdir first).
-void check_whole_target(const std::string& dst, const ConvertOptions& options, bool directory) {
-  if (directory ? !io::holds_nothing(dst) : io::lexists(dst)) {  // a dangling link too
+// What a conversion writes: a directory may exist empty (made with mkdir first).
+enum class Target { kFile, kDirectory };
+
+// The checks of the conversions that write one whole target.
+void check_whole_target(const std::string& dst, const ConvertOptions& options, Target target) {
+  if (target == Target::kDirectory ? !io::holds_nothing(dst) : io::lexists(dst)) {  // a dangling link too
     throw CheckpointError(
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
@@ -417,7 +419,7 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 }
 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  check_whole_target(dst, options, /*directory=*/false);
+  check_whole_target(dst, options, Target::kFile);
   const std::unique_ptr<TensorSource> source = open_source(src, options);
   const StateDict common = common_values(*source, src);
   std::vector<storage::TorchFileWriter::Tensor> tensors;
@@ -440,7 +442,7 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 }
 
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options) {
-  check_whole_target(dst, options, /*directory=*/true);
+  check_whole_target(dst, options, Target::kDirectory);
   const std::unique_ptr<TensorSource> source = open_source(src, options);
   StateDict state = common_values(*source, src);
   std::unordered_map<std::string, size_t> by_name;

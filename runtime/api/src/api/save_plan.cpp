@@ -220,8 +220,11 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       if (!p->writer) p->writer = (p->owned_writer = make_writer(*p)).get();
       local = describe_local(*p, state_dict, p->is_coordinator());
       common_hashes = hash_common_leaves(p->split.common);
+      // A seed whose objects were written by other replicas (an older planner) is planned again.
+      const bool seed_fits = !cache || cache->valid || !cache->seed ||
+                             plan::objects_written_by_main_replicas(*cache->seed, local, p->rank);
       const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
-                                  cache ? cache->digest() : 0, common_hashes.digest(), p->coordinator};
+                                  cache && seed_fits ? cache->digest() : 0, common_hashes.digest(), p->coordinator};
       if (p->is_coordinator()) {
         p->claim = std::make_shared<InFlightClaim>(p->paths);
         p->writer->claim();

@@ -143,6 +143,9 @@ class MetadataDecoder {
     check_disjoint_bytes(m);
     m.common_file = std::string(view(root_.common_file()));
     if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
+    for (const FileRecord& f : m.files) {
+      if (f.path == m.common_file) fail(fmt::format("data file '{}' is also the common state file", f.path));
+    }
     m.layout_name = std::string(view(root_.layout_name()));
     m.layout_fingerprint = std::string(view(root_.layout_fingerprint()));
     m.layout_schema = std::string(view(root_.layout_schema()));

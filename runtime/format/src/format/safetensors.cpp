@@ -54,7 +54,7 @@ constexpr const char* kUnsupported[] = {"F6_E2M3", "F6_E3M2", "F4"};
 // rescans an object as each child closes (quadratic in a 100k-tensor header):
 // duplicates and nesting are found by a SAX pass first, then the plain
 // parser builds the document. Both passes are linear.
-class KeyChecker {
+class JsonPrecheck {
  public:
   static constexpr size_t kMaxDepth = 64;  // a header nests three deep
 
@@ -102,19 +102,19 @@ class KeyChecker {
 };
 
 Json parse_json(std::string_view text, const std::string& origin, const char* what) {
-  KeyChecker checker;
-  Json::sax_parse(text.begin(), text.end(), &checker);
-  if (!checker.error.empty()) {
+  JsonPrecheck precheck;
+  Json::sax_parse(text.begin(), text.end(), &precheck);
+  if (!precheck.error.empty()) {
     throw CorruptionError(fmt::format("{}: the {} is not valid JSON ({}); the file is damaged or not safetensors",
-                                      origin, what, checker.error));
+                                      origin, what, precheck.error));
   }
-  if (checker.too_deep) {
+  if (precheck.too_deep) {
     throw CorruptionError(fmt::format("{}: the {} nests more than {} levels deep; the file is not safetensors", origin,
-                                      what, KeyChecker::kMaxDepth));
+                                      what, JsonPrecheck::kMaxDepth));
   }
-  if (!checker.duplicate.empty()) {
+  if (!precheck.duplicate.empty()) {
     throw CorruptionError(
-        fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, checker.duplicate));
+        fmt::format("{}: the {} names '{}' twice; the file is damaged", origin, what, precheck.duplicate));
   }
   Json json;
   try {

@@ -318,15 +318,14 @@ void rename_no_replace(const std::string& from, const std::string& to) {
 }
 
 void rename_into_empty(const std::string& from, const std::string& to) {
-  struct stat st {};
-  if (::lstat(to.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::rmdir(to.c_str()) != 0 && errno != ENOENT) {
-    if (errno == ENOTEMPTY || errno == EEXIST) {
-      throw CheckpointError(fmt::format(
-          "'{}' was an empty directory but something was written into it meanwhile; it was left as it is", to));
-    }
-    throw Error(fmt::format("rmdir of the empty directory '{}' failed: {}", to, std::strerror(errno)));
+  // rename(2) of a directory replaces an empty directory, atomically, and
+  // nothing else: a file, a link or a directory with entries stays.
+  if (::rename(from.c_str(), to.c_str()) == 0) return;
+  if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR || errno == EISDIR) {
+    throw CheckpointError(
+        fmt::format("'{}' appeared or was written into while the export ran; it was left as it is", to));
   }
-  rename_no_replace(from, to);
+  throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
 }
 
 bool holds_nothing(const std::string& path) {

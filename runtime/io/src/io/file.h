@@ -68,8 +68,9 @@ void rename_path(const std::string& from, const std::string& to);    // rename(2
 // rename(2) that never replaces: CheckpointError when `to` exists (it may
 // have appeared since it was checked), leaving it as it is.
 void rename_no_replace(const std::string& from, const std::string& to);
-// rename_no_replace, except that an empty directory at `to` (made with mkdir
-// before an export) is removed first; one that is no longer empty stays.
+// Renames the directory `from` to `to`, which may be absent or an empty
+// directory (made with mkdir before an export, replaced atomically);
+// CheckpointError, `to` untouched, when anything else is there.
 void rename_into_empty(const std::string& from, const std::string& to);
 void fsync_dir(const std::string& dir);
 // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): at every

@@ -54,19 +54,33 @@ bool under(const std::string& path, std::string folder) {
   return path.compare(0, folder.size(), folder) == 0;
 }
 
-// Throws unless `target`, what `path` resolves to, lies inside `dir`. A
-// Hugging Face hub snapshot, <repo>/snapshots/<revision>, holds links to
-// <repo>/blobs/<hash>: that folder belongs to the checkpoint too.
-void check_target(const std::string& dir, const std::string& path, const std::string& target) {
-  const std::string root = real_path(dir);
-  if (under(target, root)) return;
-  const size_t revision = root.find_last_of('/');
-  const size_t snapshots =
-      revision == 0 || revision == std::string::npos ? std::string::npos : root.find_last_of('/', revision - 1);
-  if (snapshots != std::string::npos && root.compare(snapshots, revision - snapshots, "/snapshots") == 0 &&
-      under(target, root.substr(0, snapshots) + "/blobs")) {
-    return;
+// The Hugging Face hub cache folder whose `blobs` the files of `root` may
+// link into: <repo> when `root` is <repo>/snapshots/<revision>, or a folder
+// below one (a model's `text_encoder/`); empty otherwise.
+std::string hub_repository(const std::string& root) {
+  for (size_t at = root.find("/snapshots/"); at != std::string::npos; at = root.find("/snapshots/", at + 1)) {
+    const size_t revision = at + std::string_view("/snapshots/").size();
+    if (revision < root.size() && root[revision] != '/' && at > 0) return root.substr(0, at);
   }
+  return "";
+}
+
+// Throws unless `target`, what `path` resolves to, lies inside `dir` (or the
+// blobs of the hub repository `dir` is a snapshot of: that folder belongs to
+// the checkpoint too).
+void check_target(const std::string& dir, const std::string& path, const std::string& target) {
+  // Every open of a checkpoint's files resolves the same folder: the last
+  // one resolved is kept per thread (a folder moved meanwhile can only make
+  // the check refuse, never accept, a file outside both).
+  thread_local std::string last_dir, last_root;
+  if (dir != last_dir) {
+    last_root = real_path(dir);
+    last_dir = dir;
+  }
+  const std::string& root = last_root;
+  if (under(target, root)) return;
+  const std::string repository = hub_repository(root);
+  if (!repository.empty() && under(target, repository + "/blobs")) return;
   throw CorruptionError(
       fmt::format("{} resolves to {}, outside the checkpoint {}; distckpt does not follow links out of a "
                   "checkpoint: copy the files into it (cp -L)",

@@ -23,8 +23,9 @@ enum class CoverSubject { kMainReplicas, kStoredChunks };
 // part of `global_shape` is covered by none. Empty boxes are ignored. Cost:
 // O(n log n) plus the number of cells of the grid formed by all box
 // boundaries when that grid is at most a small multiple of n (every regular
-// or uneven-but-aligned layout); otherwise a sweep over axis 0, O(n log n) in
-// one or two dimensions.
+// or uneven-but-aligned layout); otherwise a sweep, O(n log n) when the boxes
+// split at most two axes. For stored chunks splitting more, the comparisons
+// are bounded (CorruptionError past a few seconds' worth).
 void check_exact_cover(const std::string& key, const Shape& global_shape, const std::vector<OwnedBox>& boxes,
                        CoverSubject subject = CoverSubject::kMainReplicas);
 

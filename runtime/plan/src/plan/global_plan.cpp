@@ -98,6 +98,17 @@ GlobalSavePlan global_plan_from_metadata(const CheckpointMetadata& metadata) {
   return plan;
 }
 
+bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const LocalPlan& plan, int rank) {
+  std::unordered_map<std::string, const ObjectRecord*> objects;
+  for (const ObjectRecord& o : metadata.objects) objects.emplace(o.unique_key(), &o);
+  for (const ObjectPlan& o : plan.objects) {
+    if (!o.is_main()) continue;
+    const auto it = objects.find(o.unique_key());
+    if (it != objects.end() && metadata.files.at(it->second->file).writer_rank != rank) return false;
+  }
+  return true;
+}
+
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank) {
   std::vector<uint32_t> items;

@@ -67,6 +67,11 @@ GlobalSavePlan global_plan_from_metadata(const CheckpointMetadata& metadata);
 // CheckpointError if an item is not in the metadata at all.
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank);
+// Whether every object this rank holds the main replica of was written by
+// this rank in `metadata`. Checkpoints from before objects were always
+// written by their main replica may record another holder: such a plan is
+// made again rather than reused.
+bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const LocalPlan& plan, int rank);
 
 struct ItemWrite {
   uint64_t byte_offset = 0;

@@ -30,7 +30,7 @@ class BlockChecker {
     const bool checked = !checksums.empty();
     const uint64_t block = checked ? index_.checksum_block_size : kUncheckedPiece;
     try {
-      const io::File f = ranges_.open(file);
+      const io::File f = ranges_.open_uncached(file);
       for (uint64_t i = 0; i * block < length; ++i) {
         const uint64_t s = i * block, n = std::min(block, length - s);
         buffer_.resize(n);
@@ -94,7 +94,7 @@ thread_local CachedBlock cached_block;
 FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links)
     : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums), links_(links) {}
 
-io::File FileRanges::open(uint32_t index) const {
+io::File FileRanges::open_uncached(uint32_t index) const {
   const std::string path = io::safe_join(dir_, index_.files.at(index).path);
   return links_ == Links::kInside ? io::open_inside(dir_, path) : io::File(path, io::File::Mode::kRead);
 }
@@ -109,7 +109,7 @@ std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   }
   // A file evicted here stays open until the threads reading it are done.
   if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
-  open_files_.emplace_front(index, std::make_shared<io::File>(open(index)));
+  open_files_.emplace_front(index, std::make_shared<io::File>(open_uncached(index)));
   return open_files_.front().second;
 }
 

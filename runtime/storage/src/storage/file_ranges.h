@@ -30,7 +30,7 @@ class FileRanges {
   FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links = Links::kInside);
 
   const std::string& dir() const { return dir_; }
-  io::File open(uint32_t file) const;  // a new descriptor, checked as `links` says
+  io::File open_uncached(uint32_t file) const;  // a new descriptor, checked as `links` says
   // Bytes [begin, end) of the range [base, base + length) of `file` into
   // `out`, verifying every checksum block of the range that they overlap
   // (blocks are counted from `base`; none when `checksums` is empty). A block

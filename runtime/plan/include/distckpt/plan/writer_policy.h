@@ -4,7 +4,9 @@
 
 namespace distckpt {
 
-// Which rank writes a shard that several ranks hold (replicas over dp, ...).
+// Which rank writes a tensor shard that several ranks hold (replicas over
+// dp, ...). A sharded object is always written by its main replica, whose
+// contents may differ from the others' (per-rank RNG state), as in Megatron.
 enum class WriterPolicy {
   // Fully parallel: one of the holders, chosen so the ranks that hold the
   // same shards (the data-parallel replicas of a chunk, typically) write

@@ -1,5 +1,6 @@
-// Common values, transient entries and optimizers: the declarations outside
-// the tensor blocks.
+// Optimizer blocks: the states and scalar of LibTorch's Adam and AdamW, which
+// the generated class restores, and ZeRO groups over axes the mesh's tensors
+// are replicated on.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,23 +15,6 @@
 #include "ir/cpp_names.h"
 
 namespace distckpt::gen {
-
-void check_commons_and_transients(CheckContext& ctx, const ast::Schema& schema) {
-  // Keys share the state dict with tensors and objects (claim_key); their
-  // setters are members of Model (check_member_names).
-  for (const ast::Item& item : schema.items) {
-    if (const auto* common = std::get_if<ast::Common>(&item)) {
-      CommonDecl decl{common->key.text, common->type, accessor_name(common->key.text), common->key.loc};
-      ctx.claim_key(decl.key, KeyUse{decl.loc, {}, false, false, 0, {}});
-      ctx.layout.commons.push_back(std::move(decl));
-    } else if (const auto* transient = std::get_if<ast::Transient>(&item)) {
-      TransientDecl decl{transient->key.text, accessor_name(transient->key.text), transient->key.loc};
-      ctx.claim_key(decl.key, KeyUse{decl.loc, {}, false, false, 0, {}});
-      ctx.layout.transients.push_back(std::move(decl));
-    }
-  }
-}
-
 namespace {
 
 // A tensor with the mesh axes that split or place it: its splits, its
@@ -62,7 +46,8 @@ void collect_placed(const Block& block, const std::string& prefix,
 
 // LibTorch's Adam and AdamW, which the generated optimizer class saves and
 // restores, keep these per-parameter tensors and this one scalar.
-constexpr std::array<std::string_view, 3> kAdamStates = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+// (max_exp_avg_sq, under amsgrad, is saved without being declared.)
+constexpr std::array<std::string_view, 2> kAdamStates = {"exp_avg", "exp_avg_sq"};
 constexpr std::string_view kAdamScalar = "step";
 
 // A ZeRO group shards state that its ranks hold identical copies of: an axis
@@ -138,6 +123,12 @@ void check_optimizers(CheckContext& ctx, const ast::Schema& schema) {
       into.push_back(member.text);
     };
     for (const ast::Name& state : optimizer->states) {
+      if (state.text == "max_exp_avg_sq") {
+        ctx.diag.error(state.loc, fmt::format("optimizer '{}': max_exp_avg_sq is saved whenever amsgrad is on; "
+                                              "leave it out of the state line",
+                                              name.text));
+        continue;
+      }
       if (std::find(kAdamStates.begin(), kAdamStates.end(), state.text) == kAdamStates.end()) {
         ctx.diag.error(
             state.loc,
