@@ -411,8 +411,6 @@ class _Decoder:
             r = root.Files(i)
             f = FileRecord(self.text(r.Path()), r.Size(), r.WriterRank())
             self.path(f.path, f"file {i}")
-            if f.path in (COMMIT_FILE, COMMON_FILE) or f.path.startswith("metadata"):
-                self.fail(f"file '{f.path}' has the name of a file that is not data")
             if f.path in seen:
                 self.fail(f"file '{f.path}' is listed twice")
             seen.add(f.path)
@@ -436,9 +434,10 @@ class _Decoder:
         m.common_file = self.text(root.CommonFile())
         if m.common_file:
             self.path(m.common_file, "the common state file")
-            if any(f.path == m.common_file for f in m.files):
-                self.fail(f"data file '{m.common_file}' is also the common state file")
         m.layout_name = self.text(root.LayoutName())
+        for f in m.files:  # rm-tensors deletes data files no longer used: never these
+            if f.path in (COMMIT_FILE, COMMON_FILE, m.common_file) or f.path.startswith("metadata"):
+                self.fail(f"file '{f.path}' has the name of a file that is not data")
         self.disjoint_bytes(m)
         return m
 

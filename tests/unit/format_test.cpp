@@ -279,7 +279,7 @@ TEST(FormatMetadataTest, RejectsBadByteRangesAndChecksumCounts) {
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].path = "common.fb"; },
                                        "file 'common.fb' has the name of a file that is not data"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.common_file = m.files[1].path; },
-                                       "data file 'data/rank_1.bin' is also the common state file"));
+                                       "file 'data/rank_1.bin' has the name of a file that is not data"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.checksum_block_size = uint64_t{1} << 31; },
                                        "checksum blocks of 2147483648 bytes, more than the 1073741824 a writer uses"));
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
@@ -45,19 +46,33 @@ std::string value_difference(const at::Tensor& a, const at::Tensor& b) {
   return detail;
 }
 
+// The two checkpoints' tensors, whole: their readers are opened on the first
+// tensor that differs and serve every later one.
+class TensorPairs {
+ public:
+  TensorPairs(const std::string& left, const std::string& right) : dirs_{left, right} {}
+
+  std::pair<at::Tensor, at::Tensor> read(const std::string& key) {
+    for (int side = 0; side < 2; ++side) {
+      if (!readers_[side]) readers_[side].emplace(dirs_[side]);
+    }
+    return {readers_[0]->read_whole(readers_[0]->tensor_record(key)),
+            readers_[1]->read_whole(readers_[1]->tensor_record(key))};
+  }
+
+ private:
+  std::string dirs_[2];
+  std::optional<api::CheckpointReader> readers_[2];
+};
+
 // Where two stored tensors with equal dtype names and shapes but different
 // digests differ: by value when this build can load them, else just that.
-// The readers are opened once for all tensors, on the first that differs.
-std::string values_detail(std::optional<api::CheckpointReader> (&readers)[2], const std::string (&dirs)[2],
-                          const std::string& key, const std::string& dtype) {
+std::string values_detail(TensorPairs& tensors, const std::string& key, const std::string& dtype) {
   const std::string reason = unrepresentable_reason(dtype);
   if (!reason.empty()) return fmt::format("the stored bytes differ ({})", reason);
-  for (int side = 0; side < 2; ++side) {
-    if (!readers[side]) readers[side].emplace(dirs[side]);
-  }
   try {
-    return value_difference(readers[0]->read_whole(readers[0]->tensor_record(key)),
-                            readers[1]->read_whole(readers[1]->tensor_record(key)));
+    const auto [a, b] = tensors.read(key);
+    return value_difference(a, b);
   } catch (const c10::Error&) {
     // Comparisons LibTorch lacks for the type on the CPU (float8, uint16/32/64 in some versions).
     return fmt::format("the stored bytes differ (LibTorch cannot compare {} values)", dtype);
@@ -107,8 +122,7 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
   for (TensorDigest& d : digest_checkpoint(left)) a.emplace(d.key, std::move(d));
   for (TensorDigest& d : digest_checkpoint(right)) b.emplace(d.key, std::move(d));
   CheckpointDiff out;
-  const std::string dirs[2] = {left, right};
-  std::optional<api::CheckpointReader> readers[2];
+  TensorPairs tensors(left, right);
   using Status = TensorDifference::Status;
   for (const auto& [key, l] : a) {
     const auto it = b.find(key);
@@ -121,7 +135,7 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
     } else if (l.hash == it->second.hash) {
       out.tensors.push_back({key, Status::kEqual, ""});
     } else {
-      const std::string detail = values_detail(readers, dirs, key, l.dtype);
+      const std::string detail = values_detail(tensors, key, l.dtype);
       out.tensors.push_back({key, Status::kValues, detail});
     }
   }

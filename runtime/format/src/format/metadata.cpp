@@ -143,8 +143,14 @@ class MetadataDecoder {
     check_disjoint_bytes(m);
     m.common_file = std::string(view(root_.common_file()));
     if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
+    // A data file named like the marker, the metadata or the common state:
+    // removing tensors (which deletes data files no longer used) would
+    // delete those.
     for (const FileRecord& f : m.files) {
-      if (f.path == m.common_file) fail(fmt::format("data file '{}' is also the common state file", f.path));
+      if (f.path == kCommitFile || f.path == kCommonFile || f.path == m.common_file ||
+          f.path.rfind("metadata", 0) == 0) {
+        fail(fmt::format("file '{}' has the name of a file that is not data", f.path));
+      }
     }
     m.layout_name = std::string(view(root_.layout_name()));
     m.layout_fingerprint = std::string(view(root_.layout_fingerprint()));
@@ -230,11 +236,6 @@ class MetadataDecoder {
       f.writer_rank = r->writer_rank();
       check_path(f.path, fmt::format("file {}", i));
       if (!seen.insert(view(r->path())).second) fail(fmt::format("file '{}' is listed twice", f.path));
-      // A data file named like the marker or the metadata: removing tensors
-      // (which deletes data files no longer used) would delete those.
-      if (f.path == kCommitFile || f.path == kCommonFile || f.path.rfind("metadata", 0) == 0) {
-        fail(fmt::format("file '{}' has the name of a file that is not data", f.path));
-      }
       if (f.writer_rank < 0 || f.writer_rank >= root_.world_size()) {
         fail(fmt::format("file '{}' has writer rank {}, outside the world of {} ranks", f.path, f.writer_rank,
                          root_.world_size()));

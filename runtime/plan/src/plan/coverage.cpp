@@ -39,6 +39,18 @@ namespace {
                   key, to_string(global_shape), where, covered, total));
 }
 
+// A box of another rank than the tensor, or reaching past it: `relation`
+// joins the box and the global shape in the message.
+[[noreturn]] void throw_misplaced(const std::string& key, const Shape& global_shape, const OwnedBox& b,
+                                  const char* relation, CoverSubject subject) {
+  if (subject == CoverSubject::kStoredChunks) {
+    throw CorruptionError(
+        fmt::format("a stored chunk of '{}' is {}{} {}", key, to_string(b.box), relation, to_string(global_shape)));
+  }
+  throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}{} {}", key, b.rank, to_string(b.box),
+                                  relation, to_string(global_shape)));
+}
+
 // Sorted distinct cut coordinates per axis.
 std::vector<std::vector<int64_t>> grid_cuts(const Shape& global_shape, const std::vector<OwnedBox>& boxes) {
   std::vector<std::vector<int64_t>> cuts(global_shape.size());
@@ -191,23 +203,9 @@ void check_exact_cover(const std::string& key, const Shape& global_shape, const 
   boxes.reserve(all.size());
   const Box whole{Shape(global_shape.size(), 0), global_shape};
   for (const OwnedBox& b : all) {
-    if (b.box.ndim() != global_shape.size() && subject == CoverSubject::kStoredChunks) {
-      throw CorruptionError(fmt::format("a stored chunk of '{}' is {} but the global shape is {}", key,
-                                        to_string(b.box), to_string(global_shape)));
-    }
-    if (b.box.ndim() != global_shape.size()) {
-      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {} but the global shape is {}", key,
-                                      b.rank, to_string(b.box), to_string(global_shape)));
-    }
+    if (b.box.ndim() != global_shape.size()) throw_misplaced(key, global_shape, b, " but the global shape is", subject);
     if (b.box.empty()) continue;
-    if (!contains(whole, b.box) && subject == CoverSubject::kStoredChunks) {
-      throw CorruptionError(fmt::format("a stored chunk of '{}' is {}, outside the global shape {}", key,
-                                        to_string(b.box), to_string(global_shape)));
-    }
-    if (!contains(whole, b.box)) {
-      throw ShardingError(fmt::format("invalid sharding of '{}': rank {} holds {}, outside the global shape {}", key,
-                                      b.rank, to_string(b.box), to_string(global_shape)));
-    }
+    if (!contains(whole, b.box)) throw_misplaced(key, global_shape, b, ", outside the global shape", subject);
     boxes.push_back(b);
   }
   const int64_t total = numel(global_shape);

@@ -94,9 +94,12 @@ thread_local CachedBlock cached_block;
 FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links)
     : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums), links_(links) {}
 
+io::File FileRanges::open(const std::string& dir, const std::string& path, Links links) {
+  return links == Links::kInside ? io::open_inside(dir, path) : io::File(path, io::File::Mode::kRead);
+}
+
 io::File FileRanges::open_uncached(uint32_t index) const {
-  const std::string path = io::safe_join(dir_, index_.files.at(index).path);
-  return links_ == Links::kInside ? io::open_inside(dir_, path) : io::File(path, io::File::Mode::kRead);
+  return open(dir_, io::safe_join(dir_, index_.files.at(index).path), links_);
 }
 
 std::shared_ptr<io::File> FileRanges::file(uint32_t index) {

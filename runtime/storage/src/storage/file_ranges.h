@@ -31,6 +31,8 @@ class FileRanges {
 
   const std::string& dir() const { return dir_; }
   io::File open_uncached(uint32_t file) const;  // a new descriptor, checked as `links` says
+  // `path`, a file of `dir`, opened for reading as `links` allows.
+  static io::File open(const std::string& dir, const std::string& path, Links links);
   // Bytes [begin, end) of the range [base, base + length) of `file` into
   // `out`, verifying every checksum block of the range that they overlap
   // (blocks are counted from `base`; none when `checksums` is empty). A block

@@ -45,7 +45,7 @@ io::File open_file(const std::string& dir, const std::string& name, FileRanges::
     throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path));
-  return links == FileRanges::Links::kInside ? io::open_inside(dir, path) : io::File(path, io::File::Mode::kRead);
+  return FileRanges::open(dir, path, links);
 }
 
 }  // namespace
