@@ -16,6 +16,9 @@
 #   DISTCKPT_GPU_CHECK_NCCL=ON|OFF     DISTCKPT_WITH_NCCL (c10d's ProcessGroupNCCL)
 #   DISTCKPT_GPU_CHECK_CONFIGURE_ONLY=1  stop after configuring
 #   DISTCKPT_GPU_CHECK_TIMEOUT=120     seconds each test/bench run may take
+#   DISTCKPT_GPU_CHECK_DEADLINE=3600   seconds from the start by which compiling the
+#                                      whole suite against this LibTorch (last) stops
+#   DISTCKPT_GPU_CHECK_FAIL_FAST=1     no whole-suite compile after a failed step
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=$PWD/gpu-deps DEBS=$PWD/gpu-deps/debs ROOT=$PWD/gpu-deps/root BUILD=$PWD/build-gpu
@@ -154,15 +157,16 @@ except Exception: print("")') || return 1
   echo "configure: $CMAKE, ${gen[0]}, LibTorch $tp, DISTCKPT_WITH_NCCL $with_nccl" >&3
 }
 
+# build SECONDS TARGET...: the targets that exist in this configuration, every
+# failing file in one log, within SECONDS (0: no limit).
 build() {
-  local targets=(distckpt_tests) keep=(-k)
+  local limit=$1 targets=() keep=(-k) t; shift
   # (grep without -q: reading everything, it leaves cmake no SIGPIPE for pipefail to see)
-  local optional
-  for optional in distckpt_nccl_tests gpu_save_bench; do
-    if "$CMAKE" --build "$BUILD" --target help | grep -w "$optional" >/dev/null; then targets+=("$optional"); fi
+  for t in "$@"; do
+    if "$CMAKE" --build "$BUILD" --target help | grep -w "$t" >/dev/null; then targets+=("$t"); fi
   done
-  [ ! -f "$BUILD/build.ninja" ] || keep=(-k 0)  # every failing file in one log
-  "$CMAKE" --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" -- "${keep[@]}"
+  [ ! -f "$BUILD/build.ninja" ] || keep=(-k 0)
+  timeout -k 5 "$limit" "$CMAKE" --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" -- "${keep[@]}"
 }
 
 NAMES=() STATES=() LOGS=()
@@ -181,6 +185,11 @@ step() {
   [ "$rc" = 0 ] || how+=", exit $rc$([ "$rc" != 124 ] || echo ': timed out')"
   echo "== $name: $how" >>"$OUTDIR/$log"
   if [ "$rc" = 0 ]; then record "$name" PASS "$log ($how)"; else record "$name" FAIL "$log ($how)"; fi
+}
+# ran NAME BINARY CMD...: a step where BINARY was built, else SKIP.
+ran() {
+  local name=$1 binary=$2; shift 2
+  if [ -x "$binary" ]; then step "$name" "$name.log" tee "$@"; else record "$name" SKIP "(not built)"; fi
 }
 state() { local i; for i in "${!NAMES[@]}"; do [ "${NAMES[$i]}" != "$1" ] || echo "${STATES[$i]}"; done; }
 # fail_if_skipped NAME PATTERN: on a machine with a GPU, a passed step whose log
@@ -224,33 +233,36 @@ run() {
   step configure configure.log configure
   [ "$(state configure)" = PASS ] || tail -n 30 "$OUTDIR/configure.log" >&3
   [ "${DISTCKPT_GPU_CHECK_CONFIGURE_ONLY:-0}" != 1 ] || summary
+  # The GPU binaries first, run at once; then the whole suite compiles against
+  # this LibTorch within what is left of DISTCKPT_GPU_CHECK_DEADLINE.
   if [ "$(state configure)" = PASS ]; then
-    step build build.log build
+    step build build.log build 0 distckpt_gpu_tests distckpt_nccl_tests gpu_save_bench
     [ "$(state build)" = PASS ] || tail -n 60 "$OUTDIR/build.log" >&3
+    # Which LibTorch, CUDA and NCCL libraries the GPU tests load (libtorch_cuda among them).
+    { echo "== libraries of distckpt_gpu_tests:"; ldd "$BUILD/tests/distckpt_gpu_tests" | grep -E 'torch|c10|nccl|cuda'; } \
+      >>"$OUTDIR/build.log" 2>&1 || true
   else
     record build SKIP
   fi
+  # Each binary that was built runs, even where another one failed to build.
   local t=${DISTCKPT_GPU_CHECK_TIMEOUT:-120}
-  if [ "$(state build)" = PASS ]; then
-    # OMP_NUM_THREADS=1 as scripts/test.sh: several ranks per process.
-    step gpu-tests gpu-tests.log tee env OMP_NUM_THREADS=1 timeout -k 10 "$t" \
-      "$BUILD/tests/distckpt_tests" --gtest_filter='Gpu*'
-  else
-    record gpu-tests SKIP
-  fi
-  if [ "$(state build)" = PASS ] && [ -x "$BUILD/tests/distckpt_nccl_tests" ]; then
-    step nccl-tests nccl-tests.log tee timeout -k 10 "$t" "$BUILD/tests/distckpt_nccl_tests"
-  else
-    record nccl-tests SKIP
-  fi
-  if [ "$(state build)" = PASS ] && [ -x "$BUILD/bin/gpu_save_bench" ]; then
-    step gpu-bench gpu-bench.log tee timeout -k 10 "$t" "$BUILD/bin/gpu_save_bench"
-  else
-    record gpu-bench SKIP
-  fi
+  ran gpu-tests "$BUILD/tests/distckpt_gpu_tests" env OMP_NUM_THREADS=1 timeout -k 10 "$t" "$BUILD/tests/distckpt_gpu_tests"
+  ran nccl-tests "$BUILD/tests/distckpt_nccl_tests" timeout -k 10 "$t" "$BUILD/tests/distckpt_nccl_tests"
+  ran gpu-bench "$BUILD/bin/gpu_save_bench" timeout -k 10 "$t" "$BUILD/bin/gpu_save_bench"
   fail_if_skipped gpu-tests '^\[  SKIPPED \]'
   fail_if_skipped nccl-tests '^\[  SKIPPED \]'
   fail_if_skipped gpu-bench 'nothing measured'
+  local left=$((${DISTCKPT_GPU_CHECK_DEADLINE:-3600} - SECONDS))
+  if [ "$(state configure)" != PASS ]; then
+    record build-all SKIP
+  elif [ "${DISTCKPT_GPU_CHECK_FAIL_FAST:-0}" = 1 ] && printf "%s\n" "${STATES[@]}" | grep -x FAIL >/dev/null; then
+    record build-all SKIP "(a step failed and DISTCKPT_GPU_CHECK_FAIL_FAST=1)"
+  elif [ "$left" -lt 30 ]; then
+    record build-all SKIP "(${left} s left of DISTCKPT_GPU_CHECK_DEADLINE)"
+  else
+    step build-all build-all.log build "$left" distckpt_tests
+    [ "$(state build-all)" = PASS ] || tail -n 40 "$OUTDIR/build-all.log" >&3
+  fi
   summary
 }
 

@@ -1,5 +1,6 @@
 #include "api/host_exchange.h"
 
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>

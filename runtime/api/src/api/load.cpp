@@ -4,6 +4,7 @@
 // ranks need are read once and exchanged -> commit_tensor hooks -> merge
 // into one state dict.
 #include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <functional>

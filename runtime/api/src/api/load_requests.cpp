@@ -1,6 +1,7 @@
 #include "api/load_requests.h"
 
 #include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include "distckpt/core/errors.h"

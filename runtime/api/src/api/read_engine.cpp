@@ -1,5 +1,6 @@
 #include "api/read_engine.h"
 
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <unistd.h>
 

@@ -2,6 +2,7 @@
 // have the same options and per-parameter state, so one template serves both.
 #include "distckpt/optim/torch_optim.h"
 
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
