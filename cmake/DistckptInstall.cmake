@@ -42,4 +42,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/distckptConfig.cmake.i
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/distckptConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/distckptConfig.cmake ${PROJECT_BINARY_DIR}/distckptConfigVersion.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/DistckptGenerate.cmake DESTINATION ${DISTCKPT_CMAKE_DIR})
+  ${PROJECT_SOURCE_DIR}/cmake/DistckptGenerate.cmake ${PROJECT_SOURCE_DIR}/cmake/DistckptCxxRuntime.cmake
+  DESTINATION ${DISTCKPT_CMAKE_DIR})
