@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "distckpt/distckpt.h"
+#include "nccl/gpu_per_rank.h"
 #include "nccl/unique_id.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
@@ -149,15 +150,25 @@ TEST(NcclCommunicator, CreationFailsOnEveryRankWithTheCause) {
   for (int rank = 0; rank < kWorld; ++rank) {
     const std::string& error = errors[static_cast<size_t>(rank)];
     EXPECT_EQ(error.rfind("CommError: ", 0), 0u) << "rank " << rank << ": " << error;
-    if (!gpu_visible()) {
-      // Each rank failed itself and raises its own cause (a rank that did not
-      // fail would raise a CommError naming the ranks that did).
-      EXPECT_NE(error.find("no CUDA device is visible to rank " + std::to_string(rank)), std::string::npos) << error;
-      EXPECT_NE(error.find("NCCL needs one GPU per rank"), std::string::npos) << error;
-    }
+    // Without a GPU each rank failed itself and raises its own cause (a rank
+    // that did not fail would raise a CommError naming the ranks that did);
+    // with one GPU both ranks chose it and every rank names the two.
+    const std::string cause =
+        gpu_visible() ? "ranks 0 and 1 both use the GPU " : "no CUDA device is visible to rank " + std::to_string(rank);
+    EXPECT_NE(error.find(cause), std::string::npos) << error;
+    EXPECT_NE(error.find("NCCL needs one GPU per rank"), std::string::npos) << error;
   }
   // Not a timing assertion on speed: a hang would be the whole timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+}
+
+TEST(NcclGpuPerRank, TwoRanksOnOneGpuAreNamedWithWhatToChange) {
+  EXPECT_EQ(nccl::shared_gpu_error({"node1 0000:18:00.0", "node1 0000:2A:00.0", "node2 0000:18:00.0"}), "");
+  EXPECT_EQ(nccl::shared_gpu_error({}), "");
+  const std::string error =
+      nccl::shared_gpu_error({"node1 0000:18:00.0", "node1 0000:2A:00.0", "node1 0000:2A:00.0", "node1 0000:18:00.0"});
+  EXPECT_NE(error.find("ranks 1 and 2 both use the GPU node1 0000:2A:00.0"), std::string::npos) << error;
+  EXPECT_NE(error.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << error;
 }
 
 TEST(NcclCommunicator, RejectsMissingOrWrongParts) {

@@ -19,6 +19,7 @@
 #include "comm/agreement.h"
 #include "core/device_event.h"
 #include "distckpt/core/errors.h"
+#include "nccl/gpu_per_rank.h"
 #include "nccl/unique_id.h"
 
 namespace distckpt {
@@ -312,7 +313,14 @@ std::shared_ptr<Communicator> nccl_communicator_from_store(const c10::intrusive_
   // Each step is agreed over the CPU communicator: a rank without a GPU fails
   // every rank at once, with its cause, instead of leaving them in NCCL.
   int device = -1;
-  run_agreed(cpu, "choose a CUDA device for NCCL", [&] { device = choose_device(options, rank); });
+  std::string gpu;
+  run_agreed(cpu, "choose a CUDA device for NCCL", [&] {
+    device = choose_device(options, rank);
+    gpu = nccl::gpu_identity(device);
+  });
+  // Every rank sees the same identities, so every rank fails here or none does.
+  const std::string shared = nccl::shared_gpu_error(cpu.all_gather_bytes(gpu));
+  if (!shared.empty()) throw CommError(shared);
   ncclUniqueId id{};
   run_agreed(cpu, "share the NCCL unique id", [&] { id = nccl::share_unique_id(*store, key, rank, options.timeout); });
   ncclComm_t comm = nullptr;
