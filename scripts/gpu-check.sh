@@ -19,6 +19,7 @@
 #   DISTCKPT_GPU_CHECK_DEADLINE=3600   seconds from the start by which compiling the
 #                                      whole suite against this LibTorch (last) stops
 #   DISTCKPT_GPU_CHECK_FAIL_FAST=1     no whole-suite compile after a failed step
+#   DISTCKPT_GPU_CHECK_BUILD_TYPE=Release  CMAKE_BUILD_TYPE (RelWithDebInfo for a debugger)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=$PWD/gpu-deps DEBS=$PWD/gpu-deps/debs ROOT=$PWD/gpu-deps/root BUILD=$PWD/build-gpu
@@ -149,7 +150,7 @@ except Exception: print("")') || return 1
   CMAKE=$cmake
   # Root first, so find_package takes the unpacked packages over any of the host (or /usr);
   # its multiarch cmake dir by name, for hosts whose CMake knows no lib/x86_64-linux-gnu.
-  "$CMAKE" -S . -B "$BUILD" -G "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDISTCKPT_PCH=ON \
+  "$CMAKE" -S . -B "$BUILD" -G "${gen[@]}" -DCMAKE_BUILD_TYPE="${DISTCKPT_GPU_CHECK_BUILD_TYPE:-Release}" -DDISTCKPT_PCH=ON \
     -DCMAKE_PREFIX_PATH="$ROOT/usr;$LIBDIR/cmake;$tp" -DFLATC="$ROOT/usr/bin/flatc" \
     -DDISTCKPT_WITH_NCCL="$with_nccl" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} ${nccl_args[@]+"${nccl_args[@]}"} \
     -DCMAKE_CXX_FLAGS="-I$DEPS/first -isystem $ROOT/usr/include" \
