@@ -233,6 +233,7 @@ run() {
   fi
   step configure configure.log configure
   [ "$(state configure)" = PASS ] || tail -n 30 "$OUTDIR/configure.log" >&3
+  grep '^-- distckpt: ' "$OUTDIR/configure.log" >&3 || true  # what was found, and the C++ runtime's link order
   [ "${DISTCKPT_GPU_CHECK_CONFIGURE_ONLY:-0}" != 1 ] || summary
   # The GPU binaries first, run at once; then the whole suite compiles against
   # this LibTorch within what is left of DISTCKPT_GPU_CHECK_DEADLINE.
