@@ -233,16 +233,20 @@ run() {
   fi
   step configure configure.log configure
   [ "$(state configure)" = PASS ] || tail -n 30 "$OUTDIR/configure.log" >&3
-  grep '^-- distckpt: ' "$OUTDIR/configure.log" >&3 || true  # what was found, and the C++ runtime's link order
+  # What was found, and the C++ runtime's link order (a warning about it too).
+  grep -E '^-- distckpt: |133437' "$OUTDIR/configure.log" >&3 || true
   [ "${DISTCKPT_GPU_CHECK_CONFIGURE_ONLY:-0}" != 1 ] || summary
   # The GPU binaries first, run at once; then the whole suite compiles against
   # this LibTorch within what is left of DISTCKPT_GPU_CHECK_DEADLINE.
   if [ "$(state configure)" = PASS ]; then
+    # A binary left by an earlier build must not run in place of one that failed to build.
+    rm -f "$BUILD/tests/distckpt_gpu_tests" "$BUILD/tests/distckpt_nccl_tests" "$BUILD/bin/gpu_save_bench"
     step build build.log build 0 distckpt_gpu_tests distckpt_nccl_tests gpu_save_bench
     [ "$(state build)" = PASS ] || tail -n 60 "$OUTDIR/build.log" >&3
     # Which LibTorch, CUDA and NCCL libraries the GPU tests load (libtorch_cuda among them).
-    { echo "== libraries of distckpt_gpu_tests:"; ldd "$BUILD/tests/distckpt_gpu_tests" | grep -E 'torch|c10|nccl|cuda'; } \
-      >>"$OUTDIR/build.log" 2>&1 || true
+    # libstdc++ must come first (cmake/DistckptCxxRuntime.cmake).
+    { echo "== libraries of distckpt_gpu_tests:"; readelf -d "$BUILD/tests/distckpt_gpu_tests" | grep -m 4 NEEDED
+      ldd "$BUILD/tests/distckpt_gpu_tests" | grep -E 'stdc\+\+|torch|c10|nccl|cuda'; } >>"$OUTDIR/build.log" 2>&1 || true
   else
     record build SKIP
   fi

@@ -141,6 +141,7 @@ TEST(NcclCommunicator, CreationFailsOnEveryRankWithTheCause) {
   gloo.timeout = std::chrono::seconds(30);
   NcclOptions options;
   options.timeout = std::chrono::seconds(20);
+  if (gpu_visible()) options.device = 0;  // both ranks on one GPU, however many there are
   const auto started = std::chrono::steady_clock::now();
   const auto errors = errors_of_ranks(kWorld, [&](int rank) {
     auto store = stores.of_rank(rank);
@@ -163,11 +164,15 @@ TEST(NcclCommunicator, CreationFailsOnEveryRankWithTheCause) {
 }
 
 TEST(NcclGpuPerRank, TwoRanksOnOneGpuAreNamedWithWhatToChange) {
-  EXPECT_EQ(nccl::shared_gpu_error({"node1 0000:18:00.0", "node1 0000:2A:00.0", "node2 0000:18:00.0"}), "");
+  const std::string a = "GPU-0a1b2c3d-0000-0000-0000-000000000001", b = "GPU-0a1b2c3d-0000-0000-0000-000000000002";
+  // Same host names and bus ids on two nodes are different GPUs; the UUID decides.
+  EXPECT_EQ(nccl::shared_gpu_error({a + "|node, PCI 0000:18:00.0", b + "|node, PCI 0000:18:00.0"}), "");
   EXPECT_EQ(nccl::shared_gpu_error({}), "");
-  const std::string error =
-      nccl::shared_gpu_error({"node1 0000:18:00.0", "node1 0000:2A:00.0", "node1 0000:2A:00.0", "node1 0000:18:00.0"});
-  EXPECT_NE(error.find("ranks 1 and 2 both use the GPU node1 0000:2A:00.0"), std::string::npos) << error;
+  const std::string error = nccl::shared_gpu_error(
+      {a + "|node1, PCI 0000:18:00.0", b + "|node1, PCI 0000:2A:00.0", b + "|node1, PCI 0000:2A:00.0", a + "|x"});
+  EXPECT_NE(error.find("ranks 1 and 2 both use the GPU " + b + " (rank 1: node1, PCI 0000:2A:00.0; rank 2: node1"),
+            std::string::npos)
+      << error;
   EXPECT_NE(error.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << error;
 }
 

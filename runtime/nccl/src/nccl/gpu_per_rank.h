@@ -8,11 +8,12 @@
 
 namespace distckpt::nccl {
 
-// "<host> <PCI bus id>" of CUDA device `device` (its identity across ranks).
+// CUDA device `device` as "<UUID>|<host>, PCI <bus id>": the UUID tells GPUs
+// apart (hosts may share names and bus ids), the rest says where it is.
 // Throws CommError when CUDA cannot say.
 std::string gpu_identity(int device);
 
-// "" when every rank's identity differs, else a message naming the first two
+// "" when every rank's GPU UUID differs, else a message naming the first two
 // ranks that share a GPU and what to change.
 std::string shared_gpu_error(const std::vector<std::string>& identity_of_rank);
 
