@@ -19,7 +19,8 @@ echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.
   >"$WORK/sources.list"
 # A private apt state: the system's sources, lists and cache stay as they are.
 APT=(-o Dir::Etc::SourceList="$WORK/sources.list" -o Dir::Etc::SourceParts=/dev/null
-  -o Dir::State::Lists="$WORK/lists" -o Dir::Cache="$WORK/cache" -o APT::Architecture=amd64)
+  -o Dir::State::Lists="$WORK/lists" -o Dir::Cache="$WORK/cache" -o APT::Architecture=amd64
+  -o APT::Sandbox::User=root)
 if ! compgen -G "$WORK/libtorch-dev_*.deb" >/dev/null; then
   apt-get "${APT[@]}" -qq update >/dev/null
   (cd "$WORK" && apt-get "${APT[@]}" -qq download libtorch-dev >/dev/null)
@@ -27,8 +28,9 @@ fi
 rm -rf "$WORK/root" && dpkg-deb -x "$WORK"/libtorch-dev_*.deb "$WORK/root"
 INC=$WORK/root/usr/include
 # The version defines moved to torch/headeronly/version.h in newer releases.
-VERSION=$(cat "$INC"/torch/csrc/api/include/torch/version.h "$INC"/torch/headeronly/version.h 2>/dev/null |
-  sed -n 's/^#define TORCH_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' | head -n 3 | paste -sd.)
+VERSION=$(for h in "$INC"/torch/csrc/api/include/torch/version.h "$INC"/torch/headeronly/version.h; do
+  [ ! -f "$h" ] || sed -n 's/^#define TORCH_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' "$h"
+done | paste -sd.)
 STD=-std=c++17
 [ "$(printf '2.12\n%s\n' "$VERSION" | sort -V | head -n 1)" != 2.12 ] || STD=-std=c++20
 
