@@ -17,8 +17,10 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
 else
   cmake "$BUILD_DIR" -DDISTCKPT_PCH="$PCH" >/dev/null
 fi
+# (nproc obeys OMP_NUM_THREADS, which the test commands set to 1)
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 if [ $# -gt 0 ]; then
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$@"
+  cmake --build "$BUILD_DIR" -j "$jobs" --target "$@"
 else
-  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  cmake --build "$BUILD_DIR" -j "$jobs"
 fi
