@@ -161,10 +161,10 @@ except Exception: print("")') || return 1
 # build SECONDS TARGET...: the targets that exist in this configuration, every
 # failing file in one log, within SECONDS (0: no limit).
 build() {
-  local limit=$1 targets=() keep=(-k) t; shift
-  # (grep without -q: reading everything, it leaves cmake no SIGPIPE for pipefail to see)
+  local limit=$1 targets=() keep=(-k) t known; shift
+  known=$("$CMAKE" --build "$BUILD" --target help) || return 1
   for t in "$@"; do
-    if "$CMAKE" --build "$BUILD" --target help | grep -w "$t" >/dev/null; then targets+=("$t"); fi
+    if grep -qw -- "$t" <<<"$known"; then targets+=("$t"); fi
   done
   [ ! -f "$BUILD/build.ninja" ] || keep=(-k 0)
   timeout -k 5 "$limit" "$CMAKE" --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" -- "${keep[@]}"

@@ -29,10 +29,11 @@ std::string gpu_identity(int device) {
   check(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device), device, "cudaDeviceGetPCIBusId");
   std::array<char, 256> host{};
   if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  // As nvidia-smi writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
   std::string uuid = "GPU";
   for (size_t i = 0; i < sizeof(properties.uuid.bytes); ++i) {
-    uuid += fmt::format("{}{:02x}", i == 4 || i == 6 || i == 8 || i == 10 || i == 0 ? "-" : "",
-                        static_cast<unsigned char>(properties.uuid.bytes[i]));
+    const bool dash = i == 0 || i == 4 || i == 6 || i == 8 || i == 10;
+    uuid += fmt::format("{}{:02x}", dash ? "-" : "", static_cast<unsigned char>(properties.uuid.bytes[i]));
   }
   return fmt::format("{}|{}, PCI {}", uuid, host.data(), bus.data());
 }
@@ -46,7 +47,8 @@ std::string shared_gpu_error(const std::vector<std::string>& identity_of_rank) {
     if (!fresh) {
       const auto where = [&](size_t r) {
         const std::string_view id = identity_of_rank[r];
-        return id.find('|') == std::string_view::npos ? std::string_view() : id.substr(id.find('|') + 1);
+        const size_t bar = id.find('|');
+        return bar == std::string_view::npos ? std::string_view() : id.substr(bar + 1);
       };
       return fmt::format(
           "ranks {} and {} both use the GPU {} (rank {}: {}; rank {}: {}); NCCL needs one GPU per rank (give each "
