@@ -1,9 +1,35 @@
 #include "plan/chunk_index.h"
 
+#include <algorithm>
+
 #include "format/dtype.h"
 #include "plan/coverage.h"
 
 namespace distckpt::plan {
+namespace {
+
+// The axis along which the pieces have the most distinct starts: the one
+// they were split along. Indexing axis 0 alone would make every query of a
+// column-split tensor visit every piece (ranks x chunks over a load).
+size_t split_axis(const std::vector<StoredPiece>& pieces, size_t ndim) {
+  size_t best = 0;
+  size_t best_count = 0;
+  std::vector<int64_t> starts;
+  starts.reserve(pieces.size());
+  for (size_t d = 0; d < ndim; ++d) {
+    starts.clear();
+    for (const StoredPiece& p : pieces) starts.push_back(p.box.offset[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto count = static_cast<size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (count > best_count) {
+      best = d;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 ChunkIndex::ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files) {
   const uint64_t element = record.element_size();
@@ -25,12 +51,14 @@ ChunkIndex::ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>
     boxes.push_back(OwnedBox{p.box, files.at(record.chunks[p.chunk].file).writer_rank});
   check_exact_cover(record.key, record.global_shape, boxes, CoverSubject::kStoredChunks);
   if (record.global_shape.empty()) return;  // scalars: every piece matches
+  axis_ = split_axis(pieces_, record.global_shape.size());
+  const size_t d = axis_;
   std::sort(pieces_.begin(), pieces_.end(),
-            [](const StoredPiece& a, const StoredPiece& b) { return a.box.offset[0] < b.box.offset[0]; });
+            [d](const StoredPiece& a, const StoredPiece& b) { return a.box.offset[d] < b.box.offset[d]; });
   running_max_end_.resize(pieces_.size());
   int64_t max_end = 0;
   for (size_t i = 0; i < pieces_.size(); ++i) {
-    max_end = std::max(max_end, pieces_[i].box.offset[0] + pieces_[i].box.length[0]);
+    max_end = std::max(max_end, pieces_[i].box.offset[d] + pieces_[i].box.length[d]);
     running_max_end_[i] = max_end;
   }
 }
@@ -41,11 +69,12 @@ void ChunkIndex::query(const Box& region, std::vector<const StoredPiece*>& out) 
     return;
   }
   if (region.empty()) return;
-  const int64_t lo = region.offset[0];
-  const int64_t hi = lo + region.length[0];
+  const size_t d = axis_;
+  const int64_t lo = region.offset[d];
+  const int64_t hi = lo + region.length[d];
   // Pieces starting before `hi`, walked backwards until none can reach `lo`.
   auto end = std::lower_bound(pieces_.begin(), pieces_.end(), hi,
-                              [](const StoredPiece& p, int64_t v) { return p.box.offset[0] < v; });
+                              [d](const StoredPiece& p, int64_t v) { return p.box.offset[d] < v; });
   for (size_t i = static_cast<size_t>(end - pieces_.begin()); i-- > 0;) {
     if (running_max_end_[i] <= lo) break;
     if (intersect(pieces_[i].box, region)) out.push_back(&pieces_[i]);

@@ -26,14 +26,17 @@ class ChunkIndex {
   ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files);
 
   // Appends the pieces that intersect `region` to `out`. Pieces are sorted by
-  // their axis-0 start with a running maximum of their axis-0 end, so a query
-  // visits only pieces whose axis-0 range can reach the region.
+  // their start on the axis that tells most of them apart (axis 1 for a
+  // column split) with a running maximum of their end there, so a query
+  // visits only pieces whose range on that axis can reach the region.
   void query(const Box& region, std::vector<const StoredPiece*>& out) const;
   const std::vector<StoredPiece>& pieces() const { return pieces_; }
+  size_t axis() const { return axis_; }
 
  private:
   std::vector<StoredPiece> pieces_;
-  std::vector<int64_t> running_max_end_;  // max axis-0 end of pieces_[0..i]
+  size_t axis_ = 0;
+  std::vector<int64_t> running_max_end_;  // max end on axis_ of pieces_[0..i]
 };
 
 }  // namespace distckpt::plan
