@@ -148,6 +148,68 @@ TEST(LayoutBuilder, OptimizerStateTheSchemaDoesNotDeclareIsRefusedAtSave) {
                                  "does not declare, so a load would not restore it; add it to its `state` line"));
 }
 
+// PyTorch keeps amsgrad per param group: max_exp_avg_sq is saved, and asked
+// for at load, for the parameters of the groups that have it on, whichever
+// group comes first.
+TEST(LayoutBuilder, AmsgradStateFollowsEachParamGroup) {
+  for (const bool first_group_amsgrad : {false, true}) {
+    Builder b("t", mesh());
+    const at::Tensor w = at::zeros({4}), v = at::zeros({2});
+    b.set_tensor(b.add_tensor(TensorSpec("w", {4}), Position{}, "w"), w);
+    b.set_tensor(b.add_tensor(TensorSpec("v", {2}), Position{}, "v"), v);
+    StateDict torch_state = Value::dict();
+    torch_state["param_groups"] = Value::list();
+    for (int64_t id = 0; id < 2; ++id) {
+      const bool amsgrad = (id == 0) == first_group_amsgrad;
+      const at::Tensor& p = id == 0 ? w : v;
+      Value& entry = torch_state["state"][std::to_string(id)];
+      entry["step"] = int64_t{1};
+      entry["exp_avg"] = at::ones_like(p);
+      entry["exp_avg_sq"] = at::ones_like(p);
+      if (amsgrad) entry["max_exp_avg_sq"] = at::ones_like(p);
+      Value group = Value::dict();
+      group["amsgrad"] = amsgrad;
+      group["params"] = List{Value(id)};
+      torch_state["param_groups"].push_back(group);
+    }
+    const OptimizerSpec adam{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, {}};
+    const std::string amsgrad_param = first_group_amsgrad ? "w" : "v", plain_param = first_group_amsgrad ? "v" : "w";
+    const StateDict saved = sharded_optimizer_state(b, adam, torch_state, {w, v});
+    const StateDict request = optimizer_load_request(b, adam, torch_state, {w, v});
+    for (const StateDict* sd : {&saved, &request}) {
+      const Value& state = sd->at("optimizer").at("state");
+      EXPECT_TRUE(state.at(amsgrad_param).contains("max_exp_avg_sq")) << first_group_amsgrad;
+      EXPECT_EQ(state.at(amsgrad_param).size(), 3u);
+      EXPECT_FALSE(state.at(plain_param).contains("max_exp_avg_sq")) << first_group_amsgrad;
+      EXPECT_EQ(state.at(plain_param).size(), 2u);
+    }
+  }
+}
+
+// A load asks only for the optimizer's parameters: a frozen one bound to the
+// model has no state to restore.
+TEST(LayoutBuilder, LoadRequestCoversOnlyTheOptimizersParameters) {
+  Builder b("t", mesh());
+  const at::Tensor w = at::zeros({4}), frozen = at::zeros({2});
+  b.set_tensor(b.add_tensor(TensorSpec("w", {4}), Position{}, "w"), w);
+  b.set_tensor(b.add_tensor(TensorSpec("frozen", {2}), Position{}, "frozen"), frozen);
+  StateDict torch_state = Value::dict();
+  torch_state["state"] = Value::dict();
+  Value group = Value::dict();
+  group["amsgrad"] = false;
+  group["params"] = List{Value(int64_t{0})};
+  torch_state["param_groups"] = List{group};
+  const OptimizerSpec adam{"adam", {"exp_avg", "exp_avg_sq"}, {"step"}, {}};
+  const Value& state = optimizer_load_request(b, adam, torch_state, {w}).at("optimizer").at("state");
+  EXPECT_EQ(state.size(), 1u);
+  EXPECT_EQ(state.at("w").size(), 2u);
+  group["amsgrad"] = true;
+  group["params"] = List{Value(int64_t{5})};
+  torch_state["param_groups"] = List{group};
+  EXPECT_TRUE(throws_with<Error>([&] { optimizer_load_request(b, adam, torch_state, {w}); },
+                                 "param group 0 lists param id 5, but the optimizer's parameters are ids 0 to 0"));
+}
+
 TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {
   Builder b("t", mesh());
   const Position layer = Position{}.within(5, 8, /*axis=*/3, "layers", /*stacked_axis=*/true);

@@ -44,8 +44,8 @@ class OptimizerPart : public LayoutPart {
           // What to merge into the model's state dict for load() to restore `optimizer`, from any layout.
           template <typename TorchOptimizer>
           distckpt::StateDict load_request(const TorchOptimizer& optimizer) const {
-            return distckpt::layout::optimizer_load_request(
-                builder_, distckpt::layout::optimizer_state_names(spec_, distckpt::optimizer_state_dict(optimizer)));
+            return distckpt::layout::optimizer_load_request(builder_, spec_, distckpt::optimizer_state_dict(optimizer),
+                                                            distckpt::layout::parameters_in_order(optimizer));
           }
           // Puts the state from load()'s result into `optimizer`.
           template <typename TorchOptimizer>

@@ -33,6 +33,35 @@ std::vector<size_t> slots_of(const Builder& model, const std::vector<at::Tensor>
   return slots;
 }
 
+// Per optimizer parameter id, the state tensors saved and loaded for it: the
+// schema's, plus max_exp_avg_sq where its param group has amsgrad on.
+// PyTorch keeps amsgrad per group, so groups may differ.
+std::vector<std::vector<std::string>> state_names_by_id(const OptimizerSpec& spec, const StateDict& torch_state,
+                                                        size_t param_count) {
+  std::vector<std::vector<std::string>> names(param_count, spec.states);
+  const Value& groups = torch_state.at("param_groups");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Value& group = groups[g];
+    if (!group.contains("amsgrad") || !group.at("amsgrad").as_bool()) continue;
+    if (!group.contains("params")) {
+      throw Error(
+          fmt::format("optimizer state dict: param group {} has amsgrad on but no \"params\" list, so its "
+                      "parameters cannot be told apart from the other groups'",
+                      g));
+    }
+    for (const Value& id : group.at("params").as_list()) {
+      if (id.as_int() < 0 || static_cast<uint64_t>(id.as_int()) >= param_count) {
+        throw Error(
+            fmt::format("optimizer state dict: param group {} lists param id {}, but the optimizer's "
+                        "parameters are ids 0 to {}",
+                        g, id.as_int(), static_cast<int64_t>(param_count) - 1));
+      }
+      names[static_cast<size_t>(id.as_int())].push_back("max_exp_avg_sq");
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 const Distribution* OptimizerSpec::distribution_of(int mesh) const {
@@ -55,19 +84,23 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
   }
   // Exactly what a load asks for is saved: a state the schema does not
   // declare would be written but never restored.
-  const std::vector<std::string> names = optimizer_state_names(spec, torch_state);
+  const std::vector<std::vector<std::string>> names_by_id = state_names_by_id(spec, torch_state, params.size());
   Value state = Value::dict();
   std::optional<int64_t> step;
   for (const auto& [id_text, param_state] : torch_state.at("state").as_dict()) {
     const size_t id = std::stoul(id_text);
     const size_t slot = slots.at(id);
+    const std::vector<std::string>& names = names_by_id.at(id);
     for (const std::string& name : spec.states) {
       if (!param_state.contains(name)) {
         throw Error(fmt::format("the schema's optimizer {} declares state '{}' but the optimizer has none for '{}'",
                                 spec.name, name, model.parameter_name(slot)));
       }
     }
-    Value& entries = state[model.parameter_name(slot)];
+    // A parameter with nothing of this rank's to save (ZeRO: another rank owns
+    // all of it) is left out, not left as None, which the common state check
+    // would see differ from the ranks that do save it.
+    Value entries = Value::dict();
     for (const auto& [name, value] : param_state.as_dict()) {
       if (value.kind() != Kind::kTensor) {
         if (name == "step") {
@@ -95,6 +128,7 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
             model.derived_entry(slot, prefix, value.as_tensor().reshape(-1).slice(0, r.start, r.stop), r, distribution);
       }
     }
+    if (entries.size() > 0) state[model.parameter_name(slot)] = std::move(entries);
   }
   StateDict out = Value::dict();
   Value& optimizer = out["optimizer"];
@@ -104,22 +138,16 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
   return out;
 }
 
-std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec, const StateDict& torch_state) {
-  std::vector<std::string> names = spec.states;
-  const Value& groups = torch_state.at("param_groups");
-  if (groups.size() > 0 && groups[0].contains("amsgrad") && groups[0].at("amsgrad").as_bool()) {
-    names.push_back("max_exp_avg_sq");
-  }
-  return names;
-}
-
-StateDict optimizer_load_request(const Builder& model, const std::vector<std::string>& state_names) {
+StateDict optimizer_load_request(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
+                                 const std::vector<at::Tensor>& params) {
+  const std::vector<size_t> slots = slots_of(model, params);
+  const std::vector<std::vector<std::string>> names_by_id = state_names_by_id(spec, torch_state, params.size());
   Value state = Value::dict();
-  for (size_t slot = 0; slot < model.tensor_slot_count(); ++slot) {
-    const at::Tensor& param = model.bound_tensor(slot);
-    if (!param.defined()) continue;
+  for (size_t id = 0; id < params.size(); ++id) {
+    const size_t slot = slots[id];
+    const at::Tensor& param = params[id];
     Value& entries = state[model.parameter_name(slot)];
-    for (const std::string& name : state_names) {
+    for (const std::string& name : names_by_id[id]) {
       entries[name] =
           model.derived_entry(slot, std::string(kPrefix) + "." + name,
                               at::empty(param.sizes(), param.options().requires_grad(false)), std::nullopt, nullptr);

@@ -41,21 +41,20 @@ std::vector<at::Tensor> parameters_in_order(const Optimizer& optimizer) {
 }
 
 // {"optimizer": {"state": {parameter name: {state: entry}}, "step": n,
-// "param_groups": [...]}} for the parameters bound to `model`: the states
-// optimizer_state_names() gives (a load asks for exactly those); any other
-// state tensor of the optimizer is an Error. Every optimizer parameter must
-// be bound to the model.
+// "param_groups": [...]}} for the optimizer's parameters `params` (state-dict
+// id order), each bound to `model`. The states of a parameter are the
+// schema's, plus max_exp_avg_sq where its param group has amsgrad on (groups
+// may differ, as in PyTorch); a load asks for exactly those, so any other
+// state tensor of the optimizer is an Error.
 StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
                                   const std::vector<at::Tensor>& params);
 
-// The state tensors to save/load: the schema's, plus max_exp_avg_sq when
-// the optimizer's first param group has amsgrad on.
-std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec, const StateDict& torch_state);
-
-// What to ask load() for: `state_names` of every bound parameter, whole (an
-// optimizer like torch::optim::Adam keeps full local state), whatever layout
-// wrote them.
-StateDict optimizer_load_request(const Builder& model, const std::vector<std::string>& state_names);
+// What to ask load() for: the states sharded_optimizer_state() saves for each
+// of `params`, whole (an optimizer like torch::optim::Adam keeps full local
+// state), whatever layout wrote them. `torch_state` is the live optimizer's
+// state dict: only its param groups are read.
+StateDict optimizer_load_request(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
+                                 const std::vector<at::Tensor>& params);
 
 // The loaded "optimizer" sub-tree back in PyTorch format for `params`, with
 // the hyper-parameters (param_groups) of the live optimizer's `current` state.
