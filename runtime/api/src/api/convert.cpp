@@ -106,7 +106,9 @@ std::vector<Export> every_tensor(api::CheckpointReader& reader) {
 // The external tensors of the mapping `name` recorded in the checkpoint.
 std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& name) {
   const std::vector<NameMapping> recorded = reader.storage().name_mappings();
-  const NameMapping& mapping = find_mapping(recorded, name, fmt::format("checkpoint '{}'", reader.dir()));
+  const std::string where =
+      fmt::format("checkpoint '{}'", reader.dir());  // named: no temporary beside a returned reference
+  const NameMapping& mapping = find_mapping(recorded, name, where);
   std::vector<Export> out;
   for (MappedName& n : mapping.expand()) {
     const TensorRecord& record = reader.tensor(n.key);

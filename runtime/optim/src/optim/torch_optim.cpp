@@ -103,7 +103,9 @@ StateDict state_dict_of(const Optimizer& opt) {
 // A state tensor laid out like its parameter (the way LibTorch creates state:
 // zeros_like(param, Preserve)), shape checked.
 at::Tensor restore_tensor(const Value& entry, const std::string& name, const at::Tensor& param, int64_t id) {
-  const Value& v = field(entry, name, fmt::format("the state of param id {}", id));
+  const std::string where =
+      fmt::format("the state of param id {}", id);  // named: no temporary beside a returned reference
+  const Value& v = field(entry, name, where);
   if (v.kind() != Kind::kTensor) {
     throw Error(fmt::format("optimizer state dict: \"{}\" of param id {} is a {}, expected a tensor", name, id,
                             kind_name(v.kind())));
@@ -129,7 +131,8 @@ template <typename Optimizer, typename Options, typename ParamState>
 void load_into(Optimizer& opt, const StateDict& sd) {
   using StateMap = std::decay_t<decltype(opt.state())>;
   auto& groups = opt.param_groups();
-  const Value& saved_groups = field(sd, "param_groups", "the root");
+  const std::string root = "the root";
+  const Value& saved_groups = field(sd, "param_groups", root);
   if (!saved_groups.is_list() || saved_groups.size() != groups.size()) {
     throw Error(fmt::format("optimizer state dict has {} param groups but the optimizer has {}",
                             saved_groups.is_list() ? fmt::to_string(saved_groups.size()) : "no list of",
@@ -173,7 +176,7 @@ void load_into(Optimizer& opt, const StateDict& sd) {
 
   // Pass 2: build the new per-parameter states, still without touching the optimizer.
   std::vector<std::pair<typename StateMap::key_type, std::unique_ptr<ParamState>>> restored;
-  const Value& state = field(sd, "state", "the root");
+  const Value& state = field(sd, "state", root);
   if (!state.is_dict()) throw Error("optimizer state dict: \"state\" must be a dict keyed by param id");
   for (const auto& [id_text, entry] : state.as_dict()) {
     const int64_t id = parse_id(id_text);
