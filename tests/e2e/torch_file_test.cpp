@@ -1,8 +1,8 @@
 // torch.save files written by the real PyTorch (tests/interop/
 // write_torch_save.py) as checkpoints: load() reshards them directly over
 // ranks, reading only the bytes each shard needs; a read of a whole record
-// is checked against its CRC-32; a module's state_dict() (an OrderedDict
-// with `_metadata`) reads; files that stand for far more than their size,
+// is checked against its CRC-32; strided views and a module's state_dict()
+// (an OrderedDict with `_metadata`) read; files that stand for far more than their size,
 // or name one thing twice, are refused with what to do.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -105,12 +105,6 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
   EXPECT_TRUE(refused("aliases.pt", "its tensors add up to 104857600 bytes, more than 4 times the file's"));
   EXPECT_TRUE(refused("twice.pt", "'a.b' names two tensors"));
   EXPECT_TRUE(refused("intkey.pt", "the top-level dict holds the key '0' twice (as an int and as a string)"));
-  EXPECT_TRUE(refused("views.pt", "'cols' in '" + file("views.pt") + "' is a strided view of a larger storage"));
-  // The export reads strided views (the storage whole) where load() cannot.
-  EXPECT_EQ(
-      run_command(kBin + "/distckpt convert " + file("views.pt") + " " + file("views-st") + " --to safetensors --quiet")
-          .exit_code,
-      0);
   StateDict sd = Value::dict();
   sd["w"] = ShardedTensor::from_rank_offsets("w", at::empty({2}), {});
   const auto one = make_single_process_communicator();
@@ -118,6 +112,40 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
   as_torch.format = StorageFormat::kTorch;
   EXPECT_TRUE(throws_with<Error>([&] { save(sd, file("saved"), *one, as_torch); },
                                  "write a torch.save file from a checkpoint with convert_to_torch"));
+}
+
+// Strided views (a transposed weight, a column slice), as converted
+// checkpoints hold them, load like any tensor: sharded over two ranks, whole,
+// through the tools, with a digest equal to their export's.
+TEST_F(TorchFile, StridedViewsLoadShardedAndWhole) {
+  const at::Tensor wide = at::arange(48, at::kFloat).reshape({6, 8});
+  const at::Tensor wt = wide.t();  // [8, 6]
+  const at::Tensor mask = at::remainder(at::arange(12).reshape({3, 4}), 3).eq(0).t();
+  const at::Tensor half = at::arange(30, at::kHalf).reshape({5, 6}).slice(1, 2, 5);
+  const std::string path = file("transposed.pt");
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sd = Value::dict();
+    sd["wt"] = ShardedTensor::from_rank_offsets("wt", at::empty({4, 6}), {{0, r, 2}});  // rows of the view
+    sd["half"] = ShardedTensor::from_rank_offsets("half", at::empty({5, 1}, at::kHalf), {{1, r, 3}});
+    sd["row"] = ShardedTensor::from_rank_offsets("row", at::empty({4}), {{0, r, 2}});
+    const LoadResult out = load(sd, path, comm);
+    EXPECT_TRUE(at::equal(out.state_dict.at("wt").as_tensor(), wt.narrow(0, 4 * r, 4)));
+    EXPECT_TRUE(at::equal(out.state_dict.at("half").as_tensor(), half.narrow(1, r, 1)));
+    EXPECT_TRUE(at::equal(out.state_dict.at("row").as_tensor(), wide[4].narrow(0, 4 * r, 4)));
+  });
+  const StateDict plain = load_plain_tensors(path);
+  EXPECT_TRUE(at::equal(plain.at("wt").as_tensor(), wt));
+  EXPECT_TRUE(at::equal(plain.at("mask").as_tensor(), mask));
+  EXPECT_TRUE(at::equal(plain.at("half").as_tensor(), half));
+  EXPECT_TRUE(at::equal(load_plain_tensors(file("views.pt")).at("cols").as_tensor(),
+                        at::arange(12, at::kFloat).reshape({3, 4}).slice(1, 1, 3)));
+  const auto cli = [](const std::string& args) { return run_command(kBin + "/distckpt " + args); };
+  ASSERT_EQ(cli("convert " + path + " " + file("transposed-st") + " --to safetensors --quiet").exit_code, 0);
+  const CommandResult digest = cli("digest " + path);
+  EXPECT_EQ(digest.exit_code, 0) << digest.output;
+  EXPECT_EQ(digest.output, cli("digest " + file("transposed-st")).output);
+  EXPECT_EQ(cli("verify " + path).exit_code, 0);
 }
 
 // Small tensors share the exports' windows (a hand-over each cost more than

@@ -11,6 +11,9 @@ OUT/one.pt      {"w": ...}: a dict of one entry (pickle's SETITEM)
 OUT/views.pt    a Parameter, and two views of one storage (one strided), pickle protocol 4
 OUT/expanded.pt an expanded view: 4 x 3 elements over a storage of 3 (refused)
 OUT/big.pt      "big": arange(BIG) in float32 (48 MiB), "cols": a strided view, "flag": bools
+OUT/transposed.pt strided views as converted checkpoints hold them: "wt" = arange(48).reshape(6, 8).t()
+                (float32 [8, 6], strides [1, 8]), "mask" a transposed bool tensor, "half" a column
+                slice in float16, "row" a contiguous view at an offset of wt's storage
 OUT/zip64.pt    state.pt's records rewritten by Python's zipfile with every size,
                 offset and count in zip64 records, and an archive comment
 OUT/damaged.pt  state.pt with one byte of its first storage flipped (its CRC-32
@@ -82,6 +85,10 @@ def main():
     torch.save({"e": torch.zeros(3).expand(4, 3), "w": torch.zeros(2)}, os.path.join(out, "expanded.pt"))
     torch.save({"big": torch.arange(BIG, dtype=torch.float32), "cols": base[:, 1:3],
                 "flag": torch.tensor([True, False, True])}, os.path.join(out, "big.pt"))
+    wide = torch.arange(48.0).reshape(6, 8)
+    torch.save({"wt": wide.t(), "mask": (torch.arange(12).reshape(3, 4) % 3 == 0).t(),
+                "half": torch.arange(30.0, dtype=torch.float16).reshape(5, 6)[:, 2:5], "row": wide[4]},
+               os.path.join(out, "transposed.pt"))
     rewrite_as_zip64(os.path.join(out, "state.pt"), os.path.join(out, "zip64.pt"))
     flip_first_storage_byte(os.path.join(out, "state.pt"), os.path.join(out, "damaged.pt"))
     module = torch.nn.Linear(4, 3)
