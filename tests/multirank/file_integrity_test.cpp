@@ -3,12 +3,15 @@
 // verify_checkpoint classifies directories as a load would.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "api/checkpoint_reader.h"
 #include "distckpt/distckpt.h"
 #include "io/file.h"
 #include "multirank/checkpoint_fixtures.h"
@@ -97,6 +100,43 @@ TEST(FileIntegrity, ATruncatedOrSwappedFileIsNamed) {
   io::write_file_atomic(dir + "/common.fb", "short");
   EXPECT_TRUE(throws_with<CorruptionError>([&] { load_common_state_dict(dir); },
                                            dir + "/common.fb has 5 bytes but the commit marker"));
+}
+
+// At scale, R ranks each checking all F data files up front is R x F
+// metadata operations on a parallel file system: load() has only its
+// coordinator check every file, and each rank checks the files it reads as
+// it opens them (a FIFO refused, never blocked on).
+TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll) {
+  TempDir tmp("v2-lazy");
+  const std::string dir = save_small(tmp);
+  const std::string data1 = dir + "/data/rank_00001.bin", kept = tmp.path() + "/kept";
+  ASSERT_EQ(std::rename(data1.c_str(), kept.c_str()), 0);
+  ASSERT_EQ(::mkfifo(data1.c_str(), 0644), 0);
+  const std::string refusal = "checkpoint file " + data1 + " listed in the metadata is not a regular file";
+
+  StorageOptions lazy;
+  lazy.check_every_file = false;
+  api::CheckpointReader reader(open_storage(dir, lazy));  // opens: rank 1's file is not looked at
+  const TensorRecord& t = reader.tensor("t");
+  at::Tensor top = at::empty({4, 2});
+  reader.read_region(t, Box{{0, 0}, {4, 2}}, top);  // rows 0-3: rank 0's file
+  EXPECT_TRUE(at::equal(top, global_tensor("t", {8, 2}).narrow(0, 0, 4)));
+  at::Tensor bottom = at::empty({4, 2});
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { reader.read_region(t, Box{{4, 0}, {4, 2}}, bottom); }, refusal));
+
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { open_storage(dir, StorageOptions{}); }, refusal));
+  run_ranks(2, [&](Communicator& comm) {  // both ask for rank 0's rows only: the coordinator's check fails both
+    StateDict request = Value::dict();
+    request["t"] = ShardedTensor::from_rank_offsets("t", at::zeros({4, 2}), {{0, 0, 2}});
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(throws_with<CorruptionError>([&] { load(request, dir, comm); }, refusal));
+    } else {  // the agreed failure names the rank and its cause
+      EXPECT_TRUE(throws_with<CommError>([&] { load(request, dir, comm); }, "rank 0: " + refusal));
+    }
+  });
+  ASSERT_EQ(::unlink(data1.c_str()), 0);
+  ASSERT_EQ(std::rename(kept.c_str(), data1.c_str()), 0);
+  EXPECT_TRUE(verify_checkpoint(dir).intact());
 }
 
 // A checkpoint written by the previous release (format version 1, no

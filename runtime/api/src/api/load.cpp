@@ -159,8 +159,10 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
 LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                 const LoadOptions& options) {
   const OpenReader open = [&] {
+    // Only the coordinator checks every data file up front (its failure is
+    // agreed on); the others check the files they read as they open them.
     std::unique_ptr<StorageReader> storage =
-        open_storage(dir, StorageOptions{options.format, options.verify_checksums});
+        open_storage(dir, StorageOptions{options.format, options.verify_checksums, comm.rank() == 0});
     if (options.mapping) storage = map_storage(std::move(storage), *options.mapping);
     return std::make_unique<api::CheckpointReader>(std::move(storage));
   };

@@ -29,7 +29,7 @@ bool holds_iterations(const std::string& dir) {
 
 }  // namespace
 
-DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(std::move(dir)) {
+DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool check_every_file) : dir_(std::move(dir)) {
   std::optional<CheckpointConfig> config = maybe_load_config(dir_);
   if (!config) {
     if (const std::optional<std::string> writer = checkpoint_writer(dir_)) {
@@ -63,12 +63,13 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums) : dir_(
         fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
                     path, metadata_.common_file, config_.common->path));
   }
-  check_files(metadata_, dir_);
+  if (check_every_file) check_files(metadata_, dir_);
   ranges_ = std::make_unique<FileRanges>(dir_, metadata_, verify_checksums);
 }
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
   path = io::safe_join(dir_, metadata_.common_file);
+  check_data_file(path, std::nullopt);  // before the open, which a FIFO would block
   const io::File file = io::open_inside(dir_, path);
   std::string bytes =
       io::read_all(file, std::min(config_.common ? config_.common->bytes : file.size(), kMaxFlatBufferBytes));

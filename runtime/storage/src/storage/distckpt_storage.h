@@ -1,7 +1,8 @@
 // The distckpt format as a StorageReader: the commit marker (parsed
 // strictly) records the size and XXH3 of metadata.fb and common.fb, and
 // metadata.fb the XXH3 of every data block. Opening checks the marker, the
-// metadata and every file's size; reads check each block they touch.
+// metadata and (unless told not to) every file's kind and size; reads check
+// each file they open and each block they touch.
 #pragma once
 
 #include <memory>
@@ -18,7 +19,7 @@ class DistckptStorage final : public FileBackedStorage {
  public:
   // Throws CheckpointError if `dir` holds no committed checkpoint and
   // CorruptionError if its metadata or files are inconsistent.
-  explicit DistckptStorage(std::string dir, bool verify_checksums = true);
+  explicit DistckptStorage(std::string dir, bool verify_checksums = true, bool check_every_file = true);
 
   // What only this format records (layout, plan hashes, world size).
   const CheckpointMetadata& metadata() const { return metadata_; }

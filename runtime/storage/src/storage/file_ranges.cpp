@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "distckpt/core/errors.h"
+#include "format/metadata.h"
 #include "io/checksum.h"
 
 namespace distckpt::storage {
@@ -99,7 +100,12 @@ io::File FileRanges::open(const std::string& dir, const std::string& path, Links
 }
 
 io::File FileRanges::open_uncached(uint32_t index) const {
-  return open(dir_, io::safe_join(dir_, index_.files.at(index).path), links_);
+  const FileRecord& record = index_.files.at(index);
+  const std::string path = io::safe_join(dir_, record.path);
+  // Checked as it is opened (a FIFO would block the open): a rank checks the
+  // files it reads, not every file of the checkpoint (StorageOptions::check_every_file).
+  check_data_file(path, record.size);
+  return open(dir_, path, links_);
 }
 
 std::shared_ptr<io::File> FileRanges::file(uint32_t index) {

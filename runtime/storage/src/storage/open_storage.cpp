@@ -65,7 +65,7 @@ std::unique_ptr<StorageReader> open_storage(const std::string& path, const Stora
   const StorageFormat format = options.format == StorageFormat::kAuto ? detect_storage_format(path) : options.format;
   if (format == StorageFormat::kSafetensors) return std::make_unique<storage::SafetensorsStorage>(path);
   if (format == StorageFormat::kTorch) return std::make_unique<storage::TorchFileStorage>(path);
-  return std::make_unique<storage::DistckptStorage>(path, options.verify_checksums);
+  return std::make_unique<storage::DistckptStorage>(path, options.verify_checksums, options.check_every_file);
 }
 
 }  // namespace distckpt

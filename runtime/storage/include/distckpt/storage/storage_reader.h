@@ -102,6 +102,12 @@ struct StorageOptions {
   StorageFormat format = StorageFormat::kAuto;
   // Check every checksum block read (formats that record checksums).
   bool verify_checksums = true;
+  // Check the kind, size and place of every data file when opening (the
+  // distckpt format). Off, each file is checked as it is first opened for
+  // reading: load() asks only its coordinator for the whole check, so that
+  // R ranks do not stat F files each (R x F metadata operations on a
+  // parallel file system).
+  bool check_every_file = true;
 };
 
 // What `path` holds; CheckpointError saying what was found when it is no
