@@ -114,12 +114,20 @@ void DeviceStaging::stage(std::vector<TensorRead>& round, size_t k) {
 
 void DeviceStaging::deliver() {
   HostToDevice copies;
-  for (const auto& [host, dest] : pending_) {
-    if (dest.is_cpu()) {
-      at::Tensor(dest).copy_(host);  // staged in tests only: nothing to overlap with
-    } else {
-      copies.copy(host, dest);
+  try {
+    for (const auto& [host, dest] : pending_) {
+      if (dest.is_cpu()) {
+        at::Tensor(dest).copy_(host);  // staged in tests only: nothing to overlap with
+      } else {
+        copies.copy(host, dest);
+      }
     }
+  } catch (...) {
+    // The copies already queued still write the caller's tensors: the
+    // caller's stream and the window's next use wait for them all the same.
+    pending_.clear();
+    windows_[current_].copies = copies.done();
+    throw;
   }
   pending_.clear();
   windows_[current_].copies = copies.done();

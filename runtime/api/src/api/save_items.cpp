@@ -78,8 +78,10 @@ io::WriteItem device_write_item(const at::Tensor& data, std::shared_ptr<const De
   return io::WriteItem{bytes, [data, queued](uint64_t offset, uint64_t n, uint8_t* dst) {
                          const at::Device device = queued->device();
                          const c10::Stream side = side_stream(device);
-                         queued->block(side);
+                         // The guard first: on a writer thread, whose device is 0, block()'s own
+                         // switch back would set device 0 and so make a CUDA context there.
                          c10::StreamGuard on_side(side);
+                         queued->block(side);
                          const auto length = static_cast<int64_t>(n);
                          const at::Tensor source =
                              at::from_blob(static_cast<uint8_t*>(data.data_ptr()) + offset, {length},
@@ -115,12 +117,17 @@ std::vector<SavePiece> make_save_pieces(const PreparedSave& p, std::shared_ptr<c
   std::vector<SavePiece> pieces;
   pieces.reserve(p.assignment.size());
   const size_t n = p.tensors.size();
-  DeviceToHost to_host;
   for (uint32_t i : p.assignment) {
     pieces.push_back(i < n ? tensor_piece(*p.tensors[i], p.stored_dtypes[i], p.options.transform, p.rank)
                            : object_piece(*p.objects[i - n]));
-    if (!keep_on_device && pieces.back().data.defined() && !pieces.back().data.is_cpu()) {
-      pieces.back().data = to_host.copy(pieces.back().data);
+  }
+  // Copied only once every piece is made: making one may queue kernels
+  // (contiguous(), a dtype conversion) on the current stream, and the side
+  // stream waits for what that stream has queued when the first copy starts.
+  DeviceToHost to_host;
+  if (!keep_on_device) {
+    for (SavePiece& piece : pieces) {
+      if (piece.data.defined() && !piece.data.is_cpu()) piece.data = to_host.copy(piece.data);
     }
   }
   std::shared_ptr<const CopiesDone> copies = to_host.done();

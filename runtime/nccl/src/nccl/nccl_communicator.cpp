@@ -80,7 +80,13 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool owned, int device, std::shared_ptr<Communicator> bytes,
                    std::chrono::milliseconds timeout)
       : comm_(comm), stream_(stream), owned_(owned), device_(device), bytes_(std::move(bytes)), timeout_(timeout) {
+    // On the communicator's device, which a wrapped one need not share with
+    // the caller's current device: an event records only on its own device's streams.
+    int current = device_;
+    cudaGetDevice(&current);
+    cudaSetDevice(device_);
     const cudaError_t made = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    cudaSetDevice(current);
     if (made != cudaSuccess) {
       release();
       throw CommError(fmt::format("rank {}: cannot create a CUDA event: {}", bytes_->rank(), cuda_text(made)));
@@ -133,9 +139,9 @@ class NcclCommunicator final : public Communicator {
   // One NCCL group: NCCL pairs the sends and receives between two ranks in
   // the order each posted them, which is the order of the lists.
   void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs) override {
+    if (sends.empty() && recvs.empty()) return;  // every rank calls this for every window, most of them empty here
     const std::string what = fmt::format("exchange of {} send{} and {} receive{}", sends.size(),
                                          sends.size() == 1 ? "" : "s", recvs.size(), recvs.size() == 1 ? "" : "s");
-    if (sends.empty() && recvs.empty()) return;
     std::vector<at::Tensor> send_dense, recv_dense;
     for (const PeerTensor& s : sends) {
       check_peer(s.peer, what);
@@ -175,16 +181,41 @@ class NcclCommunicator final : public Communicator {
     DeviceEvent produced(tensor_device());
     produced.record(current_stream(tensor_device()));
     check_cuda(what, cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(produced.native()), 0));
+    const auto deadline = Clock::now() + timeout_;
     const ncclResult_t posted = enqueue();
     if (posted != ncclSuccess && posted != ncclInProgress) fail(what, nccl_text(posted, comm_));
+    if (posted == ncclInProgress) settle(what, deadline);
     check_cuda(what, cudaEventRecord(done_, stream_));
-    wait(what);
+    wait(what, deadline);
+  }
+
+  // A non-blocking communicator may return from a call (ncclGroupEnd above
+  // all) before its work is on the stream: until its state leaves
+  // ncclInProgress, an event recorded on the stream would not follow that
+  // work, and no other NCCL call may be made on it.
+  void settle(const std::string& what, Clock::time_point deadline) {
+    Backoff backoff;
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
+      if (asked != ncclSuccess) fail(what, nccl_text(asked, comm_));
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) fail(what, nccl_text(state, comm_));
+      if (Clock::now() > deadline) fail(what, timed_out());
+      backoff.pause();
+    }
+  }
+
+  std::string timed_out() const {
+    return fmt::format(
+        "timed out after {} ms: another rank did not take part in time; a peer rank is "
+        "probably hung or dead (raise NcclOptions::timeout if it is only slow)",
+        timeout_.count());
   }
 
   // The watchdog: NCCL or CUDA errors and the timeout abort the communicator,
   // so this rank never hangs on a peer that is gone.
-  void wait(const std::string& what) {
-    const auto deadline = Clock::now() + timeout_;
+  void wait(const std::string& what, Clock::time_point deadline) {
     Backoff backoff;
     for (;;) {
       const cudaError_t state = cudaEventQuery(done_);
@@ -194,11 +225,7 @@ class NcclCommunicator final : public Communicator {
       const ncclResult_t asked = ncclCommGetAsyncError(comm_, &async);
       if (asked != ncclSuccess) fail(what, nccl_text(asked, comm_));
       if (async != ncclSuccess && async != ncclInProgress) fail(what, nccl_text(async, comm_));
-      if (Clock::now() > deadline) {
-        fail(what, fmt::format("timed out after {} ms: another rank did not take part in time; a peer rank is "
-                               "probably hung or dead (raise NcclOptions::timeout if it is only slow)",
-                               timeout_.count()));
-      }
+      if (Clock::now() > deadline) fail(what, timed_out());
       backoff.pause();
     }
   }
@@ -324,16 +351,17 @@ std::shared_ptr<Communicator> nccl_communicator_from_store(const c10::intrusive_
   ncclUniqueId id{};
   run_agreed(cpu, "share the NCCL unique id", [&] { id = nccl::share_unique_id(*store, key, rank, options.timeout); });
   ncclComm_t comm = nullptr;
-  run_agreed(cpu, "create the NCCL communicator", [&] { comm = init_rank(id, rank, size, options.timeout); });
   cudaStream_t stream = nullptr;
   try {
+    // A rank whose part was made aborts it when another rank's failed.
+    run_agreed(cpu, "create the NCCL communicator", [&] { comm = init_rank(id, rank, size, options.timeout); });
     run_agreed(cpu, "create the NCCL stream", [&] {
       const cudaError_t made = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       if (made != cudaSuccess) throw CommError(fmt::format("cudaStreamCreateWithFlags: {}", cuda_text(made)));
     });
   } catch (...) {
     if (stream != nullptr) cudaStreamDestroy(stream);
-    ncclCommDestroy(comm);
+    if (comm != nullptr) ncclCommAbort(comm);  // not Destroy: that may wait for peers that are gone
     throw;
   }
   return std::make_shared<NcclCommunicator>(comm, stream, /*owned=*/true, device, std::move(bytes), options.timeout);

@@ -49,8 +49,10 @@ std::shared_ptr<Communicator> nccl_communicator_from_store(const c10::intrusive_
                                                            const NcclOptions& options = {});
 
 // Wraps a communicator and stream the caller created and keeps owning
-// (distckpt never destroys them; it aborts `comm` only when an exchange
-// times out, which leaves it unusable to everyone). Ranks must match `bytes`.
+// (distckpt never destroys them). When an exchange fails or times out,
+// distckpt calls ncclCommAbort on `comm`, which frees it: after such a
+// CommError the caller must neither use, destroy nor abort `comm` again.
+// Ranks must match `bytes`.
 std::shared_ptr<Communicator> nccl_communicator_wrap(ncclComm_t comm, cudaStream_t stream,
                                                      std::shared_ptr<Communicator> bytes,
                                                      const NcclOptions& options = {});
