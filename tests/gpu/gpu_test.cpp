@@ -15,6 +15,7 @@
 #include "api/save_items.h"
 #include "core/device_event.h"
 #include "distckpt/distckpt.h"
+#include "io/buffer_pool.h"
 #include "support/process.h"
 #include "support/ranks.h"
 
@@ -103,6 +104,29 @@ TEST(GpuAsyncSave, ReturnsWhileAKernelRunsAndSavesTheValuesOfTheCall) {
   const LoadResult loaded = load(request, dir.file("ckpt"), *comm);
   EXPECT_TRUE(at::equal(loaded.state_dict.at("w").as_tensor(), values));
   EXPECT_TRUE(at::equal(weights.cpu(), values + 1));
+}
+
+// A shard that must be made contiguous is copied after that copy, not
+// before: the side stream once waited for the current stream only when the
+// first shard was copied, so a later transpose could be read unwritten.
+TEST(GpuAsyncSave, ShardsMadeContiguousDuringTheCallHoldTheirValues) {
+  SKIP_WITHOUT_GPU();
+  const at::Device device(at::kCUDA, 0);
+  auto comm = make_single_process_communicator();
+  at::Tensor a = at::rand({4096, 4096}, at::TensorOptions().device(device)) / 4096;
+  for (int i = 0; i < 20; ++i) a = at::tanh(a.matmul(a));  // still running when the call starts
+  const at::Tensor bias = at::ones({16}, at::TensorOptions().device(device));
+  StateDict sd;
+  sd["a_bias"] = Value(ShardedTensor::from_rank_offsets("a_bias", bias, {}));       // copied first
+  sd["b_weight"] = Value(ShardedTensor::from_rank_offsets("b_weight", a.t(), {}));  // transposed: made contiguous
+  TempDir dir("gpu-async-views");
+  AsyncRequest request = async_save(sd, dir.file("ckpt"), *comm, SaveOptions{},
+                                    io::BufferPool::create({64 << 20, false}), AsyncStaging::kInBackground);
+  request.finalize(*comm);
+  StateDict want;
+  want["b_weight"] = Value(ShardedTensor::from_rank_offsets("b_weight", at::zeros({4096, 4096}), {}));
+  const LoadResult loaded = load(want, dir.file("ckpt"), *comm);
+  EXPECT_TRUE(at::equal(loaded.state_dict.at("b_weight").as_tensor(), a.t().contiguous().cpu()));
 }
 
 TEST(GpuSaveLoad, RequestsWithoutDataLandOnTheirDevice) {
