@@ -18,6 +18,10 @@
 //   assemble  the coordinator: its own items + every planner's records ->
 //             skeleton, files, slots
 //   metadata  as above (write results come from the writers alone)
+// --mode load: what every rank does to plan a fully parallel load of that
+//   checkpoint under the same layout (plan/load_schedule.h): decode every
+//   rank's needs (one piece per tensor of its stage) and compute the whole
+//   schedule, as each rank does today from the all-gathered needs.
 // Each tensor is [4096, 4096] bf16 on one pp stage, split on rows over tp and
 // replicated over dp (4 MiB chunks, 1 MiB checksum blocks). tp = 8, pp = 16
 // and dp = ranks / 128, so 512 ranks have dp = 4 and 4096 ranks dp = 32.
@@ -36,6 +40,7 @@
 #include "api/messages.h"
 #include "format/metadata.h"
 #include "plan/global_plan.h"
+#include "plan/load_schedule.h"
 #include "plan/local_plan.h"
 #include "plan/partitioned_plan.h"
 
@@ -356,6 +361,44 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
   return steps;
 }
 
+struct LoadFigures {
+  uint64_t needs = 0;
+  double gathered_mb = 0, seconds = 0, peak_mb = 0;
+  size_t shared = 0;
+};
+
+// One rank's planning of a load by `ranks` ranks: every rank needs its tp
+// rows of each tensor of its stage, which is one stored piece (written by
+// dp rank 0), needed by all dp replicas.
+LoadFigures simulate_load(int ranks, int64_t tensors) {
+  std::vector<std::string> encoded(static_cast<size_t>(ranks));
+  LoadFigures f{};
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<plan::PieceNeed> needs;
+    for (int64_t t = (r / kTp) % kPp; t < tensors; t += kPp) {
+      const plan::ShardPlan s = shard_of(t, r);
+      needs.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(r % kTp), s.box});
+    }
+    f.needs += needs.size();
+    encoded[static_cast<size_t>(r)] = plan::encode_needs(r, needs);
+    f.gathered_mb += static_cast<double>(encoded[static_cast<size_t>(r)].size()) / 1e6;
+  }
+  const plan::PieceLookup lookup = [](uint32_t, uint32_t piece) {
+    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2};
+  };
+  reset_peak();
+  const uint64_t base_kib = status_kib("VmRSS");
+  const auto t0 = Clock::now();
+  std::vector<std::vector<plan::PieceNeed>> needs;
+  needs.reserve(encoded.size());
+  for (const std::string& e : encoded) needs.push_back(plan::decode_needs(e, "rank"));
+  const plan::LoadSchedule schedule = plan::make_load_schedule(needs, lookup, uint64_t{16} << 20, true);
+  f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  f.peak_mb = static_cast<double>(status_kib("VmHWM") - base_kib) / 1024;
+  f.shared = schedule.shared.size();
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -365,8 +408,10 @@ int main(int argc, char** argv) {
   std::string mode = "partitioned";
   app.add_option("--ranks", ranks, "simulated world sizes (multiples of 128)");
   app.add_option("--tensors", tensors, "tensors in the model");
-  app.add_option("--mode", mode, "partitioned (what save runs) or central (everything on the coordinator)")
-      ->check(CLI::IsMember({"partitioned", "central"}));
+  app.add_option("--mode", mode,
+                 "partitioned (what save runs), central (everything on the coordinator) or load (a load's "
+                 "planning on each rank)")
+      ->check(CLI::IsMember({"partitioned", "central", "load"}));
   CLI11_PARSE(app, argc, argv);
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
@@ -376,6 +421,17 @@ int main(int argc, char** argv) {
   }
 
   fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers, {} planning)\n", tensors, kTp, kPp, mode);
+  if (mode == "load") {
+    fmt::print(
+        "| ranks | needs (all ranks) | gathered needs MB | shared pieces | each rank: s | each rank: peak growth MB "
+        "|\n|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      const LoadFigures f = simulate_load(r, tensors);
+      fmt::print("| {} | {} | {:.1f} | {} | {:.2f} | {:.0f} |\n", r, f.needs, f.gathered_mb, f.shared, f.seconds,
+                 f.peak_mb);
+    }
+    return 0;
+  }
   if (mode == "central") {
     fmt::print(
         "| ranks | shard plans | chunks written | planning s | planning peak MB | metadata s | metadata peak MB | "
