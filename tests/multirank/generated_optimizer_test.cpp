@@ -40,7 +40,7 @@ std::unique_ptr<torch::optim::Adam> adam_in_two_groups(const std::vector<at::Ten
 
 // dp rank `dp_rank` of 2 (tp = pp = 1), one Adam step with grad = param;
 // with `amsgrad`, Adam has two param groups with those amsgrad flags.
-Trained trained(int64_t dp_rank, std::optional<std::array<bool, 2>> amsgrad = std::nullopt) {
+Trained trained(int64_t dp_rank, const std::optional<std::array<bool, 2>>& amsgrad = std::nullopt) {
   gpt::Config c;
   c.hidden = 16;
   c.ffn = 24;
@@ -96,37 +96,57 @@ TEST(GeneratedOptimizer, ZeroRangesTileEveryChunkAcrossDpRanks) {
   EXPECT_EQ(covered, total);  // every element's state is written exactly once
 }
 
-TEST(GeneratedOptimizer, SavedZeroStateLoadsBackIntoFreshAdamsBitwise) {
-  TempDir tmp("gen-optim");
-  const std::string dir = tmp.path() + "/ckpt";
-  testing::LogCapture log;
+using Groups = std::optional<std::array<bool, 2>>;
+
+// Two dp ranks save their model and ZeRO-1 Adam state into `dir`.
+void save_trained(const std::string& dir, const Groups& amsgrad) {
   run_ranks(2, [&](Communicator& comm) {
-    Trained t = trained(comm.rank());
+    Trained t = trained(comm.rank(), amsgrad);
     t.model->iteration(1).consumed_samples(0);
     StateDict sd = t.model->state_dict();
     merge(sd, gpt::Adam(*t.model).state_dict(*t.adam));
     save(sd, dir, comm, t.model->save_options());
   });
-  // A parameter whose whole flat range another rank owns has no entry here,
-  // so the ranks' common state agrees (it once warned on every ZeRO save).
-  EXPECT_EQ(log.joined(), "");
+}
+
+struct Restored {
+  StateDict want, got;  // the optimizer state dicts: of a trained Adam, of a fresh one loaded from `dir`
+  std::vector<at::Tensor> params;
+};
+
+// One process loads `dir` into a fresh Adam (no state) through the generated layout.
+Restored restore_into_fresh(const std::string& dir, const Groups& amsgrad) {
+  Restored out;
   run_ranks(1, [&](Communicator& comm) {
-    Trained reference = trained(0);  // what the state must be
-    Trained fresh = trained(0);
-    fresh.adam = std::make_unique<torch::optim::Adam>(fresh.params, torch::optim::AdamOptions(0.01));  // no state
+    Trained reference = trained(0, amsgrad);  // what the state must be
+    Trained fresh = trained(0, amsgrad);
+    fresh.adam = amsgrad ? adam_in_two_groups(fresh.params, *amsgrad)
+                         : std::make_unique<torch::optim::Adam>(fresh.params, torch::optim::AdamOptions(0.01));
     const gpt::Adam layout(*fresh.model);
     StateDict request = fresh.model->state_dict();
     merge(request, layout.load_request(*fresh.adam));
     layout.load_state_dict(*fresh.adam, load(request, dir, comm).state_dict);
-    const StateDict want = optimizer_state_dict(*reference.adam), got = optimizer_state_dict(*fresh.adam);
-    ASSERT_EQ(got.at("state").size(), fresh.params.size());
-    for (const auto& [id, state] : want.at("state").as_dict()) {
-      for (const char* name : {"exp_avg", "exp_avg_sq"}) {
-        EXPECT_TRUE(at::equal(got.at("state").at(id).at(name).as_tensor(), state.at(name).as_tensor())) << id << name;
-      }
-      EXPECT_EQ(got.at("state").at(id).at("step").as_int(), 1);
-    }
+    out = Restored{optimizer_state_dict(*reference.adam), optimizer_state_dict(*fresh.adam), fresh.params};
   });
+  return out;
+}
+
+TEST(GeneratedOptimizer, SavedZeroStateLoadsBackIntoFreshAdamsBitwise) {
+  TempDir tmp("gen-optim");
+  const std::string dir = tmp.path() + "/ckpt";
+  testing::LogCapture log;
+  save_trained(dir, std::nullopt);
+  // A parameter whose whole flat range another rank owns has no entry here,
+  // so the ranks' common state agrees (it once warned on every ZeRO save).
+  EXPECT_EQ(log.joined(), "");
+  const Restored r = restore_into_fresh(dir, std::nullopt);
+  ASSERT_EQ(r.got.at("state").size(), r.params.size());
+  for (const auto& [id, state] : r.want.at("state").as_dict()) {
+    for (const char* name : {"exp_avg", "exp_avg_sq"}) {
+      EXPECT_TRUE(at::equal(r.got.at("state").at(id).at(name).as_tensor(), state.at(name).as_tensor())) << id << name;
+    }
+    EXPECT_EQ(r.got.at("state").at(id).at("step").as_int(), 1);
+  }
 }
 
 // amsgrad is per param group in PyTorch: max_exp_avg_sq is saved for the
@@ -135,39 +155,24 @@ TEST(GeneratedOptimizer, MixedAmsgradGroupsRoundTripBitwise) {
   for (const std::array<bool, 2> amsgrad : {std::array<bool, 2>{false, true}, std::array<bool, 2>{true, false}}) {
     TempDir tmp("gen-amsgrad");
     const std::string dir = tmp.path() + "/ckpt";
-    run_ranks(2, [&](Communicator& comm) {
-      Trained t = trained(comm.rank(), amsgrad);
-      t.model->iteration(1).consumed_samples(0);
-      StateDict sd = t.model->state_dict();
-      merge(sd, gpt::Adam(*t.model).state_dict(*t.adam));
-      save(sd, dir, comm, t.model->save_options());
-    });
-    run_ranks(1, [&](Communicator& comm) {
-      Trained reference = trained(0, amsgrad);
-      Trained fresh = trained(0, amsgrad);
-      fresh.adam = adam_in_two_groups(fresh.params, amsgrad);  // no state
-      const gpt::Adam layout(*fresh.model);
-      StateDict request = fresh.model->state_dict();
-      merge(request, layout.load_request(*fresh.adam));
-      layout.load_state_dict(*fresh.adam, load(request, dir, comm).state_dict);
-      const StateDict want = optimizer_state_dict(*reference.adam), got = optimizer_state_dict(*fresh.adam);
-      ASSERT_EQ(got.at("state").size(), fresh.params.size());
-      size_t with_max = 0;
-      for (const auto& [id, state] : want.at("state").as_dict()) {
-        const Value& restored = got.at("state").at(id);
-        ASSERT_EQ(restored.contains("max_exp_avg_sq"), state.contains("max_exp_avg_sq")) << id;
-        for (const auto& [name, value] : state.as_dict()) {
-          if (value.kind() != Kind::kTensor) continue;
-          EXPECT_TRUE(at::equal(restored.at(name).as_tensor(), value.as_tensor())) << id << name;
-        }
-        with_max += state.contains("max_exp_avg_sq") ? 1 : 0;
+    save_trained(dir, amsgrad);
+    const Restored r = restore_into_fresh(dir, amsgrad);
+    ASSERT_EQ(r.got.at("state").size(), r.params.size());
+    size_t with_max = 0;
+    for (const auto& [id, state] : r.want.at("state").as_dict()) {
+      const Value& restored = r.got.at("state").at(id);
+      ASSERT_EQ(restored.contains("max_exp_avg_sq"), state.contains("max_exp_avg_sq")) << id;
+      for (const auto& [name, value] : state.as_dict()) {
+        if (value.kind() != Kind::kTensor) continue;
+        EXPECT_TRUE(at::equal(restored.at(name).as_tensor(), value.as_tensor())) << id << name;
       }
-      const auto norms = static_cast<size_t>(
-          std::count_if(fresh.params.begin(), fresh.params.end(), [](const at::Tensor& p) { return p.dim() == 1; }));
-      ASSERT_GT(norms, 0u);
-      ASSERT_LT(norms, fresh.params.size());
-      EXPECT_EQ(with_max, amsgrad[0] ? norms : fresh.params.size() - norms);
-    });
+      with_max += state.contains("max_exp_avg_sq") ? 1 : 0;
+    }
+    const auto norms = static_cast<size_t>(
+        std::count_if(r.params.begin(), r.params.end(), [](const at::Tensor& p) { return p.dim() == 1; }));
+    ASSERT_GT(norms, 0u);
+    ASSERT_LT(norms, r.params.size());
+    EXPECT_EQ(with_max, amsgrad[0] ? norms : r.params.size() - norms);
   }
 }
 
