@@ -104,8 +104,9 @@ TEST(FileIntegrity, ATruncatedOrSwappedFileIsNamed) {
 
 // At scale, R ranks each checking all F data files up front is R x F
 // metadata operations on a parallel file system: load() has only its
-// coordinator check every file, and each rank checks the files it reads as
-// it opens them (a FIFO refused, never blocked on).
+// coordinator check every file, each rank checks the files it reads as it
+// opens them (a FIFO refused, never blocked on), and the metadata readers
+// check none.
 TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll) {
   TempDir tmp("v2-lazy");
   const std::string dir = save_small(tmp);
@@ -124,6 +125,9 @@ TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll)
   at::Tensor bottom = at::empty({4, 2});
   EXPECT_TRUE(throws_with<CorruptionError>([&] { reader.read_region(t, Box{{4, 0}, {4, 2}}, bottom); }, refusal));
 
+  // What every rank of a job may call reads no data file, and checks none.
+  EXPECT_EQ(load_common_state_dict(dir).at("iteration").as_int(), 1234);
+  EXPECT_TRUE(load_tensors_metadata(dir).contains("t"));
   EXPECT_TRUE(throws_with<CorruptionError>([&] { open_storage(dir, StorageOptions{}); }, refusal));
   run_ranks(2, [&](Communicator& comm) {  // both ask for rank 0's rows only: the coordinator's check fails both
     StateDict request = Value::dict();

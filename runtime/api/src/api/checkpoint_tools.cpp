@@ -21,15 +21,26 @@
 #include "storage/distckpt_storage.h"
 
 namespace distckpt {
+namespace {
 
-StateDict load_common_state_dict(const std::string& dir) { return api::CheckpointReader(dir).read_common_state(); }
+// For the readers every rank of a job may call: the data files are checked
+// as they are opened, not all of them by every rank (R x F checks).
+api::CheckpointReader per_rank_reader(const std::string& dir) {
+  StorageOptions options;
+  options.check_every_file = false;
+  return api::CheckpointReader(open_storage(dir, options));
+}
+
+}  // namespace
+
+StateDict load_common_state_dict(const std::string& dir) { return per_rank_reader(dir).read_common_state(); }
 
 std::optional<StateDict> load_content_metadata(const std::string& dir) {
-  return api::CheckpointReader(dir).storage().read_content_metadata();
+  return per_rank_reader(dir).storage().read_content_metadata();
 }
 
 StateDict load_tensors_metadata(const std::string& dir) {
-  const api::CheckpointReader reader(dir);
+  const api::CheckpointReader reader = per_rank_reader(dir);
   StateDict out = Value::dict();
   std::vector<std::string> skipped;
   for (const TensorRecord& record : reader.index().tensors) {
@@ -56,7 +67,7 @@ StateDict load_tensors_metadata(const std::string& dir) {
 }
 
 StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::string& dir) {
-  api::CheckpointReader reader(dir);
+  api::CheckpointReader reader = per_rank_reader(dir);
   Value objects = extract_matching(api::apply_factories(sharded_state_dict), [](const Value& leaf) {
                     return leaf.kind() == Kind::kShardedObject;
                   }).first;

@@ -104,7 +104,8 @@ struct StorageOptions {
   bool verify_checksums = true;
   // Check the kind, size and place of every data file when opening (the
   // distckpt format). Off, each file is checked as it is first opened for
-  // reading: load() asks only its coordinator for the whole check, so that
+  // reading: load() asks only its coordinator for the whole check, and
+  // load_common_state_dict, load_tensors_metadata and the like none, so that
   // R ranks do not stat F files each (R x F metadata operations on a
   // parallel file system).
   bool check_every_file = true;
