@@ -2,8 +2,10 @@
 // damage to either is caught on every open; version 1 checkpoints still load;
 // verify_checkpoint classifies directories as a load would.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -123,7 +125,8 @@ TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll)
   reader.read_region(t, Box{{0, 0}, {4, 2}}, top);  // rows 0-3: rank 0's file
   EXPECT_TRUE(at::equal(top, global_tensor("t", {8, 2}).narrow(0, 0, 4)));
   at::Tensor bottom = at::empty({4, 2});
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { reader.read_region(t, Box{{4, 0}, {4, 2}}, bottom); }, refusal));
+  const auto read_bottom = [&] { reader.read_region(t, Box{{4, 0}, {4, 2}}, bottom); };
+  EXPECT_TRUE(throws_with<CorruptionError>(read_bottom, "'" + data1 + "' is not a regular file (a FIFO)"));
 
   // What every rank of a job may call reads no data file, and checks none.
   EXPECT_EQ(load_common_state_dict(dir).at("iteration").as_int(), 1234);
@@ -141,6 +144,13 @@ TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll)
   ASSERT_EQ(::unlink(data1.c_str()), 0);
   ASSERT_EQ(std::rename(kept.c_str(), data1.c_str()), 0);
   EXPECT_TRUE(verify_checkpoint(dir).intact());
+
+  // A file cut short is named by the rank that opens it to read.
+  const uint64_t size = io::file_size(data1);
+  ASSERT_EQ(::truncate(data1.c_str(), static_cast<off_t>(size - 1)), 0);
+  EXPECT_TRUE(throws_with<CorruptionError>(read_bottom, fmt::format("checkpoint file {} has {} bytes but the "
+                                                                    "metadata records {} bytes",
+                                                                    data1, size - 1, size)));
 }
 
 // A checkpoint written by the previous release (format version 1, no

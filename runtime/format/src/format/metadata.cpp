@@ -500,30 +500,36 @@ CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& or
   return MetadataDecoder(*fb::GetCheckpointMetadata(aligned.data()), aligned.size(), origin).decode();
 }
 
-void check_data_file(const std::string& path, std::optional<uint64_t> expected_size, const std::string& dir) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw CorruptionError(
-        fmt::format("checkpoint file {} listed in the metadata cannot be used: {}; the "
-                    "checkpoint is incomplete or was moved partially",
-                    path, std::strerror(errno)));
-  }
-  if (!dir.empty()) io::check_inside(dir, path);  // a link out is named as such, before its kind
-  if (!S_ISREG(st.st_mode)) {
-    throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path));
-  }
-  const auto actual = static_cast<uint64_t>(st.st_size);
-  if (expected_size && actual != *expected_size) {
+void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded) {
+  if (actual != recorded) {
     throw CorruptionError(
         fmt::format("checkpoint file {} has {} bytes but the metadata records {} bytes; it "
                     "was truncated, overwritten or belongs to another checkpoint",
-                    path, actual, *expected_size));
+                    path, actual, recorded));
   }
 }
 
 void check_files(const CheckpointMetadata& metadata, const std::string& dir) {
-  for (const auto& f : metadata.files) check_data_file(io::safe_join(dir, f.path), f.size, dir);
-  if (!metadata.common_file.empty()) check_data_file(io::safe_join(dir, metadata.common_file), std::nullopt, dir);
+  // Each file must be a regular file inside the checkpoint (a FIFO or a
+  // device would make a read block or return other bytes; a link out of it
+  // would read another file) with exactly the recorded size.
+  const auto check_one = [&](const std::string& relative, std::optional<uint64_t> expected_size) {
+    const std::string path = io::safe_join(dir, relative);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      throw CorruptionError(
+          fmt::format("checkpoint file {} listed in the metadata cannot be used: {}; the "
+                      "checkpoint is incomplete or was moved partially",
+                      path, std::strerror(errno)));
+    }
+    io::check_inside(dir, path);
+    if (!S_ISREG(st.st_mode)) {
+      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path));
+    }
+    if (expected_size) check_file_size(path, static_cast<uint64_t>(st.st_size), *expected_size);
+  };
+  for (const auto& f : metadata.files) check_one(f.path, f.size);
+  if (!metadata.common_file.empty()) check_one(metadata.common_file, std::nullopt);
 }
 
 }  // namespace distckpt

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,12 +43,9 @@ std::string encode_metadata(const CheckpointMetadata& metadata);
 // elements * dtype size, checksum counts match, file indices valid, sorted
 // unique keys. `origin` names the file in messages. Throws CorruptionError.
 CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& origin);
-// Throws CorruptionError unless `path` is a regular file (a FIFO or a device
-// would make a read block or return other bytes) of `expected_size` bytes
-// (any size when nullopt) and, with `dir` given, resolves inside it (a link
-// out would read another file).
-void check_data_file(const std::string& path, std::optional<uint64_t> expected_size, const std::string& dir = "");
-// check_data_file for every file the metadata lists (common.fb of any size).
+// CorruptionError naming `path` unless it has the `recorded` size.
+void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded);
+// Checks every record against the actual data files (sizes, path safety).
 void check_files(const CheckpointMetadata& metadata, const std::string& dir);
 
 }  // namespace distckpt

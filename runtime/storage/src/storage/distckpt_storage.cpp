@@ -69,7 +69,6 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool ch
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
   path = io::safe_join(dir_, metadata_.common_file);
-  check_data_file(path, std::nullopt);  // before the open, which a FIFO would block
   const io::File file = io::open_inside(dir_, path);
   std::string bytes =
       io::read_all(file, std::min(config_.common ? config_.common->bytes : file.size(), kMaxFlatBufferBytes));

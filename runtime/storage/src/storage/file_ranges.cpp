@@ -102,10 +102,11 @@ io::File FileRanges::open(const std::string& dir, const std::string& path, Links
 io::File FileRanges::open_uncached(uint32_t index) const {
   const FileRecord& record = index_.files.at(index);
   const std::string path = io::safe_join(dir_, record.path);
-  // Checked as it is opened (a FIFO would block the open): a rank checks the
-  // files it reads, not every file of the checkpoint (StorageOptions::check_every_file).
-  check_data_file(path, record.size);
-  return open(dir_, path, links_);
+  io::File opened = open(dir_, path, links_);  // a regular file (io::File), inside `dir_` as `links_` says
+  // Its size is checked here, on the file opened: a rank checks the files it
+  // reads, not every file of the checkpoint (StorageOptions::check_every_file).
+  check_file_size(path, opened.size(), record.size);
+  return opened;
 }
 
 std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
