@@ -83,10 +83,10 @@ TEST(PlannerHooks, ACoordinatorRankOutsideTheWorldOrDifferentPerRankIsRefused) {
   run_ranks(kRanks, [&](Communicator& comm) {
     SaveOptions options;
     options.coordinator_rank = kRanks;
-    EXPECT_TRUE(throws_with<Error>([&] { save(state_of(comm.rank()), tmp.path() + "/a", comm, options); },
-                                   "SaveOptions::coordinator_rank is 4, but the ranks are 0 to 3"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { save(state_of(comm.rank()), tmp.path() + "/a", comm, options); },
+                                        "SaveOptions::coordinator_rank is 4, but the ranks are 0 to 3"));
     options.coordinator_rank = comm.rank() == 3 ? 1 : 0;
-    EXPECT_TRUE(throws_with<Error>(
+    EXPECT_TRUE(throws_with<UsageError>(
         [&] { save(state_of(comm.rank()), tmp.path() + "/b", comm, options); },
         "SaveOptions::coordinator_rank is 0 on rank 0 but 1 on rank 3; pass the same on every rank"));
   });
@@ -165,23 +165,20 @@ TEST(PlannerHooks, TransformsThatBreakThePlanAreRefusedNamingTheTensor) {
   run_ranks(kRanks, [&](Communicator& comm) {
     SaveOptions unstorable;
     unstorable.transform.stored_dtype = [](const ShardedTensor&) { return at::kQInt8; };
-    EXPECT_TRUE(throws_with<Error>([&] { save(state_of(comm.rank()), tmp.path() + "/a", comm, unstorable); },
-                                   "SaveOptions::transform.stored_dtype gave QInt8 for 'b', which a checkpoint cannot "
-                                   "store"));
+    EXPECT_TRUE(
+        throws_with<UsageError>([&] { save(state_of(comm.rank()), tmp.path() + "/a", comm, unstorable); },
+                                "SaveOptions::transform.stored_dtype gave QInt8 for 'b', which a checkpoint cannot "
+                                "store"));
 
     SaveOptions disagreeing;
     disagreeing.transform.stored_dtype = [&](const ShardedTensor&) {
       return comm.rank() == 1 ? at::kHalf : at::kFloat;
     };
     const auto disagree = [&] { save(state_of(comm.rank()), tmp.path() + "/b", comm, disagreeing); };
-    // The ranks that plan 'b' and 'w' find the disagreement; the others hear of it.
-    if (comm.rank() == plan::planner_of("b", kRanks)) {
-      EXPECT_TRUE(throws_with<ShardingError>(disagree, "'b' has dtype float32 on rank 0 but float16 on rank 1"));
-    } else if (comm.rank() == plan::planner_of("w", kRanks)) {
-      EXPECT_TRUE(throws_with<ShardingError>(disagree, "'w' has dtype float32 on rank 0 but float16 on rank 1"));
-    } else {
-      EXPECT_TRUE(throws_with<CommError>(disagree, "'b' has dtype float32 on rank 0 but float16 on rank 1"));
-    }
+    // The ranks that plan 'b' and 'w' find the disagreement; every rank
+    // raises it, naming both.
+    EXPECT_TRUE(throws_with<ShardingError>(disagree, "'b' has dtype float32 on rank 0 but float16 on rank 1"));
+    EXPECT_TRUE(throws_with<ShardingError>(disagree, "'w' has dtype float32 on rank 0 but float16 on rank 1"));
 
     SaveOptions wrong;
     wrong.transform.stored_dtype = [](const ShardedTensor& t) { return t.key == "w" ? at::kChar : t.dtype; };
@@ -202,7 +199,7 @@ TEST(PlannerHooks, ALoadHookMustFillTheGivenDestination) {
     options.commit_tensor = [](const ShardedTensor&, const at::Tensor& stored, at::Tensor& destination) {
       destination = stored.to(at::kFloat);  // a new tensor, not the caller's
     };
-    EXPECT_TRUE(throws_with<Error>(
+    EXPECT_TRUE(throws_with<UsageError>(
         [&] { load(request_of(comm.rank(), at::kFloat), tmp.path() + "/ckpt", comm, options); },
         "LoadOptions::commit_tensor replaced the destination of 'w'; fill the given tensor in place ([2, 4] of "
         "float32)"));

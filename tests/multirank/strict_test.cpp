@@ -122,7 +122,7 @@ TEST_F(StrictTest, RaiseOnOneRankIsAnErrorOnEveryRank) {
       types[comm.rank()] = "CommError";
     }
   });
-  EXPECT_EQ(types, (std::vector<std::string>{"KeyMismatchError", "CommError"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"KeyMismatchError", "KeyMismatchError"}));
 }
 
 TEST_F(StrictTest, ReturnUnexpectedReturnsOnlyUnexpected) {

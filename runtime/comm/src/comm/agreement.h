@@ -12,9 +12,13 @@
 namespace distckpt {
 
 // Runs `step` on this rank, then all-gathers whether it succeeded. If any
-// rank failed, every rank throws: the failing rank rethrows its own
-// exception, the others throw CommError naming the failed ranks and their
-// messages. `phase` names the step in messages ("write data files").
+// rank failed, every rank throws the same: the class of the earliest
+// ErrorKind any failed rank saw, a message naming the failed ranks and what
+// each saw, and Error::failures() listing them (rank, class, message, path,
+// errno). An error that was itself agreed on every failed rank (a collective
+// inside `step`) is rethrown unchanged. `phase` names the step in messages
+// ("write data files"). If the all-gather itself fails, a rank rethrows its
+// own error when it had one, else the communication error.
 void run_agreed(Communicator& comm, const std::string& phase, const std::function<void()>& step);
 
 // run_agreed and an all-gather in one collective: every rank's bytes from

@@ -277,17 +277,23 @@ class GroupCommunicator final : public Communicator {
   }
 
   // Starts a c10d operation, waits for it, and turns whatever c10d throws
-  // (c10::Error, gloo exceptions, timeouts) into a CommError naming the rank.
+  // (c10::Error, gloo exceptions, timeouts) into a CommError (TimeoutError
+  // for a timeout) naming the rank.
   template <typename StartWork>
   void run(const std::string& what, StartWork&& start) const {
     try {
       auto work = start();
       work->wait();
     } catch (const c10::Error& e) {
-      throw CommError(failure(what, e.what_without_backtrace()));
+      raise(what, e.what_without_backtrace());
     } catch (const std::exception& e) {
-      throw CommError(failure(what, e.what()));
+      raise(what, e.what());
     }
+  }
+
+  [[noreturn]] void raise(const std::string& what, const char* cause) const {
+    if (is_timeout(cause)) throw TimeoutError(failure(what, cause));
+    throw CommError(failure(what, cause));
   }
 
   std::string failure(const std::string& what, const char* cause) const {
