@@ -110,8 +110,8 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
   const auto one = make_single_process_communicator();
   SaveOptions as_torch;
   as_torch.format = StorageFormat::kTorch;
-  EXPECT_TRUE(throws_with<Error>([&] { save(sd, file("saved"), *one, as_torch); },
-                                 "write a torch.save file from a checkpoint with convert_to_torch"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { save(sd, file("saved"), *one, as_torch); },
+                                      "write a torch.save file from a checkpoint with convert_to_torch"));
 }
 
 // Strided views (a transposed weight, a column slice), as converted

@@ -81,7 +81,7 @@ TEST(CliqueReplication, GroupsRanksWithTheSameLocalIndexOnOtherNodes) {
   EXPECT_EQ(c.clique_of(3, 8), (std::vector<int>{1, 3}));
   EXPECT_EQ(c.clique_of(5, 8), (std::vector<int>{5, 7}));
   EXPECT_EQ((CliqueReplication{2, 3}.clique_of(4, 6)), (std::vector<int>{0, 2, 4}));
-  EXPECT_TRUE(throws_with<Error>([&] { c.clique_of(0, 6); }, "does not split into groups"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { c.clique_of(0, 6); }, "does not split into groups"));
 }
 
 TEST(LocalCheckpoint, SyncAndAsyncRoundTripsAndRestart) {
@@ -203,7 +203,8 @@ TEST(LocalCheckpoint, OlderIterationsStayUntilANewerOneIsCompleteEverywhere) {
     // Another rank's dict is refused before anything is written.
     TensorAwareStateDict foreign = TensorAwareStateDict::from_state_dict(model(comm.rank(), 4, 3), comm);
     foreign.state().owner_rank = (comm.rank() + 1) % 4;
-    EXPECT_TRUE(throws_with<Error>([&] { manager.save(foreign, 3); }, "was given the tensor-aware state dict of rank"));
+    EXPECT_TRUE(
+        throws_with<UsageError>([&] { manager.save(foreign, 3); }, "was given the tensor-aware state dict of rank"));
   });
   run_ranks(4, [&](Communicator& comm) { load_and_check(tmp.path(), comm, options, 1); });
 }
@@ -251,7 +252,8 @@ TEST(LocalCheckpoint, AsynchronousSavesSurviveASynchronousOneAndARefusedQueue) {
 
     AsyncCallsQueue closed(comm);
     closed.close();
-    EXPECT_TRUE(throws_with<Error>([&] { manager.save_async(state_at(comm, 40), 40, closed); }, "the queue is closed"));
+    EXPECT_TRUE(
+        throws_with<UsageError>([&] { manager.save_async(state_at(comm, 40), 40, closed); }, "the queue is closed"));
     EXPECT_FALSE(io::exists(manager.file_path(comm.rank(), 40, comm.rank())));
     manager.save(state_at(comm, 40), 40);  // not held back as in flight
   });
@@ -362,19 +364,20 @@ TEST(LocalCheckpoint, ExplicitReplicationGroupsOfUnequalSizes) {
   run_ranks(2, [&](Communicator& comm) {
     LocalCheckpointOptions bad;
     bad.replication_groups = {{0, 1}, {1}};
-    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
-                                   "rank 1 is in group [0, 1] and in group [1]"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                        "rank 1 is in group [0, 1] and in group [1]"));
     bad.replication_groups = {{0, 1, 0}};
-    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
-                                   "group [0, 1, 0] lists rank 0 twice"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                        "group [0, 1, 0] lists rank 0 twice"));
     bad.replication_groups = {{0}};
-    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "rank 1 is in no group"));
+    EXPECT_TRUE(
+        throws_with<UsageError>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "rank 1 is in no group"));
     bad.replication_groups = {{0, 2}, {1}};
-    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
-                                   "group [0, 2] names rank 2, outside a world of 2 ranks"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { LocalCheckpointManager(tmp.path(), comm, bad); },
+                                        "group [0, 2] names rank 2, outside a world of 2 ranks"));
     bad.replication_groups = {{0}, {1}};
     bad.replication = CliqueReplication{1, 2};
-    EXPECT_TRUE(throws_with<Error>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "not both"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { LocalCheckpointManager(tmp.path(), comm, bad); }, "not both"));
   });
 }
 

@@ -178,15 +178,15 @@ TEST(NcclGpuPerRank, TwoRanksOnOneGpuAreNamedWithWhatToChange) {
 
 TEST(NcclCommunicator, RejectsMissingOrWrongParts) {
   auto single = make_single_process_communicator();
-  EXPECT_TRUE(throws_with<CommError>([&] { nccl_communicator_wrap(nullptr, nullptr, single); },
-                                     "nccl_communicator_wrap: the NCCL communicator is null"));
-  EXPECT_TRUE(throws_with<CommError>([&] { nccl_communicator_wrap(nullptr, nullptr, nullptr); },
-                                     "the CPU communicator for bytes is null"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { nccl_communicator_wrap(nullptr, nullptr, single); },
+                                      "nccl_communicator_wrap: the NCCL communicator is null"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { nccl_communicator_wrap(nullptr, nullptr, nullptr); },
+                                      "the CPU communicator for bytes is null"));
   auto store = c10::make_intrusive<c10d::HashStore>();
-  EXPECT_TRUE(throws_with<CommError>([&] { nccl_communicator_from_store(c10::intrusive_ptr<c10d::Store>(), single); },
-                                     "the store is null"));
-  EXPECT_TRUE(throws_with<CommError>([&] { nccl_communicator_from_store(store, nullptr); },
-                                     "the CPU communicator for bytes is null"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { nccl_communicator_from_store(c10::intrusive_ptr<c10d::Store>(), single); },
+                                      "the store is null"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { nccl_communicator_from_store(store, nullptr); },
+                                      "the CPU communicator for bytes is null"));
 }
 
 // What no machine here can run: everything past creation needs a GPU and a

@@ -65,11 +65,11 @@ TEST(FormatCommitTest, MarkerRoundTrip) {
   EXPECT_EQ(loaded->common->path, "common.fb");
   EXPECT_TRUE(is_distributed_checkpoint(dir.path()));
   config.world_size = 0;
-  EXPECT_TRUE(throws_with<Error>([&] { write_commit_marker(dir.path(), config); }, "world_size 0 is not valid"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { write_commit_marker(dir.path(), config); }, "world_size 0 is not valid"));
   config.world_size = 1;
   config.common.reset();
   EXPECT_TRUE(
-      throws_with<Error>([&] { write_commit_marker(dir.path(), config); }, "records metadata.fb and common.fb"));
+      throws_with<UsageError>([&] { write_commit_marker(dir.path(), config); }, "records metadata.fb and common.fb"));
 }
 
 TEST(FormatCommitTest, VersionOneMarkersStillParse) {

@@ -116,11 +116,11 @@ TEST(FormatCommonStateTest, ConjugateViewsAreStoredResolved) {
 TEST(FormatCommonStateTest, RejectsShardedLeavesAndTooDeepNesting) {
   Value state = Value::dict();
   state["a"]["b"] = ShardedTensor{};
-  EXPECT_TRUE(
-      throws_with<Error>([&] { encode_common_state(state); }, "common state cannot hold a ShardedTensor at 'a/b'"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { encode_common_state(state); },
+                                      "common state cannot hold a ShardedTensor at 'a/b'"));
   Value objects = Value::dict();
   objects["rng"] = List{1, ShardedObject{}};
-  EXPECT_TRUE(throws_with<Error>([&] { encode_common_state(objects); }, "a ShardedObject at 'rng/1'"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { encode_common_state(objects); }, "a ShardedObject at 'rng/1'"));
 
   const auto nest = [](int levels) {
     Value v = 1;
@@ -128,7 +128,7 @@ TEST(FormatCommonStateTest, RejectsShardedLeavesAndTooDeepNesting) {
     return v;
   };
   EXPECT_TRUE(decode_common_state(encode_common_state(nest(48)), "c").equals(nest(48)));
-  EXPECT_TRUE(throws_with<Error>([&] { encode_common_state(nest(49)); }, "nested deeper than 48 levels"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { encode_common_state(nest(49)); }, "nested deeper than 48 levels"));
 }
 
 // A common-state buffer holding one dict entry built by `make_child`.

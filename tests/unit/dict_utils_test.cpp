@@ -303,8 +303,8 @@ TEST(DictUtilsTest, DictMapTreatsListsAsLeaves) {
   EXPECT_EQ(keyed.at("model").at("w").as_string(), "w");
   EXPECT_EQ(keyed.at("rng").as_string(), "rng");
   Value list = Value::list();
-  EXPECT_TRUE(
-      throws_with<Error>([&] { dict_map(list, [](const Value& v) { return v; }); }, "the root is a list, not a dict"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { dict_map(list, [](const Value& v) { return v; }); },
+                                      "the root is a list, not a dict"));
 }
 
 TEST(DictUtilsTest, MapReduceGroupsInOrder) {

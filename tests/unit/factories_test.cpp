@@ -71,8 +71,9 @@ TEST(FactoriesTest, MergeErrorsNameThePath) {
 
   StateDict missing = loaded_parts(values);
   missing.at("mlp").as_dict().erase("fc1");
-  EXPECT_TRUE(throws_with<Error>([&] { apply_factory_merges(missing, request); },
-                                 "the loaded state dict has nothing at 'mlp/fc1', where the request has a factory"));
+  EXPECT_TRUE(
+      throws_with<UsageError>([&] { apply_factory_merges(missing, request); },
+                              "the loaded state dict has nothing at 'mlp/fc1', where the request has a factory"));
   // A lenient load that skipped the whole factory leaves it out.
   apply_factory_merges(missing, request, /*skip_absent=*/true);
   EXPECT_FALSE(missing.at("mlp").contains("fc1"));
@@ -80,8 +81,8 @@ TEST(FactoriesTest, MergeErrorsNameThePath) {
 
   StateDict shorter = loaded_parts(values);
   shorter.at("layers").as_list().pop_back();
-  EXPECT_TRUE(throws_with<Error>([&] { apply_factory_merges(shorter, request); },
-                                 "lists at 'layers' have different lengths (1 loaded, 2 requested)"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { apply_factory_merges(shorter, request); },
+                                      "lists at 'layers' have different lengths (1 loaded, 2 requested)"));
   // A lenient load that skipped elements compacted the list: left as loaded.
   apply_factory_merges(shorter, request, /*skip_absent=*/true);
   EXPECT_EQ(shorter.at("layers").size(), 1u);
@@ -89,8 +90,8 @@ TEST(FactoriesTest, MergeErrorsNameThePath) {
 
   StateDict leaf = loaded_parts(values);
   leaf["mlp"] = 5;
-  EXPECT_TRUE(throws_with<Error>([&] { apply_factory_merges(leaf, request); },
-                                 "at 'mlp' the loaded state dict holds a int where the request holds a dict"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { apply_factory_merges(leaf, request); },
+                                      "at 'mlp' the loaded state dict holds a int where the request holds a dict"));
 
   // Paths without factories are not walked: a missing 'step' is fine.
   StateDict no_step = loaded_parts(values);
@@ -110,8 +111,8 @@ TEST(FactoriesTest, FactoriesSplitWithListsAsDictsMergeIntoLists) {
   EXPECT_TRUE(loaded.at("mlp").at("fc1").is_dict());
 
   factories["layers"]["7"] = request.at("layers")[1];
-  EXPECT_TRUE(throws_with<Error>([&] { apply_factory_merges(loaded, factories); },
-                                 "'layers/7' is not an index of the loaded list of 2 elements"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { apply_factory_merges(loaded, factories); },
+                                      "'layers/7' is not an index of the loaded list of 2 elements"));
 }
 
 }  // namespace

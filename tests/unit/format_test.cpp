@@ -124,7 +124,7 @@ TEST(FormatDtypeTest, NamesRoundTripAndSizes) {
   }
   EXPECT_EQ(dtype_from_name("bfloat16"), at::kBFloat16);
   EXPECT_TRUE(throws_with<CorruptionError>([] { dtype_from_name("float8"); }, "unknown dtype 'float8'"));
-  EXPECT_TRUE(throws_with<Error>([] { dtype_name(at::kQInt8); }, "cannot be stored"));
+  EXPECT_TRUE(throws_with<UsageError>([] { dtype_name(at::kQInt8); }, "cannot be stored"));
 }
 
 // Issue 21 item 11: newer dtypes by name, where this LibTorch has them, and

@@ -72,8 +72,8 @@ TEST(IoFileTest, ReadPastEndIsCorruptionWithOffsetsInMessage) {
 TEST(IoFileTest, OpenMissingFileNamesPathAndErrno) {
   TempDir dir("io");
   const std::string path = dir.file("absent.bin");
-  EXPECT_TRUE(throws_with<Error>([&] { File f(path, File::Mode::kRead); }, path));
-  EXPECT_TRUE(throws_with<Error>([&] { File f(path, File::Mode::kRead); }, "No such file or directory"));
+  EXPECT_TRUE(throws_with<IoError>([&] { File f(path, File::Mode::kRead); }, path));
+  EXPECT_TRUE(throws_with<IoError>([&] { File f(path, File::Mode::kRead); }, "No such file or directory"));
 }
 
 // A checkpoint is untrusted: a FIFO in it must not block the reader until
@@ -238,19 +238,19 @@ TEST(IoStagingTest, OneWriterAtATimeAndNothingLeftAfter) {
   EXPECT_TRUE(is_empty_dir(dir.path()));
 
   ASSERT_EQ(::symlink(dir.file("elsewhere").c_str(), paths.lock.c_str()), 0);
-  EXPECT_TRUE(throws_with<Error>([&] { StagingLock linked(paths); }, "cannot create the lock file"));
+  EXPECT_TRUE(throws_with<IoError>([&] { StagingLock linked(paths); }, "cannot create the lock file"));
   EXPECT_FALSE(exists(dir.file("elsewhere")));
 
   // The error names what the user can fix: the folder, not the lock file.
   const StagingPaths nowhere = staging_paths(dir.file("nodir/w.pt"));
-  EXPECT_TRUE(throws_with<Error>(
+  EXPECT_TRUE(throws_with<IoError>(
       [&] { StagingLock missing(nowhere); },
       "cannot write '" + dir.file("nodir/w.pt") + "': the folder '" + dir.file("nodir") + "' does not exist"));
 }
 
 TEST(IoFileTest, AtomicWriteIntoMissingDirectoryFails) {
   TempDir dir("io");
-  EXPECT_TRUE(throws_with<Error>([&] { write_file_atomic(dir.file("no/such/dir/x"), "x"); }, "no/such/dir/x.tmp"));
+  EXPECT_TRUE(throws_with<IoError>([&] { write_file_atomic(dir.file("no/such/dir/x"), "x"); }, "no/such/dir/x.tmp"));
 }
 
 TEST(IoFileTest, ReadFileRefusesFilesAboveTheLimit) {
@@ -270,8 +270,8 @@ TEST(IoDirTest, MakeDirsCreatesEveryLevelAndIsIdempotent) {
   make_dirs(deep);  // already there
   make_dirs(deep + "/");
   write_text(dir.file("file"), "x");
-  EXPECT_TRUE(throws_with<Error>([&] { make_dirs(dir.file("file/sub")); }, dir.file("file")));
-  EXPECT_TRUE(throws_with<Error>([&] { make_dirs(""); }, "empty"));
+  EXPECT_TRUE(throws_with<IoError>([&] { make_dirs(dir.file("file/sub")); }, dir.file("file")));
+  EXPECT_TRUE(throws_with<UsageError>([&] { make_dirs(""); }, "empty"));
 }
 
 TEST(IoDirTest, ExistsIsDirAndIsEmptyDir) {
@@ -285,7 +285,7 @@ TEST(IoDirTest, ExistsIsDirAndIsEmptyDir) {
   EXPECT_FALSE(is_empty_dir(dir.path()));
   EXPECT_FALSE(is_empty_dir(dir.file("f")));  // a file is not an empty directory
   EXPECT_FALSE(is_dir(dir.file("f")));
-  EXPECT_TRUE(throws_with<Error>([&] { file_size(dir.file("absent")); }, dir.file("absent")));
+  EXPECT_TRUE(throws_with<IoError>([&] { file_size(dir.file("absent")); }, dir.file("absent")));
 }
 
 TEST(IoDirTest, RemoveTreeDeletesNestedContentButNeverFollowsLinks) {
@@ -374,7 +374,7 @@ TEST(IoChecksumTest, BlockSplittingCountsAndValues) {
   EXPECT_EQ(block_checksums(data.data(), 10, 10).size(), 1u);
   EXPECT_EQ(block_checksums(data.data(), 10, 1).size(), 10u);
   EXPECT_EQ(block_checksums(data.data(), 10, kDefaultChecksumBlock), std::vector<uint64_t>{xxh3(data.data(), 10)});
-  EXPECT_TRUE(throws_with<Error>([&] { block_checksums(data.data(), 10, 0); }, "block size must be positive"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { block_checksums(data.data(), 10, 0); }, "block size must be positive"));
 }
 
 TEST(IoChecksumTest, CombineHashesTheLittleEndianBlockSums) {

@@ -35,13 +35,13 @@ TEST(LayoutBuilder, UnevenPlacementPutsFirstAndLastCountsOnTheEnds) {
   EXPECT_THROW((Placement{9, -1, -1}.range(0, 4, "layers")), Error);
   EXPECT_THROW((Placement{10, 6, 6}.range(0, 4, "layers")), Error);
   // A config value the generator could not check: -4 layers over 2 stages was 0 per stage.
-  EXPECT_TRUE(throws_with<Error>(
+  EXPECT_TRUE(throws_with<UsageError>(
       [] {
         Placement{-4, -1, -1}.range(0, 2, "layers");
       },
       "layers: -4 elements; the count must not be negative (check the config)"));
   Builder b("t", mesh());
-  EXPECT_TRUE(throws_with<Error>(
+  EXPECT_TRUE(throws_with<UsageError>(
       [&] {
         b.add_tensor(TensorSpec("w", {8, -4}), Position{}, "w");
       },
@@ -143,9 +143,9 @@ TEST(LayoutBuilder, OptimizerStateTheSchemaDoesNotDeclareIsRefusedAtSave) {
   EXPECT_EQ(saved.at("optimizer").at("state").at("w").size(), 2u);
   EXPECT_EQ(saved.at("optimizer").at("step").as_int(), 3);
   const OptimizerSpec one{"adam", {"exp_avg"}, {"step"}, {}};
-  EXPECT_TRUE(throws_with<Error>([&] { sharded_optimizer_state(b, one, torch_state, {w}); },
-                                 "the optimizer has state 'exp_avg_sq' for 'w', which the schema's optimizer adam "
-                                 "does not declare, so a load would not restore it; add it to its `state` line"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { sharded_optimizer_state(b, one, torch_state, {w}); },
+                                      "the optimizer has state 'exp_avg_sq' for 'w', which the schema's optimizer adam "
+                                      "does not declare, so a load would not restore it; add it to its `state` line"));
 }
 
 // PyTorch keeps amsgrad per param group: max_exp_avg_sq is saved, and asked
@@ -206,8 +206,8 @@ TEST(LayoutBuilder, LoadRequestCoversOnlyTheOptimizersParameters) {
   group["amsgrad"] = true;
   group["params"] = List{Value(int64_t{5})};
   torch_state["param_groups"] = List{group};
-  EXPECT_TRUE(throws_with<Error>([&] { optimizer_load_request(b, adam, torch_state, {w}); },
-                                 "param group 0 lists param id 5, but the optimizer's parameters are ids 0 to 0"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { optimizer_load_request(b, adam, torch_state, {w}); },
+                                      "param group 0 lists param id 5, but the optimizer's parameters are ids 0 to 0"));
 }
 
 TEST(LayoutBuilder, StackedElementsGetPrependedAxesAndStoredKeys) {

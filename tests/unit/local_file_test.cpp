@@ -63,8 +63,8 @@ TEST(LocalState, HollowFormRoundTripsEveryField) {
 TEST(LocalState, InsertChecksShapesAndCounts) {
   TensorAwareStateDict tasd = sample();
   std::vector<at::Tensor> popped = tasd.pop_tensors();
-  EXPECT_TRUE(throws_with<Error>([&] { tasd.insert_tensors({popped[0]}); }, "1 tensors given"));
-  EXPECT_TRUE(throws_with<Error>([&] { tasd.insert_tensors({popped[1], popped[0]}); }, "does not match 'flat'"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { tasd.insert_tensors({popped[0]}); }, "1 tensors given"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { tasd.insert_tensors({popped[1], popped[0]}); }, "does not match 'flat'"));
   tasd.insert_tensors(popped);
   EXPECT_FALSE(tasd.is_hollow());
   EXPECT_TRUE(at::equal(tasd.tensors()[1], at::arange(24, at::kFloat).reshape({4, 6})));
@@ -83,7 +83,7 @@ TEST(LocalState, CpuCopiesRecordTheDeviceAndRefuseAHollowDict) {
   tasd.restore_tensor_device();
   EXPECT_TRUE(tasd.tensors()[1].device().is_cpu());
   tasd.pop_tensors();
-  EXPECT_TRUE(throws_with<Error>([&] { tasd.copy_tensors_to_cpu(); }, "the dict is hollow"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { tasd.copy_tensors_to_cpu(); }, "the dict is hollow"));
 }
 
 TEST(LocalState, CorruptBufferIsRejected) {

@@ -81,33 +81,33 @@ TEST(TorchFileWriter, BytesOutOfOrderAreRefusedAndNothingIsLeft) {
   {
     TorchFileWriter writer(path, Value::dict(), described(tensors));
     const float values[4] = {1, 2, 3, 4};
-    EXPECT_TRUE(
-        throws_with<Error>([&] { writer.write(0, 4, values, 4); }, "bytes [4, 8) of tensor 'a' arrive out of order"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { writer.write(0, 4, values, 4); },
+                                        "bytes [4, 8) of tensor 'a' arrive out of order"));
     writer.write(0, 0, values, 8);
     EXPECT_TRUE(
-        throws_with<Error>([&] { writer.write(1, 0, values, 16); }, "tensor 'a' ended after 8 of its 16 bytes"));
-    EXPECT_TRUE(throws_with<Error>([&] { writer.write(0, 8, values, 12); }, "bytes [8, 20) of tensor 'a'"));
+        throws_with<UsageError>([&] { writer.write(1, 0, values, 16); }, "tensor 'a' ended after 8 of its 16 bytes"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { writer.write(0, 8, values, 12); }, "bytes [8, 20) of tensor 'a'"));
   }
   EXPECT_TRUE(std::filesystem::is_empty(tmp.path()));  // the staging file went with the writer
   {
     TorchFileWriter writer(path, Value::dict(), described(tensors));
-    EXPECT_TRUE(throws_with<Error>([&] { writer.commit(); }, "tensor 'a' was never written"));
+    EXPECT_TRUE(throws_with<UsageError>([&] { writer.commit(); }, "tensor 'a' was never written"));
   }
   EXPECT_FALSE(std::filesystem::exists(path));
 
   StateDict common = Value::dict();
   common["a"] = Value(1);
-  EXPECT_TRUE(throws_with<Error>([&] { TorchFileWriter(path, common, described(tensors)); },
-                                 "'a' names both a tensor and a common value"));
-  EXPECT_TRUE(throws_with<Error>(
+  EXPECT_TRUE(throws_with<UsageError>([&] { TorchFileWriter(path, common, described(tensors)); },
+                                      "'a' names both a tensor and a common value"));
+  EXPECT_TRUE(throws_with<UsageError>(
       [&] {
         TorchFileWriter(path, Value::dict(), {{"u", at::kQInt8, {2}}});
       },
       "has no torch.save storage class"));
   StateDict latin1 = Value::dict();
   latin1["name"] = Value(std::string("caf\xe9"));
-  EXPECT_TRUE(throws_with<Error>([&] { TorchFileWriter(path, latin1, {}); },
-                                 "'name' holds a string that is not UTF-8 (byte 3)"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { TorchFileWriter(path, latin1, {}); },
+                                      "'name' holds a string that is not UTF-8 (byte 3)"));
   std::filesystem::create_directories(path);
   EXPECT_TRUE(throws_with<CheckpointError>([&] { TorchFileWriter(path, Value::dict(), {}); }, "already exists"));
 }

@@ -39,7 +39,7 @@ AsyncRequest::~AsyncRequest() = default;
 
 AsyncRequest AsyncRequest::from_functions(std::string directory, std::function<bool()> locally_done,
                                           std::function<SaveReport(Communicator&)> finalize) {
-  if (!locally_done || !finalize) throw Error("AsyncRequest::from_functions needs both functions");
+  if (!locally_done || !finalize) throw UsageError("AsyncRequest::from_functions needs both functions");
   auto impl = std::make_unique<Impl>();
   impl->directory = std::move(directory);
   impl->locally_done = std::move(locally_done);
@@ -66,7 +66,7 @@ void AsyncRequest::wait_staged() {
 }
 
 SaveReport AsyncRequest::finalize(Communicator& comm) {
-  if (impl_->finalized) throw Error(fmt::format("the save into '{}' was already finalized", directory()));
+  if (impl_->finalized) throw UsageError(fmt::format("the save into '{}' was already finalized", directory()));
   impl_->finalized = true;  // whatever happens next, it is not retried
   if (!impl_->prepared) return impl_->finalize(comm);
   api::PreparedSave& p = *impl_->prepared;
@@ -85,10 +85,10 @@ SaveReport AsyncRequest::finalize(Communicator& comm) {
 
 AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                         const SaveOptions& options, const std::shared_ptr<io::BufferPool>& pool, AsyncStaging staging) {
-  if (!pool) throw Error("async_save needs a buffer pool (io::BufferPool::create)");
+  if (!pool) throw UsageError("async_save needs a buffer pool (io::BufferPool::create)");
   if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto) {
-    throw Error(fmt::format("asynchronous saves write the distckpt format; save {} with save()",
-                            storage_format_name(options.format)));
+    throw UsageError(fmt::format("asynchronous saves write the distckpt format; save {} with save()",
+                                 storage_format_name(options.format)));
   }
   auto impl = std::make_unique<AsyncRequest::Impl>();
   impl->prepared = api::prepare_save(sharded_state_dict, dir, comm, options);
@@ -134,13 +134,13 @@ AsyncCallsQueue::AsyncCallsQueue(Communicator& comm, AsyncQueueOptions options)
       // second copy of the state (and start CUDA in CPU-only jobs).
       pool_(io::BufferPool::create({options.staging_capacity_bytes, /*pinned=*/false})),
       plan_cache_(SavePlanCache::create()) {
-  if (options_.max_in_flight < 1) throw Error("AsyncQueueOptions::max_in_flight must be at least 1");
+  if (options_.max_in_flight < 1) throw UsageError("AsyncQueueOptions::max_in_flight must be at least 1");
 }
 
 AsyncCallsQueue::~AsyncCallsQueue() = default;  // pending requests are abandoned
 
 void AsyncCallsQueue::check_open(const char* what) const {
-  if (closed_) throw Error(fmt::format("AsyncCallsQueue::{}: the queue is closed", what));
+  if (closed_) throw UsageError(fmt::format("AsyncCallsQueue::{}: the queue is closed", what));
 }
 
 int64_t AsyncCallsQueue::save(const StateDict& sharded_state_dict, const std::string& dir, const SaveOptions& options) {

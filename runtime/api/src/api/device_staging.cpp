@@ -55,8 +55,9 @@ uint64_t power_of_two_below(uint64_t bytes) {
 DeviceStaging::DeviceStaging(uint64_t staging_bytes, Staged staged)
     : staged_(std::move(staged)), window_bytes_(power_of_two_below(staging_bytes / 2)) {
   if (window_bytes_ < kAlignment) {
-    throw Error(fmt::format("LoadOptions::device_staging_bytes is {}; it must hold two windows of at least {} bytes",
-                            staging_bytes, kAlignment));
+    throw UsageError(
+        fmt::format("LoadOptions::device_staging_bytes is {}; it must hold two windows of at least {} bytes",
+                    staging_bytes, kAlignment));
   }
 }
 

@@ -132,7 +132,7 @@ class HostExchange::Rounds {
       std::string peer_digest;
       fields >> names[r] >> namespaces[r] >> peer_digest;
       if (peer_digest != digest) {  // every rank sees every offer: all throw
-        throw Error(
+        throw UsageError(
             fmt::format("rank {} planned the load's exchange within the host differently from rank {}: pass the same "
                         "LoadOptions (exchange_batch_bytes) and the same request structure on every rank",
                         r, me_));
@@ -149,7 +149,7 @@ class HostExchange::Rounds {
         // A pid from another namespace names some other process: only the timeout watches that peer.
         peer.watch_pid = own_namespace != 0 && namespaces[static_cast<size_t>(p)] == own_namespace;
         if (peer.watch_pid && ::kill(peer.pid, 0) != 0 && errno == ESRCH) {
-          throw Error(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
+          throw CommError(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
         }
         peers_.emplace(p, std::move(peer));
       }
@@ -270,7 +270,7 @@ class HostExchange::Rounds {
   // The process id in a region name ("/distckpt-<pid>-<hex>", checked by open_read_only).
   static pid_t pid_in(const std::string& name) {
     const unsigned long long pid = std::stoull(name.substr(name.find('-') + 1));
-    if (pid == 0 || pid > INT_MAX) throw Error(fmt::format("shared memory name {} holds no process id", name));
+    if (pid == 0 || pid > INT_MAX) throw ProtocolError(fmt::format("shared memory name {} holds no process id", name));
     return static_cast<pid_t>(pid);
   }
 

@@ -47,7 +47,7 @@ class HostExchange {
   // and removes this rank's name, returning true; or, when some rank could
   // not set up or map shared memory, returns false on every rank (having
   // logged why) so that each rank reads its parts of those pieces itself.
-  // Ranks that planned different layouts (different batch sizes) throw Error
+  // Ranks that planned different layouts (different batch sizes) throw UsageError
   // on every rank; communication failures throw CommError.
   bool set_up(const std::vector<std::string>& offers);
 

@@ -62,7 +62,7 @@ void commit(const PendingCommit& c, const LoadOptions& options) {
   const at::Tensor given = destination;
   options.commit_tensor(request, c.stored, destination);
   if (!destination.is_same(given)) {
-    throw Error(fmt::format(
+    throw UsageError(fmt::format(
         "LoadOptions::commit_tensor replaced the destination of '{}'; fill the given tensor in place ({} of {})",
         request.key, to_string(Shape(c.stored.sizes().begin(), c.stored.sizes().end())), dtype_name(request.dtype)));
   }
@@ -81,7 +81,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   const bool keys_collective = api::key_check_is_collective(options.strict);
   run_agreed(comm, "open the checkpoint", [&] {
     io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
-    if (options.exchange_batch_bytes == 0) throw Error("LoadOptions::exchange_batch_bytes must be positive");
+    if (options.exchange_batch_bytes == 0) throw UsageError("LoadOptions::exchange_batch_bytes must be positive");
     staging.emplace(options.device_staging_bytes);
     reader = open();
     split = api::split_state_dict(api::apply_factories(sharded_state_dict));

@@ -43,7 +43,7 @@ Enum parse_name(const std::array<std::pair<Enum, const char*>, N>& names, const 
     if (name == spelling) return value;
     all += std::string(all.empty() ? "" : ", ") + spelling;
   }
-  throw Error(fmt::format("unknown {} '{}'; use one of: {}", what, name, all));
+  throw UsageError(fmt::format("unknown {} '{}'; use one of: {}", what, name, all));
 }
 
 template <typename Enum, size_t N>
@@ -67,7 +67,8 @@ const char* load_exchange_name(LoadExchange exchange) { return name_of(kExchange
 
 int resolve_io_threads(int requested) {
   if (requested < 0) {
-    throw Error(fmt::format("io_threads is {}: use 0 (one share of this host's cores) or a positive count", requested));
+    throw UsageError(
+        fmt::format("io_threads is {}: use 0 (one share of this host's cores) or a positive count", requested));
   }
   if (requested > 0) return requested;
   int local_ranks = 1;

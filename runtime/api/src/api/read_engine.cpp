@@ -210,7 +210,7 @@ void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& n
     const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
     if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
         !contains((*pieces)[n.piece].box, n.part)) {
-      throw CommError(
+      throw UsageError(
           fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
                       "rank; every rank must load the same checkpoint",
                       rank, to_string(n.part)));

@@ -14,14 +14,15 @@ SplitStateDict split_state_dict(const Value& state_dict) {
     return out;
   }
   if (!state_dict.is_container()) {
-    throw Error(fmt::format("a state dict is a dict (or list), not a {}", kind_name(state_dict.kind())));
+    throw UsageError(fmt::format("a state dict is a dict (or list), not a {}", kind_name(state_dict.kind())));
   }
   auto [sharded, common] = extract_matching(state_dict, [](const Value& v) { return v.is_sharded(); });
   auto [non_persistent, rest] =
       extract_matching(sharded, [](const Value& v) { return v.kind() == Kind::kNonPersistent; });
   for (const Value* leaf : nested_values(rest)) {
     if (leaf->kind() == Kind::kFactory) {
-      throw Error(fmt::format("factory '{}' was not applied before splitting the state dict", leaf->as_factory().key));
+      throw UsageError(
+          fmt::format("factory '{}' was not applied before splitting the state dict", leaf->as_factory().key));
     }
   }
   out.sharded = std::move(rest);

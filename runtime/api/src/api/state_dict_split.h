@@ -16,7 +16,7 @@ struct SplitStateDict {
   Value common;          // plain values (saved once by the coordinator)
   Value non_persistent;  // LocalNonPersistentObject leaves, unwrapped on load
 };
-// Expects factories already applied (throws Error otherwise).
+// Expects factories already applied (throws UsageError otherwise).
 SplitStateDict split_state_dict(const Value& state_dict);
 
 // Leaves of `sharded`, depth first in key order (same order on every call).

@@ -55,7 +55,7 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 StreamedSave::StreamedSave(const StateDict& state_dict, const std::string& dir, const SaveOptions& options)
     : comm_(make_single_process_communicator()) {
   if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto)
-    throw Error("a streamed save writes the distckpt format only");
+    throw UsageError("a streamed save writes the distckpt format only");
   prepared_ = prepare_save(state_dict, dir, *comm_, options);
   try {
     lay_out();
@@ -68,10 +68,10 @@ StreamedSave::StreamedSave(const StateDict& state_dict, const std::string& dir, 
 void StreamedSave::lay_out() {
   const PreparedSave& p = *prepared_;
   for (const uint32_t i : p.assignment) {
-    if (i >= p.tensors.size()) throw Error("a streamed save writes tensors only, not sharded objects");
+    if (i >= p.tensors.size()) throw UsageError("a streamed save writes tensors only, not sharded objects");
     const ShardedTensor& t = *p.tensors[i];
     if (t.flattened_range || t.local_shape != t.global_shape) {
-      throw Error(fmt::format("a streamed save writes whole tensors; {} is a shard", t.describe()));
+      throw UsageError(fmt::format("a streamed save writes whole tensors; {} is a shard", t.describe()));
     }
     keys_.push_back(t.key);
     offsets_.push_back(file_size_);
@@ -103,8 +103,8 @@ void StreamedSave::discard() noexcept {
 
 void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
   if (index >= keys_.size() || offset != written_[index] || n > lengths_[index] - offset) {
-    throw Error(fmt::format("streamed save: bytes [{}, {}) of tensor {} arrive out of order or past its end", offset,
-                            offset + n, index));
+    throw UsageError(fmt::format("streamed save: bytes [{}, {}) of tensor {} arrive out of order or past its end",
+                                 offset, offset + n, index));
   }
   file_.pwrite_all(data, n, offsets_[index] + offset);
   written_[index] += n;
@@ -122,7 +122,7 @@ void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64
 SaveReport StreamedSave::commit() {
   for (size_t i = 0; i < keys_.size(); ++i) {
     if (written_[i] != lengths_[i]) {
-      throw Error(fmt::format("streamed save: '{}' has {} of its {} bytes", keys_[i], written_[i], lengths_[i]));
+      throw UsageError(fmt::format("streamed save: '{}' has {} of its {} bytes", keys_[i], written_[i], lengths_[i]));
     }
   }
   const SaveReport report = finalize_save(

@@ -26,7 +26,7 @@ namespace {
 
 void require_same_rank(const Box& a, const Box& b, const char* operation) {
   if (a.ndim() != b.ndim()) {
-    throw Error(
+    throw UsageError(
         fmt::format("{}: boxes of different rank ({} vs {}): {} and {}; both boxes must "
                     "describe the same global tensor",
                     operation, a.ndim(), b.ndim(), to_string(a), to_string(b)));
@@ -141,7 +141,7 @@ class FlatRangeSplitter {
 std::vector<FlatPiece> decompose_flat_range(const Box& parent, FlatRange range) {
   const int64_t total = parent.numel();
   if (range.start < 0 || range.stop > total || range.start > range.stop) {
-    throw Error(
+    throw UsageError(
         fmt::format("decompose_flat_range: flat range [{}, {}) is not inside [0, {}] of "
                     "box {}; the flat range must index the box's row-major flattening",
                     range.start, range.stop, total, to_string(parent)));

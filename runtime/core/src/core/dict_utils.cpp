@@ -152,7 +152,7 @@ void merge_at(Value& dst, const Value& src, const Path& path) {
     List& d = dst.as_list();
     const List& s = src.as_list();
     if (d.size() != s.size()) {
-      throw Error(
+      throw UsageError(
           fmt::format("merge: lists at '{}' have different lengths ({} and {}); lists "
                       "merge element by element and must have the same length",
                       to_string(path), d.size(), s.size()));
@@ -160,7 +160,7 @@ void merge_at(Value& dst, const Value& src, const Path& path) {
     for (size_t i = 0; i < s.size(); ++i) merge_at(d[i], s[i], child(path, index_step(i)));
     return;
   }
-  throw Error(
+  throw UsageError(
       fmt::format("merge: both trees hold a value at '{}' ({} and {}); each leaf must "
                   "come from exactly one of the merged state dicts",
                   to_string(path), kind_name(dst.kind()), kind_name(src.kind())));
@@ -289,7 +289,7 @@ void dict_map(Value& x, const std::function<Value(const Value&)>& f) {
 
 void dict_map_with_key(Value& x, const std::function<Value(const std::string& key, const Value&)>& f) {
   if (!x.is_dict()) {
-    throw Error(fmt::format("dict_map: the root is a {}, not a dict", kind_name(x.kind())));
+    throw UsageError(fmt::format("dict_map: the root is a {}, not a dict", kind_name(x.kind())));
   }
   for (auto& [key, v] : x.as_dict()) {
     if (v.is_dict()) {
@@ -380,7 +380,7 @@ void replace_prefix_for_sharding(Value& sharded_state_dict, const std::string& o
   // Check every key first so a failure leaves the state dict untouched.
   for_each_sharding_key(sharded_state_dict, [&](std::string& key) {
     if (!starts_with(key, old_prefix)) {
-      throw Error(
+      throw UsageError(
           fmt::format("replace_prefix_for_sharding: key '{}' does not start with the "
                       "expected prefix '{}'",
                       key, old_prefix));

@@ -50,7 +50,7 @@ void merge_child(Value* slot, const Value& request, Path& path, MergeWalk walk) 
   if (!holds_factory(request)) return;
   if (!slot) {
     if (walk.skip_absent) return;
-    throw Error(
+    throw UsageError(
         fmt::format("apply_factory_merges: the loaded state dict has nothing at '{}', where the request has "
                     "a factory; load it (or drop the factory from the request)",
                     to_string(path)));
@@ -76,8 +76,9 @@ void merge_at(Value& loaded, const Value& factories, Path& path, MergeWalk walk)
     // no longer match, so nothing in it can be merged by position.
     if (factories.size() != loaded.size() && walk.skip_absent) return;
     if (factories.size() != loaded.size()) {
-      throw Error(fmt::format("apply_factory_merges: lists at '{}' have different lengths ({} loaded, {} requested)",
-                              to_string(path), loaded.size(), factories.size()));
+      throw UsageError(
+          fmt::format("apply_factory_merges: lists at '{}' have different lengths ({} loaded, {} requested)",
+                      to_string(path), loaded.size(), factories.size()));
     }
     for (size_t i = 0; i < factories.size(); ++i) {
       path.push_back(std::to_string(i));
@@ -90,14 +91,14 @@ void merge_at(Value& loaded, const Value& factories, Path& path, MergeWalk walk)
       path.push_back(key);
       const bool index = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
       if (!index || std::stoull(key) >= loaded.size()) {
-        throw Error(fmt::format("apply_factory_merges: '{}' is not an index of the loaded list of {} elements",
-                                to_string(path), loaded.size()));
+        throw UsageError(fmt::format("apply_factory_merges: '{}' is not an index of the loaded list of {} elements",
+                                     to_string(path), loaded.size()));
       }
       merge_child(&loaded[std::stoull(key)], child, path, walk);
       path.pop_back();
     }
   } else if (holds_factory(factories)) {
-    throw Error(
+    throw UsageError(
         fmt::format("apply_factory_merges: at '{}' the loaded state dict holds a {} where the request holds a {}",
                     to_string(path), kind_name(loaded.kind()), kind_name(factories.kind())));
   }

@@ -42,7 +42,7 @@ void ShardedObject::validate_metadata_integrity() const {
 
 Value ShardedTensorFactory::build_subtree() const {
   if (!build) {
-    throw Error(
+    throw UsageError(
         fmt::format("ShardedTensorFactory '{}' has no build function; set `build` to "
                     "turn the tensor into sharded entries",
                     key));

@@ -41,10 +41,10 @@ const char* kind_name(Kind kind) {
 namespace {
 
 [[noreturn]] void wrong_kind(Kind expected, Kind actual) {
-  throw Error(fmt::format("expected {} but the value is {}", kind_name(expected), kind_name(actual)));
+  throw UsageError(fmt::format("expected {} but the value is {}", kind_name(expected), kind_name(actual)));
 }
 
-// Checked std::get: a wrong kind becomes a distckpt::Error naming both kinds.
+// Checked std::get: a wrong kind becomes a distckpt::UsageError naming both kinds.
 template <Kind K, typename Variant>
 auto& get_checked(Variant& v) {
   if (v.index() != static_cast<size_t>(K)) wrong_kind(K, static_cast<Kind>(v.index()));
@@ -137,7 +137,7 @@ const Value& Value::at(const std::string& key) const {
     shown.push_back(k->first);
   }
   const std::string more = dict.size() > kShownKeys ? fmt::format(", ... ({} more)", dict.size() - kShownKeys) : "";
-  throw Error(
+  throw UsageError(
       fmt::format("key '{}' not found; the dict has {} keys: [{}{}]", key, dict.size(), fmt::join(shown, ", "), more));
 }
 
@@ -153,7 +153,7 @@ Value& Value::operator[](size_t index) { return const_cast<Value&>(static_cast<c
 const Value& Value::operator[](size_t index) const {
   const List& list = as_list();
   if (index >= list.size()) {
-    throw Error(fmt::format("list index {} is out of range for a list of {} elements", index, list.size()));
+    throw UsageError(fmt::format("list index {} is out of range for a list of {} elements", index, list.size()));
   }
   return list[index];
 }
@@ -166,7 +166,7 @@ void Value::push_back(Value v) {
 size_t Value::size() const {
   if (is_dict()) return as_dict().size();
   if (is_list()) return as_list().size();
-  throw Error(fmt::format("size() needs a dict or a list, but the value is {}", kind_name(kind())));
+  throw UsageError(fmt::format("size() needs a dict or a list, but the value is {}", kind_name(kind())));
 }
 
 bool Value::equals(const Value& other) const {

@@ -30,8 +30,9 @@ using nlohmann::json;
 
 std::string commit_path(const std::string& dir) { return io::safe_join(dir, kCommitFile); }
 
-[[noreturn]] void reject(const std::string& origin, const std::string& what) {
-  throw CorruptionError(fmt::format("{}: {}", origin, what));
+// `path`: the file the failure is about, when known (`origin` may say more than a path).
+[[noreturn]] void reject(const std::string& origin, const std::string& what, const std::string& path = {}) {
+  throw CorruptionError(fmt::format("{}: {}", origin, what), path);
 }
 
 const json& field(const json& doc, const char* name, const std::string& origin) {
@@ -94,7 +95,7 @@ RecordedFile recorded_file(const json& doc, const char* name, const std::string&
   try {
     io::validate_relative_path(record.path);
   } catch (const CorruptionError& e) {
-    reject(where, e.what());
+    reject(where, e.what(), e.path());
   }
   record.bytes = unsigned_field(entry, "bytes", std::numeric_limits<uint64_t>::max(), where);
   record.xxh3 = parse_hex64(string_field(entry, "xxh3", where), origin, name);
@@ -208,11 +209,12 @@ bool is_distributed_checkpoint(const std::string& dir) { return maybe_load_confi
 
 void write_commit_marker(const std::string& dir, const CheckpointConfig& config) {
   if (config.world_size < 1) {
-    throw Error(fmt::format("write_commit_marker: world_size {} is not valid (must be at least 1)", config.world_size));
+    throw UsageError(
+        fmt::format("write_commit_marker: world_size {} is not valid (must be at least 1)", config.world_size));
   }
   const int version = config.version == 0 ? static_cast<int>(kFormatVersion) : config.version;
   if (version >= 2 && (!config.metadata || !config.common)) {
-    throw Error(fmt::format("write_commit_marker: format version {} records metadata.fb and common.fb", version));
+    throw UsageError(fmt::format("write_commit_marker: format version {} records metadata.fb and common.fb", version));
   }
   // Fields left empty/zero mean "what this build writes".
   json doc = {

@@ -54,7 +54,7 @@ class CommonEncoder {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(fmt::format("common state at '{}': {}", join_path(path_), what));
+    throw UsageError(fmt::format("common state at '{}': {}", join_path(path_), what));
   }
 
   // FlatBuffers builds bottom-up: everything a node refers to (children,
@@ -62,7 +62,7 @@ class CommonEncoder {
   flatbuffers::Offset<fb::Node> encode_node(const Value& v, const std::string* key) {
     if (path_.size() > kMaxNesting) fail(fmt::format("nested deeper than {} levels", kMaxNesting));
     if (v.is_sharded()) {
-      throw Error(
+      throw UsageError(
           fmt::format("common state cannot hold a {} at '{}'; sharded entries are saved separately, "
                       "split the state dict before encoding its common part",
                       kind_name(v.kind()), join_path(path_)));
@@ -189,19 +189,21 @@ class CommonDecoder {
  private:
   void check_version(const fb::CommonState& state) const {
     if (state.format_version() > kFormatVersion) {
-      throw CheckpointError(
-          fmt::format("{}: written by a newer distckpt (version {}); this build reads version "
-                      "{}. Upgrade distckpt to load this checkpoint",
-                      origin_, state.format_version(), kFormatVersion));
+      throw CheckpointError(fmt::format("{}: written by a newer distckpt (version {}); this build reads version "
+                                        "{}. Upgrade distckpt to load this checkpoint",
+                                        origin_, state.format_version(), kFormatVersion),
+                            origin_);
     }
     if (state.format_version() < kOldestFormatVersion) {
       fail(fmt::format("format_version {} is not a valid version", state.format_version()));
     }
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
+  // `path`: the file the failure is about, when a check names one other than the common state file.
+  [[noreturn]] void fail(const std::string& what, const std::string& path = {}) const {
     throw CorruptionError(
-        fmt::format("{}: common state at '{}': {}; the file is corrupted", origin_, join_path(path_), what));
+        fmt::format("{}: common state at '{}': {}; the file is corrupted", origin_, join_path(path_), what),
+        path.empty() ? origin_ : path);
   }
 
   Value decode_node(const fb::Node& node) {
@@ -240,10 +242,11 @@ class CommonDecoder {
     try {
       dtype = dtype_from_name(node.dtype()->str());
     } catch (const CorruptionError& e) {
-      fail(e.what());
+      fail(e.what(), e.path());
     } catch (const CheckpointError& e) {
       // A valid dtype this LibTorch lacks: not damage, but the common state cannot be read here.
-      throw CheckpointError(fmt::format("a tensor of the common state: {}", e.what()));
+      throw CheckpointError(fmt::format("a tensor of the common state: {}", e.what()),
+                            e.path().empty() ? origin_ : e.path());
     }
     const std::vector<int64_t> shape = budget_.copy_vector(node.shape());
     const auto numel = checked_numel(shape.begin(), shape.end());
@@ -308,7 +311,7 @@ template <typename Decode>
 auto decode_verified(std::string_view bytes, const std::string& origin, const Decode& decode) {
   const auto invalid = [&] {
     return CorruptionError(
-        fmt::format("{}: not a valid distckpt common state buffer (failed FlatBuffers verification)", origin));
+        fmt::format("{}: not a valid distckpt common state buffer (failed FlatBuffers verification)", origin), origin);
   };
   if (bytes.size() >= fb_support::kMaxBufferSize) throw invalid();
   const fb_support::AlignedBytes aligned(bytes);

@@ -10,7 +10,7 @@
 
 namespace distckpt {
 
-// Throws Error if a tree holds a sharded entry (they never belong here).
+// Throws UsageError if a tree holds a sharded entry (they never belong here).
 // `content_metadata` (SaveOptions::content_metadata) travels in the same file.
 std::string encode_common_state(const Value& common, const std::optional<Value>& content_metadata = std::nullopt);
 // Verifies the buffer; tensor byte sizes are checked against dtype x shape.

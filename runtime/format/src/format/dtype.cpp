@@ -103,7 +103,7 @@ bool is_storable_dtype(at::ScalarType t) { return find_type(t) != nullptr; }
 
 std::string dtype_name(at::ScalarType t) {
   if (const Resolved* r = find_type(t)) return r->entry->name;
-  throw Error(
+  throw UsageError(
       fmt::format("dtype {} cannot be stored in a distckpt checkpoint (supported: {}); convert the "
                   "tensor first",
                   c10::toString(t), storable_names()));

@@ -12,7 +12,7 @@
 
 namespace distckpt {
 
-// Throws Error for a dtype no checkpoint can store (see is_storable_dtype).
+// Throws UsageError for a dtype no checkpoint can store (see is_storable_dtype).
 std::string dtype_name(at::ScalarType t);
 bool is_storable_dtype(at::ScalarType t);
 // The type of a stored name; throws CorruptionError for a name this build

@@ -106,8 +106,8 @@ class ExpansionBudget {
 inline void ensure_room(const flatbuffers::FlatBufferBuilder& fbb, uint64_t bytes, std::string_view what) {
   constexpr uint64_t kSlack = uint64_t{1} << 20;  // table headers, vtables, padding
   if (bytes > kMaxBufferSize || fbb.GetSize() + bytes + kSlack > kMaxBufferSize) {
-    throw Error(fmt::format("{} does not fit in a FlatBuffers buffer (limit {} bytes, about {} needed)", what,
-                            kMaxBufferSize, uint64_t{fbb.GetSize()} + bytes));
+    throw UsageError(fmt::format("{} does not fit in a FlatBuffers buffer (limit {} bytes, about {} needed)", what,
+                                 kMaxBufferSize, uint64_t{fbb.GetSize()} + bytes));
   }
 }
 

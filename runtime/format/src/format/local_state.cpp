@@ -91,9 +91,10 @@ class Decoder {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
+  // `path`: the file the failure is about, when known (`origin_` need not name a file).
+  [[noreturn]] void fail(const std::string& what, const std::string& path = {}) const {
     throw CorruptionError(
-        fmt::format("{}: invalid local checkpoint metadata: {}; the file is corrupted", origin_, what));
+        fmt::format("{}: invalid local checkpoint metadata: {}; the file is corrupted", origin_, what), path);
   }
 
   std::string str(const flatbuffers::String* s, const char* field) {
@@ -116,7 +117,7 @@ class Decoder {
     try {
       t.dtype = dtype_from_name(str(r.dtype(), "a dtype"));
     } catch (const CorruptionError& err) {
-      fail(err.what());
+      fail(err.what(), err.path());
     }
     t.local_shape = shape(r.local_shape(), t.key);
     t.global_shape = shape(r.global_shape(), t.key);

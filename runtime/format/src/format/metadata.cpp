@@ -167,8 +167,10 @@ class MetadataDecoder {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw CorruptionError(fmt::format("{}: {}; the checkpoint metadata is corrupted", origin_, what));
+  // `path`: the file the failure is about, when a check names one other than the metadata file.
+  [[noreturn]] void fail(const std::string& what, const std::string& path = {}) const {
+    throw CorruptionError(fmt::format("{}: {}; the checkpoint metadata is corrupted", origin_, what),
+                          path.empty() ? origin_ : path);
   }
 
   // Only what the buffer itself can get wrong is checked here: negative
@@ -207,7 +209,8 @@ class MetadataDecoder {
       throw CheckpointError(
           fmt::format("{}: written by a newer distckpt (version {}); this build reads version {}. Upgrade distckpt to "
                       "load this checkpoint",
-                      origin_, version, kFormatVersion));
+                      origin_, version, kFormatVersion),
+          origin_);
     }
     if (version < kOldestFormatVersion) fail(fmt::format("format_version {} is not a valid version", version));
     return version;
@@ -217,7 +220,7 @@ class MetadataDecoder {
     try {
       io::validate_relative_path(path);
     } catch (const CorruptionError& e) {
-      fail(fmt::format("{}: {}", what, e.what()));
+      fail(fmt::format("{}: {}", what, e.what()), e.path());
     }
   }
 
@@ -293,7 +296,7 @@ class MetadataDecoder {
       t.dtype = dtype.type;
       t.unrepresentable = std::move(dtype.unrepresentable);
     } catch (const CorruptionError& e) {
-      fail(fmt::format("tensor '{}': {}", t.key, e.what()));
+      fail(fmt::format("tensor '{}': {}", t.key, e.what()), e.path());
     }
     t.global_shape = budget_.copy_vector(r.global_shape());
     if (!checked_numel(t.global_shape.begin(), t.global_shape.end())) {
@@ -490,7 +493,7 @@ std::string encode_metadata(const CheckpointMetadata& metadata) {
 CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& origin) {
   const auto invalid = [&] {
     return CorruptionError(
-        fmt::format("{}: not a valid distckpt metadata buffer (failed FlatBuffers verification)", origin));
+        fmt::format("{}: not a valid distckpt metadata buffer (failed FlatBuffers verification)", origin), origin);
   };
   if (bytes.size() >= fb_support::kMaxBufferSize) throw invalid();
   const fb_support::AlignedBytes aligned(bytes);
@@ -500,12 +503,19 @@ CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& or
   return MetadataDecoder(*fb::GetCheckpointMetadata(aligned.data()), aligned.size(), origin).decode();
 }
 
+CorruptionError missing_listed_file(const std::string& path) {
+  return CorruptionError(fmt::format("checkpoint file {} listed in the metadata is missing; the checkpoint is "
+                                     "incomplete or was moved partially",
+                                     path),
+                         path);
+}
+
 void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded) {
   if (actual != recorded) {
-    throw CorruptionError(
-        fmt::format("checkpoint file {} has {} bytes but the metadata records {} bytes; it "
-                    "was truncated, overwritten or belongs to another checkpoint",
-                    path, actual, recorded));
+    throw CorruptionError(fmt::format("checkpoint file {} has {} bytes but the metadata records {} bytes; it "
+                                      "was truncated, overwritten or belongs to another checkpoint",
+                                      path, actual, recorded),
+                          path);
   }
 }
 
@@ -517,14 +527,16 @@ void check_files(const CheckpointMetadata& metadata, const std::string& dir) {
     const std::string path = io::safe_join(dir, relative);
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
-      throw CorruptionError(
-          fmt::format("checkpoint file {} listed in the metadata cannot be used: {}; the "
-                      "checkpoint is incomplete or was moved partially",
-                      path, std::strerror(errno)));
+      const int err = errno;
+      if (err == ENOENT) throw missing_listed_file(path);
+      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata cannot be used: {}; the "
+                                        "checkpoint is incomplete or was moved partially",
+                                        path, std::strerror(err)),
+                            path);
     }
     io::check_inside(dir, path);
     if (!S_ISREG(st.st_mode)) {
-      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path));
+      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path), path);
     }
     if (expected_size) check_file_size(path, static_cast<uint64_t>(st.st_size), *expected_size);
   };

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "distckpt/core/errors.h"
 #include "distckpt/format/name_mapping.h"
 #include "distckpt/format/storage_index.h"
 
@@ -43,6 +44,9 @@ std::string encode_metadata(const CheckpointMetadata& metadata);
 // elements * dtype size, checksum counts match, file indices valid, sorted
 // unique keys. `origin` names the file in messages. Throws CorruptionError.
 CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& origin);
+// The error for `path`, a file the metadata lists, that does not exist: the
+// checkpoint is incomplete (CorruptionError with path() set), whoever looks.
+CorruptionError missing_listed_file(const std::string& path);
 // CorruptionError naming `path` unless it has the `recorded` size.
 void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded);
 // Checks every record against the actual data files (sizes, path safety).

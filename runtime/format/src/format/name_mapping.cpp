@@ -10,7 +10,7 @@
 namespace distckpt {
 namespace {
 
-// `text` with every "{name}" replaced by its value; Error on unknown names.
+// `text` with every "{name}" replaced by its value; UsageError on unknown names.
 std::string substitute(const std::string& text, const std::vector<MappedTensor::Index>& indices,
                        const std::vector<int64_t>& values, const std::string& where) {
   std::string out;
@@ -20,12 +20,12 @@ std::string substitute(const std::string& text, const std::vector<MappedTensor::
       continue;
     }
     const size_t close = text.find('}', i);
-    if (close == std::string::npos) throw Error(fmt::format("{}: '{{' without '}}' in '{}'", where, text));
+    if (close == std::string::npos) throw UsageError(fmt::format("{}: '{{' without '}}' in '{}'", where, text));
     const std::string name = text.substr(i + 1, close - i - 1);
     size_t k = 0;
     while (k < indices.size() && indices[k].name != name) ++k;
     if (k == indices.size())
-      throw Error(fmt::format("{}: '{{{}}}' in '{}' is not one of its indices", where, name, text));
+      throw UsageError(fmt::format("{}: '{{{}}}' in '{}' is not one of its indices", where, name, text));
     out += std::to_string(values[k]);
     i = close;
   }
@@ -35,17 +35,18 @@ std::string substitute(const std::string& text, const std::vector<MappedTensor::
 void check_entry(const MappedTensor& t, const std::string& where) {
   const auto dims = static_cast<int>(t.shape.size());
   for (const int64_t extent : t.shape) {
-    if (extent < 0) throw Error(fmt::format("{}: negative extent in the shape of '{}'", where, t.key));
+    if (extent < 0) throw UsageError(fmt::format("{}: negative extent in the shape of '{}'", where, t.key));
   }
   for (const MappedTensor::Index& index : t.indices) {
-    if (index.count < 0) throw Error(fmt::format("{}: index '{}' has a negative count", where, index.name));
+    if (index.count < 0) throw UsageError(fmt::format("{}: index '{}' has a negative count", where, index.name));
   }
-  if (t.pad_dim >= dims || t.pad_dim < -1) throw Error(fmt::format("{}: pad dim {} of '{}'", where, t.pad_dim, t.key));
+  if (t.pad_dim >= dims || t.pad_dim < -1)
+    throw UsageError(fmt::format("{}: pad dim {} of '{}'", where, t.pad_dim, t.key));
   if (t.part_dim == -1) return;
   if (t.part_dim < 0 || t.part_dim >= dims || t.part_offset < 0 || t.part_extent < 0 ||
       t.part_offset > t.shape[t.part_dim] - t.part_extent) {
-    throw Error(fmt::format("{}: part [{}, +{}) along dim {} is not inside '{}' of shape {}", where, t.part_offset,
-                            t.part_extent, t.part_dim, t.key, to_string(t.shape)));
+    throw UsageError(fmt::format("{}: part [{}, +{}) along dim {} is not inside '{}' of shape {}", where, t.part_offset,
+                                 t.part_extent, t.part_dim, t.key, to_string(t.shape)));
   }
 }
 
@@ -138,8 +139,8 @@ std::vector<MappedName> NameMapping::expand() const {
       name.key_pad_dim = t.pad_dim < 0 ? -1 : static_cast<int>(leading.size()) + t.pad_dim;
       const auto [it, inserted] = seen.emplace(name.external, out.size());
       if (!inserted) {
-        throw Error(fmt::format("{} names the external tensor '{}' twice: for '{}' and for '{}'", where, name.external,
-                                out[it->second].key, name.key));
+        throw UsageError(fmt::format("{} names the external tensor '{}' twice: for '{}' and for '{}'", where,
+                                     name.external, out[it->second].key, name.key));
       }
       out.push_back(std::move(name));
     }
@@ -154,10 +155,10 @@ const NameMapping& find_mapping(const std::vector<NameMapping>& mappings, const 
     if (m.name() == name) return m;
     names += (names.empty() ? "" : ", ") + m.name();
   }
-  throw Error(fmt::format("{} has no name mapping '{}' ({})", where, name,
-                          names.empty() ? "it records none: mappings come from the layout schema, saved through "
-                                          "the generated API"
-                                        : "it has: " + names));
+  throw UsageError(fmt::format("{} has no name mapping '{}' ({})", where, name,
+                               names.empty() ? "it records none: mappings come from the layout schema, saved through "
+                                               "the generated API"
+                                             : "it has: " + names));
 }
 
 }  // namespace distckpt

@@ -322,7 +322,7 @@ std::string encode_header(std::vector<Entry>& tensors, const std::map<std::strin
   text += '}';
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
   if (text.size() > kMaxHeaderBytes) {
-    throw CheckpointError(
+    throw UsageError(
         fmt::format("the safetensors header of {} tensors would take {} bytes, more than readers "
                     "accept ({}); write fewer tensors per file (--max-shard-size)",
                     tensors.size(), text.size(), kMaxHeaderBytes));

@@ -15,7 +15,7 @@ namespace {
 // "torch.FloatStorage" -> module "torch", name "FloatStorage".
 std::pair<std::string, std::string> storage_global(at::ScalarType dtype) {
   const std::optional<std::string> name = storage_class(dtype);
-  if (!name) throw Error(fmt::format("a {} tensor has no torch.save storage class", at::toString(dtype)));
+  if (!name) throw UsageError(fmt::format("a {} tensor has no torch.save storage class", at::toString(dtype)));
   const size_t dot = name->rfind('.');
   return {name->substr(0, dot), name->substr(dot + 1)};
 }
@@ -84,7 +84,7 @@ void check_utf8(const std::string& s, const std::string& where) {
     bool ok = n > 0 && i + n <= s.size() && c != 0xC0 && c != 0xC1 && c <= 0xF4;  // no overlong 2-byte forms
     for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
     if (!ok) {
-      throw Error(
+      throw UsageError(
           fmt::format("'{}' holds a string that is not UTF-8 (byte {}); torch.load could not read it", where, i));
     }
     i += n;
@@ -92,7 +92,7 @@ void check_utf8(const std::string& s, const std::string& where) {
 }
 
 void value(Pickler& p, const Value& v, const std::string& where, int depth) {
-  if (depth > kMaxDepth) throw Error(fmt::format("'{}' is nested more than {} levels deep", where, kMaxDepth));
+  if (depth > kMaxDepth) throw UsageError(fmt::format("'{}' is nested more than {} levels deep", where, kMaxDepth));
   switch (v.kind()) {
     case Kind::kNone:
       return p.none();
@@ -124,7 +124,7 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
       }
       return p.op('u');
     default:
-      throw Error(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
+      throw UsageError(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
   }
 }
 
@@ -173,7 +173,8 @@ std::string pickle_dict(const StateDict& common, const std::vector<TensorEntry>&
       value(p, item, key, 1);
     }
     for (const TensorEntry& t : tensors) {
-      if (!keys.insert(t.key).second) throw Error(fmt::format("'{}' names both a tensor and a common value", t.key));
+      if (!keys.insert(t.key).second)
+        throw UsageError(fmt::format("'{}' names both a tensor and a common value", t.key));
       check_utf8(t.key, t.key);
       p.string(t.key);
       tensor(p, t);

@@ -27,7 +27,7 @@ Writer::Writer(io::File& file) : file_(file) {}
 
 void Writer::begin(const std::string& name, uint64_t size) {
   if (open_) end_entry();
-  if (name.empty() || name.size() > 0xFFFF) throw Error(fmt::format("a zip entry name of {} bytes", name.size()));
+  if (name.empty() || name.size() > 0xFFFF) throw UsageError(fmt::format("a zip entry name of {} bytes", name.size()));
   const bool zip64 = needs_zip64(size);
   std::string header;
   put(header, 0x04034b50, 4);
@@ -64,7 +64,7 @@ void Writer::begin(const std::string& name, uint64_t size) {
 
 void Writer::write(const void* data, uint64_t n) {
   if (!open_ || n > left_) {
-    throw Error(fmt::format("{} bytes more than zip entry '{}' holds", n, open_ ? entries_.back().name : ""));
+    throw UsageError(fmt::format("{} bytes more than zip entry '{}' holds", n, open_ ? entries_.back().name : ""));
   }
   file_.pwrite_all(data, n, at_);
   crc_.update(data, n);
@@ -74,7 +74,7 @@ void Writer::write(const void* data, uint64_t n) {
 
 void Writer::end_entry() {
   Written& e = entries_.back();
-  if (left_ != 0) throw Error(fmt::format("zip entry '{}' ended {} bytes short", e.name, left_));
+  if (left_ != 0) throw UsageError(fmt::format("zip entry '{}' ended {} bytes short", e.name, left_));
   e.crc32 = crc_.value();
   std::string crc;
   put(crc, e.crc32, 4);

@@ -40,7 +40,7 @@ void BufferPool::Buffer::release() {
 
 std::shared_ptr<BufferPool> BufferPool::create(Options options) {
   if (options.pinned && !at::hasCUDA()) {
-    throw Error("BufferPool: pinned buffers need a CUDA build of LibTorch; leave Options::pinned false");
+    throw UsageError("BufferPool: pinned buffers need a CUDA build of LibTorch; leave Options::pinned false");
   }
   std::shared_ptr<BufferPool> pool(new BufferPool(options));
   pool->self_ = pool;
@@ -94,8 +94,9 @@ void BufferPool::free_unused_locked(uint64_t needed) {
 std::optional<BufferPool::Buffer> BufferPool::try_acquire(uint64_t bytes) {
   const uint64_t size = size_class(bytes);
   if (options_.capacity_bytes != 0 && size > options_.capacity_bytes) {
-    throw Error(fmt::format("a staging buffer of {} bytes does not fit a pool of {} bytes; raise the pool capacity",
-                            size, options_.capacity_bytes));
+    throw UsageError(
+        fmt::format("a staging buffer of {} bytes does not fit a pool of {} bytes; raise the pool capacity", size,
+                    options_.capacity_bytes));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = free_.find(size);

@@ -60,7 +60,7 @@ class BufferPool {
 
   // A buffer of at least `bytes`: a free one of its class, a new one, or at
   // capacity a free larger one; else free smaller unused buffers to make
-  // room; else nothing (other buffers are in use). Throws Error if `bytes`
+  // room; else nothing (other buffers are in use). Throws UsageError if `bytes`
   // can never fit.
   std::optional<Buffer> try_acquire(uint64_t bytes);
   // Blocks until try_acquire succeeds.

@@ -22,7 +22,7 @@ XXH3_state_t* as_state(void* state) { return static_cast<XXH3_state_t*>(state); 
 uint64_t xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 std::vector<uint64_t> block_checksums(const void* data, size_t n, uint64_t block_size) {
-  if (block_size == 0) throw Error("block_checksums: the checksum block size must be positive");
+  if (block_size == 0) throw UsageError("block_checksums: the checksum block size must be positive");
   const auto* bytes = static_cast<const unsigned char*>(data);
   std::vector<uint64_t> sums;
   sums.reserve(static_cast<size_t>(n / block_size + (n % block_size != 0)));

@@ -25,7 +25,7 @@ namespace distckpt::io {
 namespace {
 
 [[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
-  throw Error(fmt::format("{} '{}' failed: {}", what, path, std::strerror(err)));
+  throw IoError(fmt::format("{} '{}' failed: {}", what, path, std::strerror(err)), path, err);
 }
 
 // open(2) may be interrupted on network file systems; retry like read/write.
@@ -40,8 +40,9 @@ UniqueFd open_retrying(const char* path, int flags, mode_t mode = 0) {
 void check_range(const std::string& path, size_t n, uint64_t offset) {
   constexpr auto kMaxOffset = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
   if (offset > kMaxOffset || n > kMaxOffset - offset) {
-    throw Error(
-        fmt::format("byte range at offset {} of {} bytes in '{}' exceeds the largest file offset", offset, n, path));
+    throw UsageError(
+        fmt::format("byte range at offset {} of {} bytes in '{}' exceeds the largest file offset", offset, n, path),
+        path);
   }
 }
 
@@ -52,10 +53,8 @@ std::string parent_dir(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Removes everything below the open directory `dir_fd`. Works on names
-// relative to directory descriptors and never follows a symlink, so a link
-// inside the tree cannot make it delete files outside the tree.
-void remove_children(int dir_fd, const std::string& dir_path) {
+// The names in the open directory `dir_fd` ("." and ".." left out), sorted.
+std::vector<std::string> names_in(int dir_fd, const std::string& dir_path) {
   UniqueFd iter_fd(::dup(dir_fd));
   if (!iter_fd.valid()) throw_errno("dup of directory", dir_path, errno);
   DIR* dir = ::fdopendir(iter_fd.get());
@@ -70,8 +69,15 @@ void remove_children(int dir_fd, const std::string& dir_path) {
   const int read_err = errno;
   ::closedir(dir);
   if (read_err != 0) throw_errno("readdir", dir_path, read_err);
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
-  for (const auto& name : names) {
+// Removes everything below the open directory `dir_fd`. Works on names
+// relative to directory descriptors and never follows a symlink, so a link
+// inside the tree cannot make it delete files outside the tree.
+void remove_children(int dir_fd, const std::string& dir_path) {
+  for (const auto& name : names_in(dir_fd, dir_path)) {
     const std::string child_path = dir_path + "/" + name;
     if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
     const int unlink_err = errno;
@@ -92,7 +98,8 @@ CorruptionError not_regular(const std::string& path, mode_t mode) {
       fmt::format("'{}' is not a regular file ({}); distckpt reads checkpoints from regular files only", path,
                   S_ISDIR(mode)    ? "a directory"
                   : S_ISFIFO(mode) ? "a FIFO"
-                                   : "a device or socket"));
+                                   : "a device or socket"),
+      path);
 }
 
 }  // namespace
@@ -193,7 +200,8 @@ void File::pread_all(void* data, size_t n, uint64_t offset) const {
       throw CorruptionError(
           fmt::format("unexpected end of file {} at offset {} (wanted {} bytes, file has {}); the file is truncated "
                       "or does not belong to this checkpoint",
-                      path_, offset, n, size()));
+                      path_, offset, n, size()),
+          path_);
     }
     done += static_cast<size_t>(r);
   }
@@ -216,7 +224,8 @@ void File::preadv_all(std::vector<struct iovec>& iov, uint64_t offset) const {
       throw CorruptionError(
           fmt::format("unexpected end of file {} at offset {} (wanted {} bytes, file has {}); the file is truncated "
                       "or does not belong to this checkpoint",
-                      path_, offset + done, n - done, size()));
+                      path_, offset + done, n - done, size()),
+          path_);
     }
     done += static_cast<uint64_t>(r);
     for (auto left = static_cast<size_t>(r); left > 0;) {  // skip what was filled, trim a partly filled buffer
@@ -284,10 +293,10 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
 std::string read_all(const File& file, uint64_t max_bytes) {
   const uint64_t size = file.size();
   if (size > max_bytes) {
-    throw CorruptionError(
-        fmt::format("{} is {} bytes, more than the {} bytes such a file may have; it is "
-                    "not the file distckpt wrote",
-                    file.path(), size, max_bytes));
+    throw CorruptionError(fmt::format("{} is {} bytes, more than the {} bytes such a file may have; it is "
+                                      "not the file distckpt wrote",
+                                      file.path(), size, max_bytes),
+                          file.path());
   }
   std::string bytes(static_cast<size_t>(size), '\0');
   file.pread_all(bytes.data(), bytes.size(), 0);
@@ -296,23 +305,25 @@ std::string read_all(const File& file, uint64_t max_bytes) {
 
 void rename_path(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
-    throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+    const int err = errno;
+    throw IoError(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(err)), from, err);
   }
 }
 
 void rename_no_replace(const std::string& from, const std::string& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
-  if (errno == EEXIST) {
+  const int err = errno;
+  if (err == EEXIST) {
     throw CheckpointError(
-        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to));
+        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to), to);
   }
-  if (errno != EINVAL && errno != ENOSYS) {
-    throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+  if (err != EINVAL && err != ENOSYS) {
+    throw IoError(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(err)), from, err);
   }
   // The file system cannot refuse for us: check, then rename.
   if (exists(to)) {
     throw CheckpointError(
-        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to));
+        fmt::format("'{}' appeared while it was being written; it was left as it is and nothing replaced it", to), to);
   }
   rename_path(from, to);
 }
@@ -321,11 +332,12 @@ void rename_into_empty(const std::string& from, const std::string& to) {
   // rename(2) of a directory replaces an empty directory, atomically, and
   // nothing else: a file, a link or a directory with entries stays.
   if (::rename(from.c_str(), to.c_str()) == 0) return;
-  if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR || errno == EISDIR) {
+  const int err = errno;
+  if (err == ENOTEMPTY || err == EEXIST || err == ENOTDIR || err == EISDIR) {
     throw CheckpointError(
-        fmt::format("'{}' appeared or was written into while the export ran; it was left as it is", to));
+        fmt::format("'{}' appeared or was written into while the export ran; it was left as it is", to), to);
   }
-  throw Error(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(errno)));
+  throw IoError(fmt::format("rename of '{}' to '{}' failed: {}", from, to, std::strerror(err)), from, err);
 }
 
 bool holds_nothing(const std::string& path) {
@@ -348,7 +360,7 @@ void fsync_dir(const std::string& dir) {
 }
 
 void make_dirs(const std::string& dir) {
-  if (dir.empty()) throw Error("make_dirs: the directory path is empty");
+  if (dir.empty()) throw UsageError("make_dirs: the directory path is empty");
   // Create each prefix in turn; EEXIST is fine as long as it is a directory.
   size_t pos = 0;
   while (pos != std::string::npos) {
@@ -360,6 +372,12 @@ void make_dirs(const std::string& dir) {
     if (err == EEXIST && is_dir(prefix)) continue;
     throw_errno("create directory", prefix, err == EEXIST ? ENOTDIR : err);
   }
+}
+
+std::vector<std::string> list_dir(const std::string& path) {
+  const UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) throw_errno("open directory", path, errno);
+  return names_in(dir.get(), path);
 }
 
 void remove_tree(const std::string& path) {
@@ -441,7 +459,7 @@ bool exchange_paths(const std::string& a, const std::string& b) {
   // File systems without the flag (some network and FUSE ones) say so
   // with these; the caller falls back to two renames.
   if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP) return false;
-  throw Error(fmt::format("exchange of '{}' with '{}' failed: {}", a, b, std::strerror(err)));
+  throw IoError(fmt::format("exchange of '{}' with '{}' failed: {}", a, b, std::strerror(err)), a, err);
 }
 
 }  // namespace distckpt::io

@@ -1,5 +1,6 @@
 // POSIX file primitives with full-length loops, fsync and atomic replace.
-// Every failure throws distckpt::Error with the path and errno text.
+// A failed system call throws distckpt::IoError with the path and errno (its text
+// in the message); a file shorter than a read needs throws CorruptionError.
 #pragma once
 
 #include <sys/uio.h>
@@ -79,6 +80,9 @@ void fsync_dir(const std::string& dir);
 bool exchange_paths(const std::string& a, const std::string& b);
 void make_dirs(const std::string& dir);
 void remove_tree(const std::string& path);  // no error if absent
+// The names in directory `path` ("." and ".." left out), sorted; IoError
+// naming the directory when it cannot be read.
+std::vector<std::string> list_dir(const std::string& path);
 bool exists(const std::string& path);
 bool lexists(const std::string& path);  // also a symbolic link, even one to nothing
 bool is_dir(const std::string& path);

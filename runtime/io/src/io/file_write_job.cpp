@@ -31,7 +31,7 @@ uint64_t slice_size(const FileWriteOptions& o, uint64_t pool_capacity) {
 FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::shared_ptr<BufferPool> pool,
                            FileWriteOptions options)
     : path_(std::move(path)), items_(std::move(items)), pool_(std::move(pool)), options_(options) {
-  if (options_.threads < 1) throw Error(fmt::format("io_threads must be at least 1 (got {})", options_.threads));
+  if (options_.threads < 1) throw UsageError(fmt::format("io_threads must be at least 1 (got {})", options_.threads));
   const uint64_t slice = slice_size(options_, pool_->capacity_bytes());
   uint64_t at = 0;
   result_.items.resize(items_.size());

@@ -44,7 +44,8 @@ std::string printable(std::string_view path) {
 std::string real_path(const std::string& path) {
   char buffer[PATH_MAX];
   if (::realpath(path.c_str(), buffer) == nullptr) {
-    throw CheckpointError(fmt::format("cannot resolve '{}': {}", path, std::strerror(errno)));
+    const int err = errno;
+    throw IoError(fmt::format("cannot resolve '{}': {}", path, std::strerror(err)), path, err);
   }
   return buffer;
 }
@@ -84,7 +85,8 @@ void check_target(const std::string& dir, const std::string& path, const std::st
   throw CorruptionError(
       fmt::format("{} resolves to {}, outside the checkpoint {}; distckpt does not follow links out of a "
                   "checkpoint: copy the files into it (cp -L)",
-                  path, target, dir));
+                  path, target, dir),
+      path);
 }
 
 }  // namespace

@@ -30,7 +30,10 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 uint8_t* map(int fd, uint64_t bytes, int protection, const std::string& name) {
   void* p = ::mmap(nullptr, bytes, protection, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) throw Error(fmt::format("cannot map shared memory {}: {}", name, errno_text(errno)));
+  if (p == MAP_FAILED) {
+    const int error = errno;
+    throw IoError(fmt::format("cannot map shared memory {}: {}", name, errno_text(error)), name, error);
+  }
   return static_cast<uint8_t*>(p);
 }
 
@@ -102,7 +105,7 @@ bool SharedRegion::is_region_name(const std::string& name) {
 }
 
 SharedRegion SharedRegion::create(uint64_t bytes) {
-  if (bytes == 0) throw Error("a shared memory region needs at least one byte");
+  if (bytes == 0) throw UsageError("a shared memory region needs at least one byte");
   remove_abandoned_regions();
   std::random_device random;
   const uint64_t tag = (uint64_t{random()} << 32) ^ random();
@@ -110,19 +113,20 @@ SharedRegion SharedRegion::create(uint64_t bytes) {
   region.name_ = fmt::format("{}{}-{:016x}", kPrefix, ::getpid(), tag);
   UniqueFd fd(::shm_open(region.name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) {
-    throw Error(fmt::format(
-        "cannot create shared memory {} ({}): ranks on one host share the bytes they read through /dev/shm; "
-        "mount it, or load with LoadExchange::kNone",
-        region.name_, errno_text(errno)));
+    const int error = errno;
+    throw IoError(fmt::format("cannot create shared memory {} ({}): ranks on one host share the bytes they read "
+                              "through /dev/shm; mount it, or load with LoadExchange::kNone",
+                              region.name_, errno_text(error)),
+                  region.name_, error);
   }
   region.owner_ = true;
   // posix_fallocate reserves the pages now: a full /dev/shm fails here, not
   // with SIGBUS at the first write.
   if (const int error = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); error != 0) {
-    throw Error(
-        fmt::format("cannot reserve {} bytes of shared memory in /dev/shm ({}): free space there, lower "
-                    "LoadOptions::exchange_batch_bytes, or load with LoadExchange::kNone",
-                    bytes, errno_text(error)));
+    throw IoError(fmt::format("cannot reserve {} bytes of shared memory in /dev/shm ({}): free space there, lower "
+                              "LoadOptions::exchange_batch_bytes, or load with LoadExchange::kNone",
+                              bytes, errno_text(error)),
+                  region.name_, error);
   }
   region.data_ = map(fd.get(), bytes, PROT_READ | PROT_WRITE, region.name_);
   region.size_ = bytes;
@@ -130,14 +134,21 @@ SharedRegion SharedRegion::create(uint64_t bytes) {
 }
 
 SharedRegion SharedRegion::open_read_only(const std::string& name, uint64_t bytes) {
-  if (!is_region_name(name)) throw Error(fmt::format("'{}' is not a distckpt shared memory name", name));
+  // The name and the size come from a peer rank's offer: a mismatch is its message's fault.
+  if (!is_region_name(name)) throw ProtocolError(fmt::format("'{}' is not a distckpt shared memory name", name));
   UniqueFd fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
-  if (!fd.valid()) throw Error(fmt::format("cannot open shared memory {}: {}", name, errno_text(errno)));
+  if (!fd.valid()) {
+    const int error = errno;
+    throw IoError(fmt::format("cannot open shared memory {}: {}", name, errno_text(error)), name, error);
+  }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    throw Error(fmt::format("cannot stat shared memory {}: {}", name, errno_text(errno)));
+  if (::fstat(fd.get(), &st) != 0) {
+    const int error = errno;
+    throw IoError(fmt::format("cannot stat shared memory {}: {}", name, errno_text(error)), name, error);
+  }
   if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || static_cast<uint64_t>(st.st_size) < bytes) {
-    throw Error(fmt::format("shared memory {} is not the region expected ({} bytes, owned by this user)", name, bytes));
+    throw ProtocolError(
+        fmt::format("shared memory {} is not the region expected ({} bytes, owned by this user)", name, bytes), name);
   }
   SharedRegion region;
   region.name_ = name;

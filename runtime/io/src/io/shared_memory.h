@@ -25,12 +25,12 @@ class SharedRegion {
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
 
-  // A new region of `bytes` (> 0), mapped read-write. Throws Error naming
+  // A new region of `bytes` (> 0), mapped read-write. Throws IoError naming
   // the cause (no /dev/shm, out of space) and what to do.
   static SharedRegion create(uint64_t bytes);
   // Another process's region, read-only; it must hold at least `bytes`.
-  // Throws Error if `name` is not a name create() makes, cannot be opened,
-  // or is smaller.
+  // Throws ProtocolError if `name` is not a name create() makes or the region
+  // is smaller (both come from a peer's offer), IoError if it cannot be opened.
   static SharedRegion open_read_only(const std::string& name, uint64_t bytes);
 
   // Whether `name` has the form create() gives names ("/distckpt-<digits>-<hex>").

@@ -21,7 +21,7 @@ StagingPaths staging_paths(const std::string& dir) {
   if (!target.has_filename()) target = target.parent_path();  // "ckpt/" -> "ckpt"
   const std::string name = target.filename().string();
   if (name.empty() || name == "." || name == "..") {
-    throw CheckpointError(fmt::format("cannot write a checkpoint into '{}': name a directory", dir));
+    throw UsageError(fmt::format("cannot write a checkpoint into '{}': name a directory", dir));
   }
   const std::filesystem::path parent = target.parent_path();
   return StagingPaths{
@@ -38,21 +38,25 @@ StagingLock::StagingLock(const StagingPaths& paths) : path_(paths.lock) {
       // Said in terms of the target: the lock file is ours, the folder the user's.
       const int err = errno;
       if (err == ENOENT) {
-        throw Error(fmt::format("cannot write '{}': the folder '{}' does not exist; create it first", paths.target,
-                                paths.parent));
+        throw IoError(fmt::format("cannot write '{}': the folder '{}' does not exist; create it first", paths.target,
+                                  paths.parent),
+                      paths.parent, err);
       }
-      throw Error(fmt::format("cannot write '{}': cannot create the lock file '{}' beside it: {}", paths.target, path_,
-                              std::strerror(err)));
+      throw IoError(fmt::format("cannot write '{}': cannot create the lock file '{}' beside it: {}", paths.target,
+                                path_, std::strerror(err)),
+                    path_, err);
     }
     int rc;
     do {
       rc = ::flock(fd.get(), LOCK_EX | LOCK_NB);
     } while (rc != 0 && errno == EINTR);
     if (rc != 0 && errno == EWOULDBLOCK) {
-      throw CheckpointError(fmt::format(
-          "another save or export is writing '{}' (it holds '{}'); wait for it to finish or write elsewhere "
-          "(nothing was written)",
-          paths.target, path_));
+      throw CheckpointError(
+          fmt::format(
+              "another save or export is writing '{}' (it holds '{}'); wait for it to finish or write elsewhere "
+              "(nothing was written)",
+              paths.target, path_),
+          paths.target);
     }
     if (rc != 0 && (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS)) {
       log_message(LogLevel::kWarning, fmt::format("the file system of '{}' has no locks ({}): nothing keeps another "
@@ -61,7 +65,10 @@ StagingLock::StagingLock(const StagingPaths& paths) : path_(paths.lock) {
       fd_ = std::move(fd);
       return;
     }
-    if (rc != 0) throw Error(fmt::format("cannot lock '{}': {}", path_, std::strerror(errno)));
+    if (rc != 0) {
+      const int err = errno;
+      throw IoError(fmt::format("cannot lock '{}': {}", path_, std::strerror(err)), path_, err);
+    }
     struct stat held {
     }, named{};
     if (::fstat(fd.get(), &held) == 0 && ::lstat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
@@ -70,7 +77,7 @@ StagingLock::StagingLock(const StagingPaths& paths) : path_(paths.lock) {
       return;
     }
   }
-  throw Error(fmt::format("cannot lock '{}': it was replaced 100 times while being locked", path_));
+  throw IoError(fmt::format("cannot lock '{}': it was replaced 100 times while being locked", path_), path_);
 }
 
 StagingLock::~StagingLock() {

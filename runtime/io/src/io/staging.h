@@ -30,8 +30,8 @@ StagingPaths staging_paths(const std::string& dir);
 // and the write goes on unguarded.
 class StagingLock {
  public:
-  // CheckpointError when another writer holds it; Error when the lock file
-  // cannot be created.
+  // CheckpointError when another writer holds it; IoError when the lock file
+  // cannot be created or locked.
   explicit StagingLock(const StagingPaths& paths);
   ~StagingLock();  // removes the lock file, then unlocks
   StagingLock(const StagingLock&) = delete;

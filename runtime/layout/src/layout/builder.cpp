@@ -33,7 +33,7 @@ ShardedTensorFactory::BuildFn fused_build(const ShardedTensor& base, const Parts
   return [base, parts, dim, rank, parts_count](const std::string& key, const at::Tensor& local,
                                                const ReplicaId& replica, const std::optional<FlatRange>& flat) {
     if (flat && dim != 0) {
-      throw Error(fmt::format("'{}': flat ranges of a fused tensor need it fused along dim 0, not {}", key, dim));
+      throw UsageError(fmt::format("'{}': flat ranges of a fused tensor need it fused along dim 0, not {}", key, dim));
     }
     const int64_t inner = numel(base.local_shape) / std::max<int64_t>(base.local_shape[0], 1);
     Value pieces = Value::dict();
@@ -114,7 +114,7 @@ std::string chunk_prefix(int64_t chunk) { return fmt::format("model{}.", chunk);
 
 int64_t exact_div(int64_t a, int64_t b, const char* expression) {
   if (b == 0 || a % b != 0) {
-    throw Error(
+    throw UsageError(
         fmt::format("schema expression '{}' is {} / {}, not an exact division; fix the config", expression, a, b));
   }
   return a / b;
@@ -141,13 +141,13 @@ int64_t ConfigChecker::required(const char* name, const std::optional<int64_t>& 
 
 void ConfigChecker::done() const {
   if (missing_.empty()) return;
-  throw Error(fmt::format("layout {}: config parameter{} {} must be set (the schema gives no default)", layout_name_,
-                          missing_.size() == 1 ? "" : "s", list_names(missing_)));
+  throw UsageError(fmt::format("layout {}: config parameter{} {} must be set (the schema gives no default)",
+                               layout_name_, missing_.size() == 1 ? "" : "s", list_names(missing_)));
 }
 
 size_t Builder::held(const std::optional<size_t>& slot, const char* key) const {
   if (slot) return *slot;
-  throw Error(
+  throw UsageError(
       fmt::format("layout {}: '{}' is not held by this rank ({}): it lives on another stage or its condition "
                   "is off; check holds_...() first",
                   layout_name_, key, mesh_.describe()));
@@ -167,33 +167,33 @@ std::pair<int64_t, int64_t> Placement::range(int64_t stage, int64_t stages, cons
 
 std::vector<std::pair<int64_t, int64_t>> Placement::chunk_ranges(int64_t stage, int64_t stages,
                                                                  const std::string& what) const {
-  if (chunks < 1) throw Error(fmt::format("{}: {} virtual stages per stage; need at least 1", what, chunks));
+  if (chunks < 1) throw UsageError(fmt::format("{}: {} virtual stages per stage; need at least 1", what, chunks));
   // Config values reach here unchecked (the generator checks only defaults).
   if (count < 0)
-    throw Error(fmt::format("{}: {} elements; the count must not be negative (check the config)", what, count));
+    throw UsageError(fmt::format("{}: {} elements; the count must not be negative (check the config)", what, count));
   const int64_t virtual_stages = stages * chunks;
   const std::string spread =
       chunks == 1 ? fmt::format("{} stages", stages) : fmt::format("{} stages x {} virtual stages", stages, chunks);
   std::vector<int64_t> sizes;
   if (!counts.empty()) {
     if (static_cast<int64_t>(counts.size()) != virtual_stages) {
-      throw Error(
+      throw UsageError(
           fmt::format("{}: the pipeline layout gives {} counts but there are {}; give one count per virtual "
                       "stage, in virtual-stage order",
                       what, counts.size(), spread));
     }
     int64_t sum = 0;
     for (const int64_t n : counts) {
-      if (n < 0) throw Error(fmt::format("{}: the pipeline layout has a negative count ({})", what, n));
+      if (n < 0) throw UsageError(fmt::format("{}: the pipeline layout has a negative count ({})", what, n));
       sum += n;
     }
     if (sum != count) {
-      throw Error(fmt::format("{}: the pipeline layout places {} elements but there are {}", what, sum, count));
+      throw UsageError(fmt::format("{}: the pipeline layout places {} elements but there are {}", what, sum, count));
     }
     sizes = counts;
   } else if (first < 0 && last < 0) {
     if (count % virtual_stages != 0) {
-      throw Error(
+      throw UsageError(
           fmt::format("{}: {} elements cannot be spread evenly over {}; declare first(n)/last(n) or an explicit "
                       "layout in the schema, or change the mesh",
                       what, count, spread));
@@ -206,8 +206,9 @@ std::vector<std::pair<int64_t, int64_t>> Placement::chunk_ranges(int64_t stage, 
     const int64_t middle = virtual_stages - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
     const int64_t rest = count - head - tail;
     if (rest < 0 || (middle == 0 ? rest != 0 : rest % middle != 0)) {
-      throw Error(fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {}",
-                              what, count, head, tail, spread));
+      throw UsageError(
+          fmt::format("{}: {} elements with {} on the first and {} on the last stage cannot be spread over {}", what,
+                      count, head, tail, spread));
     }
     sizes.assign(virtual_stages, middle ? rest / middle : 0);
     if (first >= 0) sizes.front() = head;
@@ -227,8 +228,8 @@ Builder::Builder(std::string layout_name, MeshCoords mesh)
   for (size_t i = 0; i < mesh_.coords.size(); ++i) {
     const AxisCoord& c = mesh_.coords[i];
     if (c.size < 1 || c.rank < 0 || c.rank >= c.size) {
-      throw Error(fmt::format("layout {}: mesh axis {} has rank {} of size {}; need 0 <= rank < size", layout_name_,
-                              mesh_.names[i], c.rank, c.size));
+      throw UsageError(fmt::format("layout {}: mesh axis {} has rank {} of size {}; need 0 <= rank < size",
+                                   layout_name_, mesh_.names[i], c.rank, c.size));
     }
   }
   if (mesh_.meshes.empty()) {
@@ -252,7 +253,7 @@ Builder::Builder(std::string layout_name, MeshCoords mesh)
     world = ranks;
   }
   if (differ) {
-    throw Error(
+    throw UsageError(
         fmt::format("layout {}: its meshes must cover the same ranks, but {}; choose axis sizes whose "
                     "products agree",
                     layout_name_, fmt::join(spans, ", ")));
@@ -270,20 +271,21 @@ std::pair<int64_t, int64_t> Builder::split_coord(const Split& split) const {
 
 size_t Builder::add_tensor(TensorSpec spec, Position position, std::string parameter_name) {
   if (spec.mesh < 0 || static_cast<size_t>(spec.mesh) >= mesh_.meshes.size()) {
-    throw Error(fmt::format("layout {}: '{}' names mesh {} but the layout has {}", layout_name_, spec.schema_key,
-                            spec.mesh, mesh_.meshes.size()));
+    throw UsageError(fmt::format("layout {}: '{}' names mesh {} but the layout has {}", layout_name_, spec.schema_key,
+                                 spec.mesh, mesh_.meshes.size()));
   }
   for (size_t d = 0; d < spec.shape.size(); ++d) {
     if (spec.shape[d] < 0) {
-      throw Error(fmt::format("layout {}: '{}' dim {} has extent {}; extents must not be negative (check the config)",
-                              layout_name_, spec.schema_key, d, spec.shape[d]));
+      throw UsageError(
+          fmt::format("layout {}: '{}' dim {} has extent {}; extents must not be negative (check the config)",
+                      layout_name_, spec.schema_key, d, spec.shape[d]));
     }
   }
   for (const Split& s : spec.splits) {
     const int64_t parts = split_coord(s).second;
     if (spec.shape[s.dim] % parts != 0) {
-      throw Error(fmt::format("layout {}: '{}' dim {} has extent {}, which {} does not divide ({})", layout_name_,
-                              spec.schema_key, s.dim, spec.shape[s.dim], parts, mesh_.describe()));
+      throw UsageError(fmt::format("layout {}: '{}' dim {} has extent {}, which {} does not divide ({})", layout_name_,
+                                   spec.schema_key, s.dim, spec.shape[s.dim], parts, mesh_.describe()));
     }
   }
   if (!spec.fused.empty()) {
@@ -291,8 +293,8 @@ size_t Builder::add_tensor(TensorSpec spec, Position position, std::string param
     const int64_t parts = split_coord(s).second;
     for (const auto& [name, extent] : spec.fused) {
       if (extent % parts != 0) {
-        throw Error(fmt::format("layout {}: fused part '{}' of '{}' has extent {}, which {} does not divide",
-                                layout_name_, name, spec.schema_key, extent, parts));
+        throw UsageError(fmt::format("layout {}: fused part '{}' of '{}' has extent {}, which {} does not divide",
+                                     layout_name_, name, spec.schema_key, extent, parts));
       }
     }
   }
@@ -313,7 +315,7 @@ Builder::GroupCoord Builder::group_coord(const Distribution& distribution) const
     size *= mesh_.coords[axis].size;
   }
   if (distribution.instances < 1 || size % distribution.instances != 0) {
-    throw Error(
+    throw UsageError(
         fmt::format("layout {}: the distributed optimizer's group has {} ranks ({}), which {} instances do "
                     "not divide",
                     layout_name_, size, mesh_.describe(), distribution.instances));
@@ -391,7 +393,7 @@ void Builder::bind(const std::vector<std::pair<std::string, at::Tensor>>& named_
     set_tensor(it->second, tensor);
   }
   if (!unknown.empty()) {
-    throw Error(
+    throw UsageError(
         fmt::format("layout {}: {} module parameter(s) match no tensor this rank holds ({}): {}. Declare them "
                     "in the schema or map their names",
                     layout_name_, unknown.size(), mesh_.describe(), list_names(unknown)));
@@ -402,8 +404,8 @@ void Builder::bind_chunk(int64_t chunk, int64_t chunks,
                          const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,
                          const std::vector<std::pair<std::string, std::string>>& name_map) {
   if (chunk < 0 || chunk >= chunks) {
-    throw Error(fmt::format("layout {}: model chunk {} does not exist; this rank holds chunks 0..{} ({})", layout_name_,
-                            chunk, chunks - 1, mesh_.describe()));
+    throw UsageError(fmt::format("layout {}: model chunk {} does not exist; this rank holds chunks 0..{} ({})",
+                                 layout_name_, chunk, chunks - 1, mesh_.describe()));
   }
   bind(named_parameters, name_map, chunk_prefix(chunk));
 }
@@ -491,7 +493,7 @@ Value Builder::build(bool with_data, at::ScalarType default_dtype) const {
       if (!o.data) missing.push_back(o.name);
     }
     if (!missing.empty()) {
-      throw Error(fmt::format(
+      throw UsageError(fmt::format(
           "layout {}: cannot build the state dict, {} declared entr{} not set on this rank ({}): {}", layout_name_,
           missing.size(), missing.size() == 1 ? "y is" : "ies are", mesh_.describe(), list_names(missing)));
     }

@@ -23,7 +23,7 @@ std::vector<size_t> slots_of(const Builder& model, const std::vector<at::Tensor>
   for (size_t id = 0; id < params.size(); ++id) {
     auto it = by_impl.find(params[id].unsafeGetTensorImpl());
     if (it == by_impl.end()) {
-      throw Error(
+      throw UsageError(
           fmt::format("optimizer parameter {} (shape {}) is not bound to the layout: bind the module's "
                       "parameters to the model before asking for its optimizer state",
                       id, to_string(Shape(params[id].sizes().begin(), params[id].sizes().end()))));
@@ -44,14 +44,14 @@ std::vector<std::vector<std::string>> state_names_by_id(const OptimizerSpec& spe
     const Value& group = groups[g];
     if (!group.contains("amsgrad") || !group.at("amsgrad").as_bool()) continue;
     if (!group.contains("params")) {
-      throw Error(
+      throw UsageError(
           fmt::format("optimizer state dict: param group {} has amsgrad on but no \"params\" list, so its "
                       "parameters cannot be told apart from the other groups'",
                       g));
     }
     for (const Value& id : group.at("params").as_list()) {
       if (id.as_int() < 0 || static_cast<uint64_t>(id.as_int()) >= param_count) {
-        throw Error(
+        throw UsageError(
             fmt::format("optimizer state dict: param group {} lists param id {}, but the optimizer's "
                         "parameters are ids 0 to {}",
                         g, id.as_int(), static_cast<int64_t>(param_count) - 1));
@@ -93,8 +93,9 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
     const std::vector<std::string>& names = names_by_id.at(id);
     for (const std::string& name : spec.states) {
       if (!param_state.contains(name)) {
-        throw Error(fmt::format("the schema's optimizer {} declares state '{}' but the optimizer has none for '{}'",
-                                spec.name, name, model.parameter_name(slot)));
+        throw UsageError(
+            fmt::format("the schema's optimizer {} declares state '{}' but the optimizer has none for '{}'", spec.name,
+                        name, model.parameter_name(slot)));
       }
     }
     // A parameter with nothing of this rank's to save (ZeRO: another rank owns
@@ -105,15 +106,16 @@ StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spe
       if (value.kind() != Kind::kTensor) {
         if (name == "step") {
           if (step && *step != value.as_int()) {
-            throw Error(fmt::format("optimizer parameters are at different steps ({} and {}); save after a full step",
-                                    *step, value.as_int()));
+            throw UsageError(
+                fmt::format("optimizer parameters are at different steps ({} and {}); save after a full step", *step,
+                            value.as_int()));
           }
           step = value.as_int();
         }
         continue;
       }
       if (std::find(names.begin(), names.end(), name) == names.end()) {
-        throw Error(
+        throw UsageError(
             fmt::format("the optimizer has state '{}' for '{}', which the schema's optimizer {} does not "
                         "declare, so a load would not restore it; add it to its `state` line",
                         name, model.parameter_name(slot), spec.name));
@@ -168,7 +170,7 @@ StateDict torch_optimizer_state(const Builder& model, const OptimizerSpec& spec,
   for (size_t id = 0; id < params.size(); ++id) {
     const std::string& name = model.parameter_name(slots[id]);
     if (!state.contains(name)) {
-      throw Error(fmt::format("the loaded optimizer {} state has nothing for parameter '{}'", spec.name, name));
+      throw UsageError(fmt::format("the loaded optimizer {} state has nothing for parameter '{}'", spec.name, name));
     }
     Value& entry = torch_state[std::to_string(id)];
     for (const auto& [state_name, tensor] : state.at(name).as_dict()) entry[state_name] = tensor;

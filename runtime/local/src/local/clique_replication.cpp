@@ -7,12 +7,12 @@ namespace distckpt {
 
 void CliqueReplication::validate(int world_size) const {
   if (ranks_per_node < 1 || factor < 1) {
-    throw Error(fmt::format("CliqueReplication: ranks_per_node ({}) and factor ({}) must be at least 1", ranks_per_node,
-                            factor));
+    throw UsageError(fmt::format("CliqueReplication: ranks_per_node ({}) and factor ({}) must be at least 1",
+                                 ranks_per_node, factor));
   }
   const int64_t group = int64_t{ranks_per_node} * factor;
   if (world_size % group != 0) {
-    throw Error(fmt::format(
+    throw UsageError(fmt::format(
         "CliqueReplication: a world of {} ranks does not split into groups of factor x ranks_per_node = {} x {} = "
         "{} ranks (whole nodes, {} nodes per group); choose a factor that divides the number of nodes",
         world_size, factor, ranks_per_node, group, factor));

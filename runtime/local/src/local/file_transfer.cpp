@@ -59,11 +59,11 @@ bool recv_file(Communicator& comm, int src, int tag, const std::string& path, ui
   if (size < 0) throw ProtocolError(fmt::format("rank {} announced a file of {} bytes", src, size));
   // A local write failure still drains the sender's slabs (no hang).
   io::File out;
-  std::string write_error;
+  std::exception_ptr write_error;  // the first one; the slabs are still drained
   try {
     out = io::File(path, io::File::Mode::kCreateTruncate);
-  } catch (const std::exception& e) {
-    write_error = e.what();
+  } catch (...) {
+    write_error = std::current_exception();
   }
   const auto total = static_cast<uint64_t>(size);
   at::Tensor slab = on_wire(at::empty({static_cast<int64_t>(std::min(slab_bytes, total))}, at::kByte), comm);
@@ -71,22 +71,25 @@ bool recv_file(Communicator& comm, int src, int tag, const std::string& path, ui
     const uint64_t n = std::min(slab_bytes, total - at);
     at::Tensor part = slab.narrow(0, 0, static_cast<int64_t>(n));
     comm.recv_tensor(part, src, tag);
-    if (!write_error.empty()) continue;
+    if (write_error) continue;
     try {
       const at::Tensor host = part.cpu();
       out.pwrite_all(host.data_ptr(), n, at);
-    } catch (const std::exception& e) {
-      write_error = e.what();
+    } catch (...) {
+      write_error = std::current_exception();
     }
   }
   try {
-    if (write_error.empty()) out.sync();
-  } catch (const std::exception& e) {
-    write_error = e.what();
+    if (!write_error) out.sync();
+  } catch (...) {
+    write_error = std::current_exception();
   }
-  if (!write_error.empty()) {
-    why = fmt::format("this rank could not write the copy from rank {}: {}", src, write_error);
-    return false;
+  if (write_error) {
+    try {
+      std::rethrow_exception(write_error);
+    } catch (const std::exception& e) {  // its own class (IoError), with where it happened
+      rethrow_with_context(e, fmt::format("this rank could not write the copy from rank {}", src));
+    }
   }
   return true;
 }

@@ -16,7 +16,9 @@ namespace distckpt::local {
 std::exception_ptr send_file(Communicator& comm, const std::string& path, int dst, int tag, uint64_t slab_bytes);
 
 // Receives a file from `src` into `path` (created or truncated, fsync'ed).
-// Returns false, with `why` set, when the sender had no file to send.
+// Returns false, with `why` set, when the sender had no file to send; a
+// local write failure is thrown in its own class (IoError), once every slab
+// has been received (the sender never blocks).
 bool recv_file(Communicator& comm, int src, int tag, const std::string& path, uint64_t slab_bytes, std::string& why);
 
 }  // namespace distckpt::local

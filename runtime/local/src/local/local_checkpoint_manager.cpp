@@ -45,7 +45,7 @@ std::string list_ranks(const std::vector<int>& ranks) { return fmt::format("{}",
 std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& options, int world_size) {
   std::vector<std::vector<int>> peers(static_cast<size_t>(world_size));
   if (options.replication && !options.replication_groups.empty()) {
-    throw Error("LocalCheckpointOptions: set either replication (cliques) or replication_groups, not both");
+    throw UsageError("LocalCheckpointOptions: set either replication (cliques) or replication_groups, not both");
   }
   if (options.replication) {
     for (int r = 0; r < world_size; ++r) peers[static_cast<size_t>(r)] = options.replication->clique_of(r, world_size);
@@ -61,18 +61,18 @@ std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& op
     std::sort(members.begin(), members.end());
     const auto twice = std::adjacent_find(members.begin(), members.end());
     if (twice != members.end()) {
-      throw Error(fmt::format("LocalCheckpointOptions::replication_groups: group [{}] lists rank {} twice",
-                              list_ranks(options.replication_groups[g]), *twice));
+      throw UsageError(fmt::format("LocalCheckpointOptions::replication_groups: group [{}] lists rank {} twice",
+                                   list_ranks(options.replication_groups[g]), *twice));
     }
     for (int r : members) {
       if (r < 0 || r >= world_size) {
-        throw Error(
+        throw UsageError(
             fmt::format("LocalCheckpointOptions::replication_groups: group [{}] names rank {}, outside a "
                         "world of {} ranks",
                         list_ranks(options.replication_groups[g]), r, world_size));
       }
       if (group_of[static_cast<size_t>(r)] >= 0) {
-        throw Error(
+        throw UsageError(
             fmt::format("LocalCheckpointOptions::replication_groups: rank {} is in group [{}] and in group "
                         "[{}]; each rank belongs to one group",
                         r, list_ranks(options.replication_groups[static_cast<size_t>(group_of[r])]),
@@ -84,7 +84,7 @@ std::vector<std::vector<int>> replication_peers(const LocalCheckpointOptions& op
   }
   for (int r = 0; r < world_size; ++r) {
     if (group_of[static_cast<size_t>(r)] < 0) {
-      throw Error(
+      throw UsageError(
           fmt::format("LocalCheckpointOptions::replication_groups: rank {} is in no group; list every rank "
                       "(a group of one keeps no replica)",
                       r));
@@ -121,8 +121,9 @@ struct AsyncLocalSave {
 
 LocalCheckpointManager::LocalCheckpointManager(std::string root, Communicator& comm, LocalCheckpointOptions options)
     : root_(std::move(root)), comm_(comm), options_(std::move(options)) {
-  if (root_.empty()) throw Error("LocalCheckpointManager: the root directory is empty");
-  if (options_.transfer_slab_bytes == 0) throw Error("LocalCheckpointOptions::transfer_slab_bytes must be positive");
+  if (root_.empty()) throw UsageError("LocalCheckpointManager: the root directory is empty");
+  if (options_.transfer_slab_bytes == 0)
+    throw UsageError("LocalCheckpointOptions::transfer_slab_bytes must be positive");
   peers_ = replication_peers(options_, comm_.size());
 }
 
@@ -147,11 +148,10 @@ struct NamedFile {
 std::vector<NamedFile> named_files_in(const std::string& dir) {
   std::vector<NamedFile> files;
   if (!io::is_dir(dir)) return files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
+  for (const std::string& name : io::list_dir(dir)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, file_pattern())) continue;
-    files.push_back(NamedFile{entry.path(), std::stoll(m[1].str()), std::stoi(m[2].str()), m[3].matched});
+    files.push_back(NamedFile{fs::path(dir) / name, std::stoll(m[1].str()), std::stoi(m[2].str()), m[3].matched});
   }
   return files;
 }
@@ -191,7 +191,7 @@ std::vector<int64_t> LocalCheckpointManager::local_iterations() const {
 
 void LocalCheckpointManager::check_save(const TensorAwareStateDict& state, int64_t iteration) const {
   if (state.state().owner_rank != comm_.rank() || state.state().world_size != comm_.size()) {
-    throw Error(
+    throw UsageError(
         fmt::format("rank {} of {} was given the tensor-aware state dict of rank {} of {}; build it with "
                     "TensorAwareStateDict::from_state_dict on this rank's communicator",
                     comm_.rank(), comm_.size(), state.state().owner_rank, state.state().world_size));
@@ -382,16 +382,21 @@ void LocalCheckpointManager::replicate(int64_t iteration, std::vector<std::strin
         const std::string path = file_path(holder, iteration, owner);
         std::string why;
         try {
-          if (!local::recv_file(comm_, owner, tag, path + ".tmp", options_.transfer_slab_bytes, why)) {
-            throw CheckpointError(fmt::format("replica of rank {}: {}", owner, why));
+          bool received = false;
+          try {
+            received = local::recv_file(comm_, owner, tag, path + ".tmp", options_.transfer_slab_bytes, why);
+          } catch (const Error& e) {
+            rethrow_with_context(e, fmt::format("replica of rank {}", owner));
           }
+          if (!received) throw CheckpointError(fmt::format("replica of rank {}: {}", owner, why));
           if (!local::probe_local_file(path + ".tmp")) {
-            throw CorruptionError(fmt::format("the replica of rank {} arrived incomplete", owner));
+            throw CorruptionError(fmt::format("the replica of rank {} arrived incomplete", owner), path + ".tmp");
           }
           if (io::exists(path)) {
-            throw CheckpointError(fmt::format("{} already holds a complete replica; it is never overwritten", path));
+            throw CheckpointError(fmt::format("{} already holds a complete replica; it is never overwritten", path),
+                                  path);
           }
-          fs::rename(path + ".tmp", path);
+          io::rename_path(path + ".tmp", path);
           created.push_back(path);
           io::fsync_dir(rank_dir(holder));
         } catch (...) {
@@ -412,16 +417,25 @@ void LocalCheckpointManager::remove_older_than(int64_t iteration) {
 }
 
 // Removes every file (temporary ones too) of the iterations chosen, then
-// throws naming those it could not remove (the callers decide whether that matters).
+// throws IoError naming those it could not remove (the callers decide whether that matters).
 void LocalCheckpointManager::remove_files(const std::function<bool(int64_t)>& of_iteration) {
   std::vector<std::string> failed;
+  std::string first_path;  // the first file that could not be removed, and why (an errno)
+  int first_error = 0;
   for (const NamedFile& f : named_files_in(rank_dir(comm_.rank()))) {
     if (!of_iteration(f.iteration)) continue;
     std::error_code error;
     fs::remove(f.path, error);
-    if (error) failed.push_back(fmt::format("'{}': {}", f.path.string(), error.message()));
+    if (!error) continue;
+    if (failed.empty()) {
+      first_path = f.path.string();
+      first_error = error.value();
+    }
+    failed.push_back(fmt::format("'{}': {}", f.path.string(), error.message()));
   }
-  if (!failed.empty()) throw CheckpointError(fmt::format("could not remove {}", fmt::join(failed, ", ")));
+  if (!failed.empty()) {
+    throw IoError(fmt::format("could not remove {}", fmt::join(failed, ", ")), first_path, first_error);
+  }
 }
 
 std::optional<int64_t> LocalCheckpointManager::find_latest() {
@@ -551,7 +565,7 @@ std::string LocalCheckpointManager::fetch_replica(int64_t it, int holder, std::o
     io::make_dirs(rank_dir(me));
     if (!local::recv_file(comm_, holder, me + 1, tmp, options_.transfer_slab_bytes, why)) throw CheckpointError(why);
     mine = local::read_local_file(tmp);
-    fs::rename(tmp, final_path);
+    io::rename_path(tmp, final_path);
     io::fsync_dir(rank_dir(me));
     log_message(
         LogLevel::kWarning,

@@ -43,22 +43,25 @@ uint64_t header_checksum(const RawHeader& h) { return io::xxh3(&h, offsetof(RawH
 // The header, checked; throws CorruptionError.
 RawHeader read_header(const io::File& f) {
   const uint64_t size = f.size();
-  if (size < kHeaderSize) throw CorruptionError(fmt::format("{}: {} bytes, shorter than a header", f.path(), size));
+  if (size < kHeaderSize)
+    throw CorruptionError(fmt::format("{}: {} bytes, shorter than a header", f.path(), size), f.path());
   RawHeader h;
   f.pread_all(&h, sizeof h, 0);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
-    throw CorruptionError(fmt::format("{}: not a distckpt local checkpoint file", f.path()));
+    throw CorruptionError(fmt::format("{}: not a distckpt local checkpoint file", f.path()), f.path());
   }
   if (h.header_checksum != header_checksum(h)) {
-    throw CorruptionError(fmt::format("{}: the header's checksum does not match", f.path()));
+    throw CorruptionError(fmt::format("{}: the header's checksum does not match", f.path()), f.path());
   }
   if (h.version != kVersion) {
-    throw CheckpointError(fmt::format("{}: local file version {}, this build reads {}", f.path(), h.version, kVersion));
+    throw CheckpointError(fmt::format("{}: local file version {}, this build reads {}", f.path(), h.version, kVersion),
+                          f.path());
   }
   if (h.meta_size > kMaxMetaSize || h.meta_offset < kHeaderSize || h.meta_offset > size ||
       h.meta_offset + h.meta_size != size) {
     throw CorruptionError(fmt::format("{}: the header announces metadata at {} + {} bytes, the file has {}", f.path(),
-                                      h.meta_offset, h.meta_size, size));
+                                      h.meta_offset, h.meta_size, size),
+                          f.path());
   }
   return h;
 }
@@ -66,12 +69,12 @@ RawHeader read_header(const io::File& f) {
 }  // namespace
 
 uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, const std::string& path) {
-  if (state.is_hollow()) throw Error("write_local_file: the tensor-aware state dict is hollow");
+  if (state.is_hollow()) throw UsageError("write_local_file: the tensor-aware state dict is hollow");
   if (io::exists(path)) {
-    throw CheckpointError(
-        fmt::format("{} already holds a complete local checkpoint; it is never overwritten — save "
-                    "a later iteration or remove it first",
-                    path));
+    throw CheckpointError(fmt::format("{} already holds a complete local checkpoint; it is never overwritten — save "
+                                      "a later iteration or remove it first",
+                                      path),
+                          path);
   }
   const std::string tmp = path + ".tmp";
   LocalState meta = state.state();
@@ -118,7 +121,7 @@ uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, 
     f.pwrite_all(&h, sizeof h, 0);
     f.sync();
     f.close();
-    std::filesystem::rename(tmp, path);
+    io::rename_path(tmp, path);
     io::fsync_dir(std::filesystem::path(path).parent_path().string());
     return h.meta_offset + h.meta_size;
   } catch (...) {

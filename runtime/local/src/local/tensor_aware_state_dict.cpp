@@ -76,9 +76,9 @@ std::optional<std::vector<bool>> kept_shards(const plan::LocalPlan& local, Commu
 // to_state_dict, the steps.
 
 void check_loadable(const LocalState& state, Communicator& comm, const ToStateDictOptions& options) {
-  if (options.exchange_batch_bytes == 0) throw Error("ToStateDictOptions::exchange_batch_bytes must be positive");
+  if (options.exchange_batch_bytes == 0) throw UsageError("ToStateDictOptions::exchange_batch_bytes must be positive");
   if (state.world_size != comm.size() || state.owner_rank != comm.rank()) {
-    throw Error(fmt::format(
+    throw UsageError(fmt::format(
         "this tensor-aware state dict belongs to rank {} of {} but is loaded on rank {} of {}; local checkpoints "
         "load under the layout they were saved with — use the global checkpoint to change it",
         state.owner_rank, state.world_size, comm.rank(), comm.size()));
@@ -185,7 +185,7 @@ ShardRequests match_requests(const LocalState& state, const std::vector<at::Tens
 TensorAwareAlgo parse_tensor_aware_algo(const std::string& name) {
   if (name == "atomic") return TensorAwareAlgo::kAtomic;
   if (name == "fully_parallel") return TensorAwareAlgo::kFullyParallel;
-  throw Error(fmt::format("unknown tensor-aware algorithm '{}' (use 'atomic' or 'fully_parallel')", name));
+  throw UsageError(fmt::format("unknown tensor-aware algorithm '{}' (use 'atomic' or 'fully_parallel')", name));
 }
 
 const char* tensor_aware_algo_name(TensorAwareAlgo algo) {
@@ -197,7 +197,8 @@ TensorAwareStateDict::TensorAwareStateDict(LocalState state, std::vector<at::Ten
   hollow_ = tensors_.empty() && !state_.tensors.empty();
   if (hollow_) tensors_.resize(state_.tensors.size());
   if (tensors_.size() != state_.tensors.size()) {
-    throw Error(fmt::format("TensorAwareStateDict: {} tensors for {} records", tensors_.size(), state_.tensors.size()));
+    throw UsageError(
+        fmt::format("TensorAwareStateDict: {} tensors for {} records", tensors_.size(), state_.tensors.size()));
   }
 }
 
@@ -225,7 +226,7 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
       const ShardedTensor& t = leaf->as_sharded_tensor();
       t.validate_metadata_integrity();
       if (!t.data.defined()) {
-        throw Error(fmt::format("tensor-aware state dicts need the data of every tensor; '{}' has none", t.key));
+        throw UsageError(fmt::format("tensor-aware state dicts need the data of every tensor; '{}' has none", t.key));
       }
       LocalTensorEntry e;
       e.meta = t.without_data();
@@ -271,7 +272,7 @@ TensorAwareAlgo TensorAwareStateDict::algorithm() const { return parse_tensor_aw
 
 void TensorAwareStateDict::check_not_hollow(const char* what) const {
   if (hollow_)
-    throw Error(
+    throw UsageError(
         fmt::format("TensorAwareStateDict::{}: the dict is hollow; insert_tensors() or init_tensors() first", what));
 }
 
@@ -287,24 +288,26 @@ std::vector<at::Tensor> TensorAwareStateDict::pop_tensors() {
 }
 
 void TensorAwareStateDict::insert_tensors(std::vector<at::Tensor> tensors) {
-  if (!hollow_) throw Error("TensorAwareStateDict::insert_tensors: the dict already holds its tensors");
+  if (!hollow_) throw UsageError("TensorAwareStateDict::insert_tensors: the dict already holds its tensors");
   size_t next = 0;
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
     if (!state_.tensors[i].held) continue;
     const ShardedTensor& meta = state_.tensors[i].meta;
     if (next >= tensors.size()) {
-      throw Error(fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, more are kept", tensors.size()));
+      throw UsageError(
+          fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, more are kept", tensors.size()));
     }
     const at::Tensor& t = tensors[next];
     const Shape expected = meta.flattened_range ? Shape{meta.flattened_range->size()} : meta.local_shape;
     if (!t.defined() || t.scalar_type() != meta.dtype || Shape(t.sizes().begin(), t.sizes().end()) != expected) {
-      throw Error(fmt::format("TensorAwareStateDict::insert_tensors: tensor {} does not match '{}' (expected {} {})",
-                              next, meta.key, to_string(expected), c10::toString(meta.dtype)));
+      throw UsageError(
+          fmt::format("TensorAwareStateDict::insert_tensors: tensor {} does not match '{}' (expected {} {})", next,
+                      meta.key, to_string(expected), c10::toString(meta.dtype)));
     }
     tensors_[i] = std::move(tensors[next++]);
   }
   if (next != tensors.size()) {
-    throw Error(
+    throw UsageError(
         fmt::format("TensorAwareStateDict::insert_tensors: {} tensors given, {} are kept", tensors.size(), next));
   }
   hollow_ = false;

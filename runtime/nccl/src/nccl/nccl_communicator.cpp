@@ -65,8 +65,8 @@ int choose_device(const NcclOptions& options, int rank) {
     device = local != nullptr && *local != '\0' ? std::atoi(local) % count : rank % count;
   }
   if (device >= count) {
-    throw CommError(fmt::format("rank {} was given CUDA device {}, but {} device{} visible", rank, device, count,
-                                count == 1 ? " is" : "s are"));
+    throw UsageError(fmt::format("rank {} was given CUDA device {}, but {} device{} visible", rank, device, count,
+                                 count == 1 ? " is" : "s are"));
   }
   const cudaError_t set = cudaSetDevice(device);
   if (set != cudaSuccess) {
@@ -289,9 +289,9 @@ class NcclCommunicator final : public Communicator {
 };
 
 void check_bytes(const std::shared_ptr<Communicator>& bytes, const char* function) {
-  if (!bytes) throw CommError(fmt::format("{}: the CPU communicator for bytes is null", function));
+  if (!bytes) throw UsageError(fmt::format("{}: the CPU communicator for bytes is null", function));
   if (bytes->backend() == "nccl") {
-    throw CommError(
+    throw UsageError(
         fmt::format("{}: bytes need a CPU communicator (e.g. Gloo from communicator_from_store), not a "
                     "NCCL one",
                     function));
@@ -333,7 +333,7 @@ std::shared_ptr<Communicator> nccl_communicator_from_store(const c10::intrusive_
                                                            std::shared_ptr<Communicator> bytes,
                                                            const NcclOptions& options) {
   check_bytes(bytes, "nccl_communicator_from_store");
-  if (!store) throw CommError("nccl_communicator_from_store: the store is null");
+  if (!store) throw UsageError("nccl_communicator_from_store: the store is null");
   Communicator& cpu = *bytes;
   const int rank = cpu.rank(), size = cpu.size();
   const std::string key = nccl::next_unique_id_key();
@@ -370,7 +370,7 @@ std::shared_ptr<Communicator> nccl_communicator_from_store(const c10::intrusive_
 std::shared_ptr<Communicator> nccl_communicator_wrap(ncclComm_t comm, cudaStream_t stream,
                                                      std::shared_ptr<Communicator> bytes, const NcclOptions& options) {
   check_bytes(bytes, "nccl_communicator_wrap");
-  if (comm == nullptr) throw CommError("nccl_communicator_wrap: the NCCL communicator is null");
+  if (comm == nullptr) throw UsageError("nccl_communicator_wrap: the NCCL communicator is null");
   int count = 0, rank = 0, device = 0;
   ncclResult_t asked = ncclCommCount(comm, &count);
   if (asked == ncclSuccess) asked = ncclCommUserRank(comm, &rank);
@@ -380,7 +380,7 @@ std::shared_ptr<Communicator> nccl_communicator_wrap(ncclComm_t comm, cudaStream
         fmt::format("nccl_communicator_wrap: the NCCL communicator cannot be queried: {}", nccl_text(asked, comm)));
   }
   if (count != bytes->size() || rank != bytes->rank()) {
-    throw CommError(
+    throw UsageError(
         fmt::format("nccl_communicator_wrap: the NCCL communicator is rank {} of {}, the CPU one rank {} "
                     "of {}; both must span the same ranks in the same order",
                     rank, count, bytes->rank(), bytes->size()));

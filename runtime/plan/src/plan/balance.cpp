@@ -18,7 +18,7 @@ Balance balance_least_loaded(const std::vector<BalanceItem>& items, std::vector<
     int best = -1;
     for (int r : items[i].candidates) {
       if (r < 0 || static_cast<size_t>(r) >= out.load.size()) {
-        throw Error(fmt::format("balance: item {} names rank {} of {}", i, r, out.load.size()));
+        throw UsageError(fmt::format("balance: item {} names rank {} of {}", i, r, out.load.size()));
       }
       const uint64_t load = out.load[static_cast<size_t>(r)];
       if (best < 0 || load < out.load[static_cast<size_t>(best)] ||
@@ -26,7 +26,7 @@ Balance balance_least_loaded(const std::vector<BalanceItem>& items, std::vector<
         best = r;
       }
     }
-    if (best < 0) throw Error(fmt::format("balance: item {} has no candidate rank", i));
+    if (best < 0) throw UsageError(fmt::format("balance: item {} has no candidate rank", i));
     out.choice[i] = best;
     out.load[static_cast<size_t>(best)] += items[i].bytes;
   }

@@ -77,7 +77,7 @@ uint64_t SharedPiece::read_bytes() const {
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
                                 uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank) {
   if (!host_of_rank.empty() && host_of_rank.size() != needs.size()) {
-    throw Error(fmt::format("{} host numbers for {} ranks", host_of_rank.size(), needs.size()));
+    throw UsageError(fmt::format("{} host numbers for {} ranks", host_of_rank.size(), needs.size()));
   }
   LoadSchedule schedule;
   const size_t world = needs.size();

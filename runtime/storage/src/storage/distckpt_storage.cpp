@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
 #include "format/common_state.h"
+#include "format/metadata.h"
 #include "io/file.h"
 
 namespace distckpt::storage {
@@ -34,16 +36,19 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool ch
   if (!config) {
     if (const std::optional<std::string> writer = checkpoint_writer(dir_)) {
       throw CheckpointError(fmt::format("{}/{}: was written by '{}', not distckpt; load it with the tool that wrote it",
-                                        dir_, kCommitFile, *writer));
+                                        dir_, kCommitFile, *writer),
+                            io::safe_join(dir_, kCommitFile));
     }
-    if (!io::exists(dir_)) throw CheckpointError(fmt::format("'{}' does not exist", dir_));
-    throw CheckpointError(fmt::format(
-        "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
-        "wrong{}",
-        dir_, kCommitFile,
-        holds_iterations(dir_)
-            ? fmt::format("; it holds iter_* checkpoints: pass one of them (`distckpt ls {}` lists them)", dir_)
-            : ""));
+    if (!io::exists(dir_)) throw CheckpointError(fmt::format("'{}' does not exist", dir_), dir_);
+    throw CheckpointError(
+        fmt::format(
+            "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
+            "wrong{}",
+            dir_, kCommitFile,
+            holds_iterations(dir_)
+                ? fmt::format("; it holds iter_* checkpoints: pass one of them (`distckpt ls {}` lists them)", dir_)
+                : ""),
+        dir_);
   }
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
@@ -53,15 +58,18 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool ch
   metadata_ = decode_metadata(bytes, path);
   if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
       metadata_.world_size != config_.world_size) {
-    throw CorruptionError(fmt::format(
-        "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
-        "checkpoint is corrupt or mixes files of two checkpoints",
-        path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size));
+    throw CorruptionError(
+        fmt::format(
+            "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
+            "checkpoint is corrupt or mixes files of two checkpoints",
+            path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size),
+        path);
   }
   if (config_.common && config_.common->path != metadata_.common_file) {
     throw CorruptionError(
         fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
-                    path, metadata_.common_file, config_.common->path));
+                    path, metadata_.common_file, config_.common->path),
+        path);
   }
   if (check_every_file) check_files(metadata_, dir_);
   ranges_ = std::make_unique<FileRanges>(dir_, metadata_, verify_checksums);
@@ -69,7 +77,13 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool ch
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
   path = io::safe_join(dir_, metadata_.common_file);
-  const io::File file = io::open_inside(dir_, path);
+  io::File file;
+  try {
+    file = io::open_inside(dir_, path);
+  } catch (const IoError& e) {
+    if (e.error_number() == ENOENT) throw missing_listed_file(path);  // as check_files says it
+    throw;
+  }
   std::string bytes =
       io::read_all(file, std::min(config_.common ? config_.common->bytes : file.size(), kMaxFlatBufferBytes));
   if (config_.common) check_recorded_file(*config_.common, bytes, path);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -102,7 +103,15 @@ io::File FileRanges::open(const std::string& dir, const std::string& path, Links
 io::File FileRanges::open_uncached(uint32_t index) const {
   const FileRecord& record = index_.files.at(index);
   const std::string path = io::safe_join(dir_, record.path);
-  io::File opened = open(dir_, path, links_);  // a regular file (io::File), inside `dir_` as `links_` says
+  io::File opened;
+  try {
+    opened = open(dir_, path, links_);  // a regular file (io::File), inside `dir_` as `links_` says
+  } catch (const IoError& e) {
+    // A file the index lists that is not there: the checkpoint is incomplete,
+    // as the coordinator's check of every file (check_files) says too.
+    if (e.error_number() == ENOENT) throw missing_listed_file(path);
+    throw;
+  }
   // Its size is checked here, on the file opened: a rank checks the files it
   // reads, not every file of the checkpoint (StorageOptions::check_every_file).
   check_file_size(path, opened.size(), record.size);
@@ -131,7 +140,8 @@ void FileRanges::check_block(uint64_t digest, uint32_t file_index, uint64_t base
   throw CorruptionError(
       fmt::format("checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify "
                   "{}` and load an intact copy",
-                  what, index_.files[file_index].path, base + s, base + e, dir_));
+                  what, index_.files[file_index].path, base + s, base + e, dir_),
+      io::safe_join(dir_, index_.files[file_index].path));
 }
 
 void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
@@ -193,8 +203,8 @@ void FileRanges::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, con
   for (size_t i = 0; i < runs.size(); ++i) {
     const uint64_t next = i + 1 < runs.size() ? runs[i + 1].offset : c.byte_length;
     if (runs[i].offset + runs[i].bytes > next) {
-      throw Error(fmt::format("read of '{}' chunk {}: byte runs overlap or leave the chunk ({} + {} > {})", tensor.key,
-                              chunk, runs[i].offset, runs[i].bytes, next));
+      throw UsageError(fmt::format("read of '{}' chunk {}: byte runs overlap or leave the chunk ({} + {} > {})",
+                                   tensor.key, chunk, runs[i].offset, runs[i].bytes, next));
     }
   }
   const std::shared_ptr<io::File> handle = file(c.file);

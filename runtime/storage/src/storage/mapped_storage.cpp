@@ -49,7 +49,7 @@ class MappedStorage final : public StorageReader {
     external_->read_chunk_runs(*source.record, source.chunk, runs);
   }
   std::string read_object(const ObjectRecord& object) override {
-    throw Error(fmt::format("object '{}' is not in the mapped index of '{}'", object.key, location()));
+    throw UsageError(fmt::format("object '{}' is not in the mapped index of '{}'", object.key, location()));
   }
   Value read_common_state() const override { return external_->read_common_state(); }
   std::optional<Value> read_content_metadata() const override { return external_->read_content_metadata(); }
@@ -69,8 +69,8 @@ class MappedStorage final : public StorageReader {
   const Source& source_of(const TensorRecord& tensor, uint32_t chunk) const {
     const auto i = static_cast<size_t>(&tensor - index_.tensors.data());
     if (i >= index_.tensors.size() || chunk >= sources_[i].size()) {
-      throw Error(fmt::format("read_chunk: tensor '{}' chunk {} is not in the mapped index of '{}'", tensor.key, chunk,
-                              location()));
+      throw UsageError(fmt::format("read_chunk: tensor '{}' chunk {} is not in the mapped index of '{}'", tensor.key,
+                                   chunk, location()));
     }
     return sources_[i][chunk];
   }

@@ -45,14 +45,15 @@ StorageFormat detect_storage_format(const std::string& path) {
     if (storage::is_safetensors_name(path)) return StorageFormat::kSafetensors;
     if (storage::is_torch_file(path)) return StorageFormat::kTorch;
     if (storage::is_legacy_torch_file(path)) {
-      throw CheckpointError(fmt::format(
-          "'{}' is a torch.save file in the legacy format (PyTorch before 1.6, or "
-          "_use_new_zipfile_serialization=False), which distckpt does not read: load it with torch.load and save it "
-          "again with torch.save",
-          path));
+      throw CheckpointError(fmt::format("'{}' is a torch.save file in the legacy format (PyTorch before 1.6, or "
+                                        "_use_new_zipfile_serialization=False), which distckpt does not read: load it "
+                                        "with torch.load and save it again with torch.save",
+                                        path),
+                            path);
     }
     throw CheckpointError(
-        fmt::format("'{}' is a file, neither a checkpoint directory, a .safetensors file nor a torch.save file", path));
+        fmt::format("'{}' is a file, neither a checkpoint directory, a .safetensors file nor a torch.save file", path),
+        path);
   }
   // A distckpt directory is recognised by its commit marker alone: an
   // uncommitted save must be reported as such, not as some other format.

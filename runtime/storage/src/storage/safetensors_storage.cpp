@@ -42,9 +42,10 @@ io::File open_file(const std::string& dir, const std::string& name, FileRanges::
   const std::string path = io::safe_join(dir, name);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(errno)));
+    const int err = errno;
+    throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(err)), path);
   }
-  if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path));
+  if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path), path);
   return FileRanges::open(dir, path, links);
 }
 
@@ -127,12 +128,14 @@ void SafetensorsStorage::add_file(const std::string& name, const std::vector<std
     for (const safetensors::Entry& e : header.tensors) {
       if (listed.erase(e.name) == 0) {
         throw CorruptionError(fmt::format("{} holds tensor '{}', which the index {} does not list in this file", path,
-                                          e.name, index_file_));
+                                          e.name, index_file_),
+                              path);
       }
     }
     if (!listed.empty()) {
       throw CorruptionError(fmt::format("the index {} puts tensor '{}' in {}, which does not hold it", index_file_,
-                                        *listed.begin(), path));
+                                        *listed.begin(), path),
+                            path);
     }
   }
   const auto file_index = static_cast<uint32_t>(index_.files.size());

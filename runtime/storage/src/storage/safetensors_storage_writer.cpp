@@ -80,7 +80,8 @@ class SafetensorsStorageWriter final : public StorageWriter {
       throw CheckpointError(
           fmt::format("'{}' already exists; a safetensors save never replaces files: remove it or save into another "
                       "directory (nothing was written)",
-                      paths_.target));
+                      paths_.target),
+          paths_.target);
     }
   }
 
@@ -89,7 +90,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
       log_message(LogLevel::kWarning, fmt::format("{} sharded objects are not written to '{}' under name mapping '{}'",
                                                   contents.objects.size(), paths_.target, options_.mapping->name()));
     } else if (!contents.objects.empty()) {
-      throw CheckpointError(fmt::format(
+      throw UsageError(fmt::format(
           "sharded object '{}' cannot be saved as safetensors, which holds tensors only; save it with the distckpt "
           "format (SaveOptions::format)",
           contents.objects.front()));
@@ -110,7 +111,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
     for (const SavePiece& piece : pieces) {
       if (piece.object) {
         if (options_.mapping) continue;  // not written (warned at prepare)
-        throw Error("a safetensors save was handed a sharded object");
+        throw UsageError("a safetensors save was handed a sharded object");
       }
       const at::Tensor host = piece.data.device().is_cpu() ? piece.data : piece.data.cpu();
       const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
@@ -127,7 +128,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
       }
       for (const Target& target : targets) {
         const TensorRecord* record = layout.index().find_tensor(target.name);
-        if (!record) throw Error(fmt::format("'{}' is missing from the staged safetensors files", target.name));
+        if (!record) throw UsageError(fmt::format("'{}' is missing from the staged safetensors files", target.name));
         const ChunkRecord& chunk = record->chunks.at(0);
         const std::string& path = layout.index().files.at(chunk.file).path;
         auto file = files.find(path);
@@ -152,7 +153,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
   }
 
   void commit(const std::vector<std::string>&) override {
-    if (!writer_) throw Error("a safetensors save was committed before it was prepared");
+    if (!writer_) throw UsageError("a safetensors save was committed before it was prepared");
     writer_->commit();
     writer_.reset();
   }
@@ -180,17 +181,16 @@ class SafetensorsStorageWriter final : public StorageWriter {
     for (MappedName& n : options_.mapping->expand()) {
       const auto t = by_key.find(n.key);
       if (t == by_key.end()) {
-        throw CheckpointError(fmt::format("name mapping '{}' names '{}' (for '{}'), which this save does not hold",
-                                          options_.mapping->name(), n.key, n.external));
+        throw UsageError(fmt::format("name mapping '{}' names '{}' (for '{}'), which this save does not hold",
+                                     options_.mapping->name(), n.key, n.external));
       }
       const Shape& shape = t->second->global_shape;
       if (n.key_pad_dim >= 0 && shape.size() == n.key_shape.size()) {
         n.take_pad_extent(shape[static_cast<size_t>(n.key_pad_dim)]);
       }
       if (shape != n.key_shape) {
-        throw CheckpointError(fmt::format("'{}' has shape {}, but name mapping '{}' expects {} (for '{}')", n.key,
-                                          to_string(shape), options_.mapping->name(), to_string(n.key_shape),
-                                          n.external));
+        throw UsageError(fmt::format("'{}' has shape {}, but name mapping '{}' expects {} (for '{}')", n.key,
+                                     to_string(shape), options_.mapping->name(), to_string(n.key_shape), n.external));
       }
       out.push_back({n.external, t->second->dtype, n.external_shape(), 0, 0});
       mapped.insert(n.key);
@@ -214,13 +214,13 @@ class SafetensorsStorageWriter final : public StorageWriter {
     }
     for (const auto& [key, value] : common->as_dict()) {
       if (value.kind() != Kind::kString) {
-        throw CheckpointError(fmt::format(
+        throw UsageError(fmt::format(
             "common value '{}' ({}) cannot be saved as safetensors, which keeps only strings beside tensors "
             "(\"__metadata__\"): save it as a string or use the distckpt format",
             key, kind_name(value.kind())));
       }
       if (key == safetensors::kFormatKey) {
-        throw CheckpointError("the common value 'format' is reserved in safetensors (\"pt\")");
+        throw UsageError("the common value 'format' is reserved in safetensors (\"pt\")");
       }
       metadata[key] = value.as_string();
     }

@@ -40,8 +40,10 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
                                      bool lock_held)
     : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
   if (!io::holds_nothing(paths_.target)) {  // a dangling link too: the commit would not replace it
-    throw CheckpointError(fmt::format(
-        "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
+    throw CheckpointError(
+        fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)",
+                    paths_.target),
+        paths_.target);
   }
   sort_for_safetensors(tensors_);
   // Shards in order, each up to max_shard_bytes of tensor data (a larger
@@ -112,7 +114,7 @@ void SafetensorsWriter::discard() noexcept {
 void SafetensorsWriter::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
   const safetensors::Entry& e = tensors_.at(index);
   if (offset > e.end - e.begin || n > e.end - e.begin - offset) {
-    throw Error(
+    throw UsageError(
         fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name, e.end - e.begin));
   }
   files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);

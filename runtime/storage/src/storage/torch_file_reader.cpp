@@ -71,10 +71,12 @@ class Converter {
   void spend(uint64_t units) {
     spent_ += units;
     if (spent_ > budget_) {
-      throw CheckpointError(fmt::format(
-          "'{}': its pickle expands to more than {} times its size (the same list, dict or string referred to from "
-          "many places); a state dict is a tree",
-          path_, kUnitsPerPickleByte));
+      throw CheckpointError(
+          fmt::format(
+              "'{}': its pickle expands to more than {} times its size (the same list, dict or string referred to from "
+              "many places); a state dict is a tree",
+              path_, kUnitsPerPickleByte),
+          path_);
     }
   }
 
@@ -82,7 +84,8 @@ class Converter {
   void put(Value& dict, const std::string& key, Value value, const std::string& where) const {
     if (dict.contains(key)) {
       throw CheckpointError(fmt::format("'{}': {} holds the key '{}' twice (as an int and as a string)", path_,
-                                        where.empty() ? "the top-level dict" : "'" + where + "'", key));
+                                        where.empty() ? "the top-level dict" : "'" + where + "'", key),
+                            path_);
     }
     dict[key] = std::move(value);
   }
@@ -90,7 +93,8 @@ class Converter {
   void check_depth(int depth, const std::string& where) const {
     if (depth > kMaxDepth) {
       throw CheckpointError(
-          fmt::format("'{}': '{}' is nested more than {} levels deep (or refers to itself)", path_, where, kMaxDepth));
+          fmt::format("'{}': '{}' is nested more than {} levels deep (or refers to itself)", path_, where, kMaxDepth),
+          path_);
     }
   }
 
@@ -111,7 +115,7 @@ class Converter {
             for (size_t i = 0; i < v->items.size(); ++i) {
               if (std::holds_alternative<at::Tensor>(v->items[i]->value)) {
                 throw CheckpointError(
-                    fmt::format("'{}': '{}' is a list holding tensors; store them in a dict", path_, where));
+                    fmt::format("'{}': '{}' is a list holding tensors; store them in a dict", path_, where), path_);
               }
               list.push_back(plain(*v->items[i], fmt::format("{}[{}]", where, i), depth + 1));
             }
@@ -125,7 +129,8 @@ class Converter {
             return dict;
           } else {
             throw CheckpointError(
-                fmt::format("'{}': '{}' is a class or a bare storage, which distckpt cannot store", path_, where));
+                fmt::format("'{}': '{}' is a class or a bare storage, which distckpt cannot store", path_, where),
+                path_);
           }
         },
         n.value);
@@ -171,7 +176,7 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   index_ = std::make_unique<zip::Index>(
       [this](void* data, size_t n, uint64_t offset) {
         if (offset > file_.size() || file_.size() - offset < n) {
-          throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path_, n, offset));
+          throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path_, n, offset), path_);
         }
         file_.pread_all(data, n, offset);
       },
@@ -179,7 +184,7 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   // torch.save puts every record in one folder, named after the file it was first saved as.
   const std::vector<zip::Entry>& entries = index_->entries();
   const size_t slash = entries.empty() ? std::string::npos : entries[0].name.find('/');
-  if (slash == std::string::npos) throw CheckpointError(context + ": its records are not in one folder");
+  if (slash == std::string::npos) throw CheckpointError(context + ": its records are not in one folder", path_);
   const std::string folder = entries[0].name.substr(0, slash + 1);
   const auto record = [&](const std::string& name) { return index_->find(folder + name); };
 
@@ -187,12 +192,13 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
     std::string value(order->size > 16 ? 0 : order->size, '\0');
     if (!value.empty()) file_.pread_all(value.data(), value.size(), order->data_offset);
     if (value != "little") {
-      throw CheckpointError(fmt::format("{}: it was written on a big-endian machine ('byteorder' is '{}')", context,
-                                        value.substr(0, 16)));
+      throw CheckpointError(
+          fmt::format("{}: it was written on a big-endian machine ('byteorder' is '{}')", context, value.substr(0, 16)),
+          path_);
     }
   }
   const zip::Entry* pickle_record = record("data.pkl");
-  if (!pickle_record) throw CheckpointError(context + ": it has no data.pkl");
+  if (!pickle_record) throw CheckpointError(context + ": it has no data.pkl", path_);
   std::string pickle(pickle_record->size, '\0');  // the file's own bytes: bounded by its size
   zip::Crc32 crc;
   read_bytes(*pickle_record, 0, pickle.size(), pickle.data(), &crc);
@@ -202,11 +208,12 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   std::unordered_map<const c10::StorageImpl*, size_t> storage_index;
   const torch_pickle::StorageLoader describe = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
     const zip::Entry* r = key.find('/') == std::string::npos ? record("data/" + key) : nullptr;
-    if (!r) throw CheckpointError(fmt::format("'{}': storage '{}' has no record in the archive", path_, key));
+    if (!r) throw CheckpointError(fmt::format("'{}': storage '{}' has no record in the archive", path_, key), path_);
     const uint64_t element = at::elementSize(dtype);
     if (numel < 0 || static_cast<uint64_t>(numel) > r->size / element) {
       throw CheckpointError(fmt::format("'{}': storage '{}' holds {} bytes, fewer than {} elements of {} need", path_,
-                                        key, r->size, numel, at::toString(dtype)));
+                                        key, r->size, numel, at::toString(dtype)),
+                            path_);
     }
     at::Tensor layout = at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
     storage_index.emplace(layout.storage().unsafeGetStorageImpl(), storages_.size());
@@ -216,7 +223,8 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   const torch_pickle::Unpickled unpickled = torch_pickle::unpickle(pickle, describe, path_);
   const torch_pickle::NodeRef& root = unpickled.root;
   if (!std::holds_alternative<std::shared_ptr<torch_pickle::Dict>>(root->value)) {
-    throw CheckpointError(fmt::format("'{}' holds no dict of tensors (torch.save(model.state_dict(), ...))", path_));
+    throw CheckpointError(fmt::format("'{}' holds no dict of tensors (torch.save(model.state_dict(), ...))", path_),
+                          path_);
   }
   NamedTensors found;
   std::optional<Value> common = Converter(path_, pickle.size()).take(*root, "", found, 0);
@@ -225,16 +233,20 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
   uint64_t tensor_bytes = 0;
   for (const auto& [name, layout] : found) {
     if (!names.insert(name).second) {  // {"a": {"b": x}, "a.b": y}
-      throw CheckpointError(fmt::format(
-          "'{}': '{}' names two tensors (a nested dict and a dotted key, or an int and a string key)", path_, name));
+      throw CheckpointError(
+          fmt::format("'{}': '{}' names two tensors (a nested dict and a dotted key, or an int and a string key)",
+                      path_, name),
+          path_);
     }
     tensor_bytes += static_cast<uint64_t>(layout.numel()) * layout.element_size();  // each within its record
   }
   if (tensor_bytes > kTensorBytesPerFileByte * file_.size() + kTensorBytesSlack) {
-    throw CheckpointError(fmt::format(
-        "'{}': its tensors add up to {} bytes, more than {} times the file's {} bytes (many names for the same "
-        "storage); refused",
-        path_, tensor_bytes, kTensorBytesPerFileByte, file_.size()));
+    throw CheckpointError(
+        fmt::format(
+            "'{}': its tensors add up to {} bytes, more than {} times the file's {} bytes (many names for the same "
+            "storage); refused",
+            path_, tensor_bytes, kTensorBytesPerFileByte, file_.size()),
+        path_);
   }
   for (auto& [name, layout] : found) {
     const auto it =
@@ -265,9 +277,10 @@ void TorchFileReader::read_bytes(const zip::Entry& record, uint64_t begin, uint6
 
 void TorchFileReader::check_crc(const zip::Entry& record, const zip::Crc32& crc) const {
   if (crc.value() != record.crc32) {
-    throw CorruptionError(fmt::format(
-        "'{}': record '{}' fails its CRC-32 (recorded {:08x}, read {:08x}): the file is damaged: copy or save it again",
-        path_, record.name, record.crc32, crc.value()));
+    throw CorruptionError(fmt::format("'{}': record '{}' fails its CRC-32 (recorded {:08x}, read {:08x}): the file is "
+                                      "damaged: copy or save it again",
+                                      path_, record.name, record.crc32, crc.value()),
+                          path_);
   }
 }
 
@@ -321,7 +334,7 @@ NamedTensors TorchFileReader::read_all() {
 }
 
 TorchFileReader::Placement TorchFileReader::placement(size_t i) const {
-  if (!contiguous(i)) throw Error(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
+  if (!contiguous(i)) throw UsageError(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
   const Storage* s = storage_of(i);
   if (!s) return {};
   const at::Tensor& layout = tensors_[i].layout;
@@ -343,13 +356,13 @@ bool TorchFileReader::contiguous(size_t i) const { return tensors_.at(i).layout.
 // delivered. The check comes after the last window, before this returns.
 void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
                                       const std::function<void(int64_t, const at::Tensor&)>& fn) {
-  if (!contiguous(i)) throw Error(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
+  if (!contiguous(i)) throw UsageError(fmt::format("'{}' in '{}' is not contiguous", tensors_[i].name, path_));
   const Storage* s = storage_of(i);
   if (!s) return;
   const at::Tensor& layout = tensors_[i].layout;
   const uint64_t element = layout.element_size();
   const uint64_t window = scratch.nbytes() / element * element;
-  if (window == 0) throw Error(fmt::format("a window of {} bytes is smaller than one element", scratch.nbytes()));
+  if (window == 0) throw UsageError(fmt::format("a window of {} bytes is smaller than one element", scratch.nbytes()));
   const uint64_t begin = static_cast<uint64_t>(layout.storage_offset()) * element;
   const uint64_t end = begin + static_cast<uint64_t>(layout.numel()) * element;
   auto* bytes = static_cast<char*>(scratch.data_ptr());

@@ -70,7 +70,8 @@ void TorchFileStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, ui
   if (strided != strided_.end()) {
     const std::shared_ptr<const at::Tensor> values = strided_values(strided->second);
     if (begin > end || end > values->nbytes()) {
-      throw Error(fmt::format("bytes [{}, {}) of '{}' asked for; it has {}", begin, end, tensor.key, values->nbytes()));
+      throw UsageError(
+          fmt::format("bytes [{}, {}) of '{}' asked for; it has {}", begin, end, tensor.key, values->nbytes()));
     }
     std::memcpy(out, static_cast<const uint8_t*>(values->data_ptr()) + begin, end - begin);
     return;

@@ -29,8 +29,10 @@ std::string folder_for(const std::string& path) {
 TorchFileWriter::TorchFileWriter(const std::string& path, const StateDict& common, std::vector<Tensor> tensors)
     : paths_(io::staging_paths(path)), tensors_(std::move(tensors)), folder_(folder_for(paths_.target)) {
   if (io::lexists(paths_.target)) {  // a dangling link too: the commit would not replace it
-    throw CheckpointError(fmt::format(
-        "'{}' already exists; remove it or choose another destination (nothing was written)", paths_.target));
+    throw CheckpointError(
+        fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)",
+                    paths_.target),
+        paths_.target);
   }
   std::vector<torch_pickle::TensorEntry> entries;
   for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -74,18 +76,18 @@ void TorchFileWriter::discard() noexcept {
 // (exclusive), each of which must hold no bytes.
 void TorchFileWriter::begin_up_to(size_t index) {
   if (open_ && written_ != sizes_[current_]) {
-    throw Error(
+    throw UsageError(
         fmt::format("tensor '{}' ended after {} of its {} bytes", tensors_[current_].name, written_, sizes_[current_]));
   }
   open_ = false;
   for (; next_ < index; ++next_) {
-    if (sizes_[next_] != 0) throw Error(fmt::format("tensor '{}' was never written", tensors_[next_].name));
+    if (sizes_[next_] != 0) throw UsageError(fmt::format("tensor '{}' was never written", tensors_[next_].name));
     zip_->begin(fmt::format("{}/data/{}", folder_, next_), 0);
   }
 }
 
 void TorchFileWriter::write(size_t index, uint64_t offset, const void* data, uint64_t n) {
-  if (index >= tensors_.size()) throw Error(fmt::format("no tensor {} of {}", index, tensors_.size()));
+  if (index >= tensors_.size()) throw UsageError(fmt::format("no tensor {} of {}", index, tensors_.size()));
   if (offset == 0 && index >= next_) {
     begin_up_to(index);
     zip_->begin(fmt::format("{}/data/{}", folder_, index), sizes_[index]);
@@ -95,8 +97,9 @@ void TorchFileWriter::write(size_t index, uint64_t offset, const void* data, uin
     open_ = true;
   }
   if (!open_ || index != current_ || offset != written_ || n > sizes_[index] - written_) {
-    throw Error(fmt::format("bytes [{}, {}) of tensor '{}' arrive out of order; a torch.save file is written in order",
-                            offset, offset + n, tensors_[index].name));
+    throw UsageError(
+        fmt::format("bytes [{}, {}) of tensor '{}' arrive out of order; a torch.save file is written in order", offset,
+                    offset + n, tensors_[index].name));
   }
   zip_->write(data, n);
   written_ += n;

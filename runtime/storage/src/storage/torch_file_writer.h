@@ -27,7 +27,7 @@ class TorchFileWriter {
     std::vector<int64_t> sizes;
   };
 
-  // `path` must not exist. Error for a name given twice (as a tensor or a
+  // `path` must not exist. UsageError for a name given twice (as a tensor or a
   // common value), or a value or dtype torch.save has no form for.
   TorchFileWriter(const std::string& path, const StateDict& common, std::vector<Tensor> tensors);
   ~TorchFileWriter();  // an uncommitted file is removed

@@ -16,7 +16,7 @@ Value apply_factories(const Value& sharded_state_dict);
 // factory's tensor when it has one of that shape). `factories` may be the
 // whole request or only the part holding factories; the walk goes only down
 // paths that lead to a factory. A path `loaded` lacks, a list of another
-// length, or a leaf where a container should be is an Error naming the path
+// length, or a leaf where a container should be is a UsageError naming the path
 // (raised before anything is merged),
 // unless `skip_absent`: then a factory whose whole sub-tree is absent (a lenient
 // load skipped it as unexpected), or that sits in a list the load shortened,

@@ -66,7 +66,7 @@ class Value {
   // ShardedTensor, ShardedObject, Factory or NonPersistent.
   bool is_sharded() const;
 
-  // Typed access; throws distckpt::Error naming both kinds on mismatch.
+  // Typed access; throws distckpt::UsageError naming both kinds on mismatch.
   bool as_bool() const;
   int64_t as_int() const;
   double as_float() const;  // ints convert

@@ -65,7 +65,7 @@ class NameMapping {
   const std::vector<MappedTensor>& tensors() const { return tensors_; }
   std::vector<MappedTensor>& tensors() { return tensors_; }
 
-  // Every external tensor, in mapping order. Throws Error naming the
+  // Every external tensor, in mapping order. Throws UsageError naming the
   // mapping when an entry is inconsistent (a part outside its element, an
   // unknown placeholder) or two entries produce one external name.
   std::vector<MappedName> expand() const;

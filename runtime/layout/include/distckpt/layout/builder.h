@@ -65,7 +65,7 @@ struct Placement {
   int64_t chunks = 1;
   std::vector<int64_t> counts;  // per virtual stage; empty: first/last/even
   // [begin, end) of the global indices held by `stage` of `stages` (one
-  // chunk); throws Error when the counts cannot be spread that way.
+  // chunk); throws UsageError when the counts cannot be spread that way.
   std::pair<int64_t, int64_t> range(int64_t stage, int64_t stages, const std::string& what) const;
   // The same for each of the stage's chunks, in chunk order.
   std::vector<std::pair<int64_t, int64_t>> chunk_ranges(int64_t stage, int64_t stages, const std::string& what) const;
@@ -116,7 +116,7 @@ struct TensorSpec {
   int mesh = 0;
 };
 
-// Exact integer division for schema expressions; throws Error naming the
+// Exact integer division for schema expressions; throws UsageError naming the
 // expression ("hidden / heads") when it does not divide.
 int64_t exact_div(int64_t a, int64_t b, const char* expression);
 
@@ -135,7 +135,7 @@ struct Position {
   Position placed_on(int axis) const;
 };
 
-// Collects required config parameters; done() throws one Error naming all
+// Collects required config parameters; done() throws one UsageError naming all
 // that are missing.
 class ConfigChecker {
  public:
@@ -157,14 +157,14 @@ class Builder {
   size_t add_tensor(TensorSpec spec, Position position, std::string parameter_name);
   size_t add_object(std::string key, std::vector<int> per_axes, Position position, std::string name, int mesh = 0);
 
-  // `slot` if this rank holds the entry; otherwise an Error naming `key`.
+  // `slot` if this rank holds the entry; otherwise a UsageError naming `key`.
   size_t held(const std::optional<size_t>& slot, const char* key) const;
   // The local shape this rank must hold for a slot.
   Shape local_shape(size_t slot) const;
   // Checks shape (and dtype if declared) against the schema; the message names the key.
   void set_tensor(size_t slot, at::Tensor tensor);
   void set_object(size_t slot, std::string bytes);
-  // For generated setters: the slot if this rank holds it, else an Error naming `key`.
+  // For generated setters: the slot if this rank holds it, else a UsageError naming `key`.
   void set_tensor(const std::optional<size_t>& slot, const char* key, at::Tensor tensor) {
     set_tensor(held(slot, key), std::move(tensor));
   }
@@ -205,7 +205,7 @@ class Builder {
   const std::string& parameter_name(size_t slot) const { return tensors_.at(slot).parameter_name; }
   const at::Tensor& bound_tensor(size_t slot) const { return tensors_.at(slot).data; }
 
-  // Throws Error listing every declared tensor/object this rank has not set.
+  // Throws UsageError listing every declared tensor/object this rank has not set.
   StateDict state_dict() const;
   // The same entries without data: what to pass to load() without a model.
   // Tensors whose schema declares no dtype are requested as `default_dtype`.

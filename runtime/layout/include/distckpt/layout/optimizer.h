@@ -45,7 +45,7 @@ std::vector<at::Tensor> parameters_in_order(const Optimizer& optimizer) {
 // id order), each bound to `model`. The states of a parameter are the
 // schema's, plus max_exp_avg_sq where its param group has amsgrad on (groups
 // may differ, as in PyTorch); a load asks for exactly those, so any other
-// state tensor of the optimizer is an Error.
+// state tensor of the optimizer is a UsageError.
 StateDict sharded_optimizer_state(const Builder& model, const OptimizerSpec& spec, const StateDict& torch_state,
                                   const std::vector<at::Tensor>& params);
 

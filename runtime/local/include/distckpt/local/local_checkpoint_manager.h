@@ -42,7 +42,7 @@ struct CliqueReplication {
   int factor = 2;
   // The ranks whose checkpoints `rank` holds (itself included), ascending.
   std::vector<int> clique_of(int rank, int world_size) const;
-  void validate(int world_size) const;  // throws Error saying what to change
+  void validate(int world_size) const;  // throws UsageError saying what to change
 };
 
 struct LocalCheckpointOptions {
