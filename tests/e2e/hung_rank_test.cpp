@@ -55,6 +55,9 @@ class HungRankTest : public ::testing::Test {
     EXPECT_THAT(job.output, HasSubstr("distckpt-launch: rank 0 exited with code 1"));
     EXPECT_THAT(job.output, Not(HasSubstr("rank 1 failed")));  // it never ran on
     std::cout << action << " with a stopped rank failed after " << seconds << " s\n";
+    record_fault(action + " of 2 ranks, DISTCKPT_TIMEOUT_SECONDS=3: rank 1 stopped (SIGSTOP)",
+                 failure_class(job.output, "rank 0 failed: ") + " on rank 0 after " +
+                     std::to_string(static_cast<int>(seconds)) + " s; the launcher stopped the job");
     expect_stopped_rank_gone();
     const std::vector<std::string> lines = lines_starting(job.output, "rank 0 failed: ");
     EXPECT_THAT(lines, SizeIs(1)) << job.output;
@@ -66,6 +69,7 @@ class HungRankTest : public ::testing::Test {
   void expect_timeout(const std::string& action, int seed, const std::string& syscall, const std::string& file) {
     const std::string line =
         expect_stopped_rank_fails_the_job(action, seed, strace_inject(syscall, file, "signal=SIGSTOP:when=1"));
+    EXPECT_THAT(line, HasSubstr("rank 0 failed: TimeoutError: "));
     EXPECT_THAT(line, HasSubstr("timed out after 3 s on rank 0 of 2"));
     EXPECT_THAT(line, HasSubstr("a peer rank is probably hung"));
     EXPECT_THAT(line, HasSubstr("raise the timeout (DISTCKPT_TIMEOUT_SECONDS"));
@@ -108,12 +112,13 @@ TEST_F(HungRankTest, RankStoppedDuringSaveMakesTheOtherFailWithATimeout) {
 }
 
 // Rank 1 stops at its first connect (before its communicator exists): rank
-// 0's connection to it is bounded by the same timeout.
+// 0 waits for it to arrive no longer than the same timeout, and names it.
 TEST_F(HungRankTest, RankStoppedWhileConnectingMakesTheOtherFailWithinTheTimeout) {
   const std::string line = expect_stopped_rank_fails_the_job(
       "save", 1, strace_command() + " -qq -o /dev/null -e trace=connect -e inject=connect:signal=SIGSTOP:when=1");
-  EXPECT_THAT(line, HasSubstr("could not connect rank 0 of 2 (gloo backend, timeout 3000 ms)"));
-  EXPECT_THAT(line, HasSubstr("check that every rank started and can reach the others"));
+  EXPECT_THAT(line, HasSubstr("rank 0 failed: TimeoutError: rank 0 of 2: only 1 of 2 ranks started within the "
+                              "timeout of 3 s; rank(s) 1 never arrived"));
+  EXPECT_THAT(line, HasSubstr("raise the timeout (DISTCKPT_TIMEOUT_SECONDS"));
   EXPECT_FALSE(std::ifstream(ckpt_ + "/metadata.json").good());
 }
 

@@ -7,7 +7,10 @@
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
 // --io-threads N sets SaveOptions/LoadOptions::io_threads (default: automatic).
 // Prints "rank R saved seed S" or "rank R loaded seed S bitwise-equal" and
-// exits 0; on an error, prints "rank R failed: WHAT" and exits 1.
+// exits 0; on an error, prints "rank R failed: CLASS: WHAT" (CLASS: the
+// distckpt error class, e.g. IoError), then for an error the ranks agreed
+// on one line per failed rank, "rank R report: rank F CLASS errno=E PATH",
+// and exits 1.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -64,7 +67,14 @@ int main(int argc, char** argv) {
     std::cout << fmt::format("rank {} loaded seed {} {}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT");
     return equal ? 0 : 1;
   } catch (const std::exception& e) {
-    std::cout << fmt::format("rank {} failed: {}\n", rank, e.what()) << std::flush;
+    std::cout << fmt::format("rank {} failed: {}: {}\n", rank, error_class_name(error_kind_of(e)), e.what());
+    if (const auto* agreed = dynamic_cast<const Error*>(&e)) {
+      for (const RankFailure& f : agreed->failures()) {
+        std::cout << fmt::format("rank {} report: rank {} {} errno={} {}\n", rank, f.rank, error_class_name(f.kind),
+                                 f.error_number, f.path);
+      }
+    }
+    std::cout << std::flush;
     return 1;
   }
 }

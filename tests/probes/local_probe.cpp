@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                              fmt::join(manager.last_recovery().recovered_ranks, ","), loaded_run);
     return equal ? 0 : 1;
   } catch (const std::exception& e) {
-    std::cerr << fmt::format("rank {}: {}\n", rank, e.what());
+    std::cerr << fmt::format("rank {}: {}: {}\n", rank, error_class_name(error_kind_of(e)), e.what());
     return 1;
   }
 }

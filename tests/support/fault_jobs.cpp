@@ -1,6 +1,11 @@
 #include "support/fault_jobs.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +39,29 @@ std::string probe_job(const std::string& dir, const std::string& action, int see
   return kBin + "/distckpt-launch -n 2 -- " + rank_prefix + (rank_prefix.empty() ? "" : " ") + kBin +
          "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " + std::to_string(seed) +
          (probe_args.empty() ? "" : " " + probe_args);
+}
+
+std::string probe_node(int node, int port, const std::string& dir, const std::string& action, int seed,
+                       const std::string& rank_prefix) {
+  return kBin + "/distckpt-launch --nnodes 2 --node-rank " + std::to_string(node) + " -n 1 --master-addr 127.0.0.1 " +
+         "--master-port " + std::to_string(port) + " -- " + rank_prefix + (rank_prefix.empty() ? "" : " ") + kBin +
+         "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " + std::to_string(seed);
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 std::string fail_thread_start_on_rank(int rank, int when) {
@@ -108,6 +136,40 @@ std::vector<std::string> lines_starting(const std::string& output, const std::st
     if (line.compare(0, prefix.size(), prefix) == 0) lines.push_back(line);
   }
   return lines;
+}
+
+void record_fault(const std::string& fault, const std::string& outcome) {
+  static std::string test;
+  static int n = 0;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "";
+  n = name == test ? n + 1 : 1;
+  test = name;
+  ::testing::Test::RecordProperty("fault_" + std::to_string(n), fault + " => " + outcome);
+}
+
+std::string describe_classes(const std::vector<std::string>& classes) {
+  bool same = !classes.empty();
+  for (const std::string& c : classes) same = same && c == classes[0];
+  if (same)
+    return classes.size() == 1 ? classes[0] : classes[0] + " on all " + std::to_string(classes.size()) + " ranks";
+  std::string out;
+  for (size_t r = 0; r < classes.size(); ++r) out += (r ? ", " : "") + ("rank " + std::to_string(r) + " " + classes[r]);
+  return out;
+}
+
+std::string failure_class(const std::string& output, const std::string& prefix) {
+  const std::vector<std::string> lines = lines_starting(output, prefix);
+  if (lines.size() != 1) return "(" + std::to_string(lines.size()) + " lines start with '" + prefix + "')";
+  const std::string rest = lines[0].substr(prefix.size());
+  const size_t colon = rest.find(':');
+  return colon == std::string::npos ? "(no class in '" + lines[0] + "')" : rest.substr(0, colon);
+}
+
+std::vector<std::string> failure_classes(const std::string& output, int ranks, const std::string& format) {
+  std::vector<std::string> classes;
+  for (int r = 0; r < ranks; ++r) classes.push_back(failure_class(output, fmt::format(fmt::runtime(format), r)));
+  return classes;
 }
 
 std::string digest(const std::string& dir) {

@@ -17,6 +17,16 @@ std::string shell_quote(const std::string& text);
 std::string probe_job(const std::string& dir, const std::string& action, int seed, const std::string& probe_args = "",
                       const std::string& rank_prefix = "");
 
+// The command line of one node of a 2-node job of one rank each (rank =
+// node): `distckpt-launch --nnodes 2 --node-rank NODE -n 1 --master-port
+// PORT -- rank_prefix distckpt_fault_probe DIR ACTION SEED`. Each node's
+// launcher stops only its own rank, so a rank that dies leaves the other
+// to find out by itself, as on two machines.
+std::string probe_node(int node, int port, const std::string& dir, const std::string& action, int seed,
+                       const std::string& rank_prefix = "");
+// A TCP port on loopback that was free a moment ago.
+int free_port();
+
 // "strace -f" for a command line (in an environment a sanitized build's
 // processes can run under ptrace in).
 std::string strace_command();
@@ -50,8 +60,24 @@ std::optional<std::string> strace_unavailable();
 CommandResult run_bounded(const std::string& command, int seconds = 120);
 bool ran_out(const CommandResult& result);  // stopped by run_bounded's bound
 
+// Records one injected fault of the running test and what came of it, as
+// the gtest property fault_N (N counts from 1 within the test), so that
+// scripts/fault-table.sh can list every fault and its observed result.
+void record_fault(const std::string& fault, const std::string& outcome);
+// "IoError on both ranks": the classes failure_classes found, collapsed.
+std::string describe_classes(const std::vector<std::string>& classes);
+
 // The lines of `output` that start with `prefix`.
 std::vector<std::string> lines_starting(const std::string& output, const std::string& prefix);
+
+// The error class of the one line of `output` that starts with `prefix`
+// followed by "CLASS: message" (probes print "rank R failed: IoError: ...");
+// a description in parentheses when there is not exactly one such line.
+std::string failure_class(const std::string& output, const std::string& prefix);
+// failure_class for each of ranks 0 .. ranks - 1, whose lines start with
+// `format` with the rank put in ("rank {} failed: ").
+std::vector<std::string> failure_classes(const std::string& output, int ranks,
+                                         const std::string& format = "rank {} failed: ");
 
 // `distckpt digest DIR`: its output, or "exit N: OUTPUT" when it fails.
 std::string digest(const std::string& dir);

@@ -1,6 +1,7 @@
 // The comm layer: the single-process communicator, Gloo collectives over
 // ranks-as-threads (exact bytes and tensors), communicator construction, and
 // the launch environment.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/version.h>
@@ -275,7 +276,7 @@ TEST(CommGlooTest, ATimeoutSaysWhichOperationAfterHowLongAndWhatToDo) {
         },
         std::chrono::seconds(1));
     FAIL() << "rank 0 must time out";
-  } catch (const CommError& e) {
+  } catch (const TimeoutError& e) {
     EXPECT_THAT(e.what(), HasSubstr("broadcast_bytes (size) timed out after 1 s on rank 0 of 2 (gloo backend)"));
     EXPECT_THAT(e.what(), HasSubstr("a peer rank is probably hung (stopped, deadlocked, stuck in I/O) or dead"));
     EXPECT_THAT(e.what(), HasSubstr("raise the timeout (DISTCKPT_TIMEOUT_SECONDS or ProcessGroupOptions::timeout)"));
@@ -287,18 +288,18 @@ TEST(CommGlooTest, UnavailableBackendsAreRejected) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   ProcessGroupOptions options;
   options.backend = "mpi";
-  EXPECT_THROW(communicator_from_store(store, 0, 1, options), CommError);
+  EXPECT_THROW(communicator_from_store(store, 0, 1, options), UsageError);
 #ifndef DISTCKPT_C10D_NCCL
   options.backend = "nccl";
   try {
     communicator_from_store(store, 0, 1, options);
     FAIL() << "nccl must be rejected on a build without NCCL";
-  } catch (const CommError& e) {
+  } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr("without NCCL"));
   }
 #endif
   options.backend = "gloo";
-  EXPECT_THROW(communicator_from_store(store, 3, 2, options), CommError);
+  EXPECT_THROW(communicator_from_store(store, 3, 2, options), UsageError);
 }
 
 #if TORCH_VERSION_MAJOR < 2
@@ -376,7 +377,7 @@ EnvValues launch_vars(std::optional<std::string> rank, std::optional<std::string
 std::string launch_env_error() {
   try {
     read_launch_env();
-  } catch (const CommError& e) {
+  } catch (const UsageError& e) {
     return e.what();
   }
   return "(no error)";
@@ -441,7 +442,7 @@ TEST(CommGlooTest, APointToPointTimeoutSaysSoToo) {
         },
         std::chrono::seconds(1));
     FAIL() << "rank 0 must time out";
-  } catch (const CommError& e) {
+  } catch (const TimeoutError& e) {
     EXPECT_THAT(e.what(), HasSubstr("recv_tensor from rank 1 (tag 7) timed out after 1 s on rank 0 of 2"));
     EXPECT_THAT(e.what(), HasSubstr("a peer rank is probably hung"));
   }
@@ -476,8 +477,37 @@ TEST(CommLaunchEnvTest, CommunicatorFromEnvFailsBeforeConnectingWhenUnset) {
   try {
     communicator_from_env();
     FAIL() << "a missing RANK must throw";
-  } catch (const CommError& e) {
+  } catch (const UsageError& e) {
     EXPECT_THAT(e.what(), HasSubstr("RANK is not set"));
+  }
+}
+
+// A rank that never calls communicator_from_store: the others fail within
+// the timeout, which DISTCKPT_TIMEOUT_SECONDS gives when the options leave
+// it unset, naming the missing rank.
+TEST(CommLaunchEnvTest, ARankThatNeverArrivesIsNamed) {
+  ScopedEnv timeout(EnvValues{{"DISTCKPT_TIMEOUT_SECONDS", "1"}});
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        communicator_from_store(store, rank, 3);  // rank 2 never comes
+        errors[static_cast<size_t>(rank)] = "(connected)";
+      } catch (const TimeoutError& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = std::string("not a TimeoutError: ") + e.what();
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_THAT(errors[static_cast<size_t>(rank)],
+                HasSubstr(fmt::format("rank {} of 3: only 2 of 3 ranks started within the timeout of 1 s; rank(s) 2 "
+                                      "never arrived",
+                                      rank)));
   }
 }
 

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "api/common_check.h"
 #include "api/distckpt_writer.h"
@@ -37,8 +41,9 @@ uint64_t rank_hash(const plan::LocalPlan& local, WriterPolicy policy, int world_
 at::ScalarType stored_dtype_of(const SaveTransform& transform, const ShardedTensor& t) {
   const at::ScalarType dtype = transform.stored_dtype(t);
   if (!is_storable_dtype(dtype)) {
-    throw Error(fmt::format("SaveOptions::transform.stored_dtype gave {} for '{}', which a checkpoint cannot store",
-                            c10::toString(dtype), t.key));
+    throw UsageError(
+        fmt::format("SaveOptions::transform.stored_dtype gave {} for '{}', which a checkpoint cannot store",
+                    c10::toString(dtype), t.key));
   }
   return dtype;
 }
@@ -65,7 +70,7 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
   }
   const std::optional<StateDict>& content = p.options.content_metadata;
   if (content && !content->is_dict()) {
-    throw Error(fmt::format("SaveOptions::content_metadata must be a dict, not a {}", kind_name(content->kind())));
+    throw UsageError(fmt::format("SaveOptions::content_metadata must be a dict, not a {}", kind_name(content->kind())));
   }
   if (coordinator) p.common_state = encode_common_state(p.split.common, content);
   return local;
@@ -118,32 +123,32 @@ std::unique_ptr<StorageWriter> make_writer(PreparedSave& p) {
       return std::make_unique<DistckptWriter>(p);
     case StorageFormat::kSafetensors:
       if (p.options.content_metadata) {
-        throw Error(
+        throw UsageError(
             "SaveOptions::content_metadata is stored with distckpt's common state; a safetensors save has no place "
             "for it (save in the distckpt format, or leave it empty)");
       }
       return make_safetensors_writer(p.paths.target, p.options.safetensors);
     case StorageFormat::kTorch:
-      throw Error(
+      throw UsageError(
           "saves write the distckpt or the safetensors format; write a torch.save file from a checkpoint with "
           "convert_to_torch (distckpt convert DIR FILE.pt --to torch)");
   }
-  throw Error("SaveOptions::format names no known format");
+  throw UsageError("SaveOptions::format names no known format");
 }
 
 // The options a rank can check alone; returns the coordinator.
 int checked_options(const SaveOptions& options, const Communicator& comm) {
-  if (options.checksum_block_size == 0) throw Error("SaveOptions::checksum_block_size must be positive");
+  if (options.checksum_block_size == 0) throw UsageError("SaveOptions::checksum_block_size must be positive");
   if (options.checksum_block_size > StorageIndex::kMaxChecksumBlockSize) {
-    throw Error(
+    throw UsageError(
         fmt::format("SaveOptions::checksum_block_size is {} bytes; at most {} (1 GiB), since a reader holds "
                     "a block in memory to check it",
                     options.checksum_block_size, StorageIndex::kMaxChecksumBlockSize));
   }
   resolve_io_threads(options.io_threads);  // rejects a negative count
   if (options.coordinator_rank < 0 || options.coordinator_rank >= comm.size()) {
-    throw Error(fmt::format("SaveOptions::coordinator_rank is {}, but the ranks are 0 to {}", options.coordinator_rank,
-                            comm.size() - 1));
+    throw UsageError(fmt::format("SaveOptions::coordinator_rank is {}, but the ranks are 0 to {}",
+                                 options.coordinator_rank, comm.size() - 1));
   }
   return options.coordinator_rank;
 }
@@ -152,12 +157,26 @@ int checked_options(const SaveOptions& options, const Communicator& comm) {
 void check_same_coordinator(const std::vector<int32_t>& coordinators) {
   for (size_t r = 1; r < coordinators.size(); ++r) {
     if (coordinators[r] != coordinators[0]) {
-      throw Error(
+      throw UsageError(
           fmt::format("SaveOptions::coordinator_rank is {} on rank 0 but {} on rank {}; pass the same on "
                       "every rank",
                       coordinators[0], coordinators[r], r));
     }
   }
+}
+
+// Every rank's SaveOptions::coordinator_rank, by rank.
+std::vector<int32_t> gather_coordinators(Communicator& comm, int coordinator) {
+  std::vector<int32_t> out;
+  for (const std::string& text : comm.all_gather_bytes(std::to_string(coordinator))) {
+    int32_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size()) {
+      throw ProtocolError(fmt::format("rank {} sent '{}' as its coordinator rank", out.size(), text));
+    }
+    out.push_back(value);
+  }
+  return out;
 }
 
 SaveContents contents_of(const plan::GlobalSavePlan& global, const StateDict& common) {
@@ -178,8 +197,8 @@ StorageIndex dry_run(const StateDict& state_dict, Communicator& comm, const Save
   p.world_size = comm.size();
   const std::vector<std::string> plans = gather_agreed(comm, "describe the state dict", [&] {
     if (options.format != StorageFormat::kDistckpt && options.format != StorageFormat::kAuto) {
-      throw Error(fmt::format("dry_run_save describes saves in the distckpt format, not {}",
-                              storage_format_name(options.format)));
+      throw UsageError(fmt::format("dry_run_save describes saves in the distckpt format, not {}",
+                                   storage_format_name(options.format)));
     }
     p.coordinator = checked_options(options, comm);
     return plan::encode_local_plan(describe_local(p, state_dict, /*coordinator=*/false));
@@ -231,6 +250,13 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       }
       return encode_plan_announcement(mine);
     });
+  } catch (const Error& e) {
+    if (p->claim) p->writer->discard();
+    // Ranks naming different coordinators both claim the directory, and one
+    // claim fails: every rank raised that agreed error, so every rank can
+    // ask once more (only on this path) whether the options were the cause.
+    if (e.agreed()) check_same_coordinator(gather_coordinators(comm, options.coordinator_rank));
+    throw;
   } catch (...) {
     if (p->claim) p->writer->discard();
     throw;

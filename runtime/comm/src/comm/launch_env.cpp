@@ -37,8 +37,8 @@ int parse_int(const char* name, const std::string& text, int min, int max) {
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   if (error != std::errc() || stop != end || value < min || value > max) {
-    throw CommError(fmt::format("environment variable {}='{}' is not an integer in [{}, {}]; {}", name, text, min, max,
-                                kHowToLaunch));
+    throw UsageError(fmt::format("environment variable {}='{}' is not an integer in [{}, {}]; {}", name, text, min, max,
+                                 kHowToLaunch));
   }
   return value;
 }
@@ -51,7 +51,7 @@ std::chrono::milliseconds parse_timeout(const char* name, const std::string& tex
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, seconds, std::chars_format::fixed);
   if (error != std::errc() || stop != end || !std::isfinite(seconds) || seconds <= 0 || seconds > kMaxSeconds) {
-    throw CommError(fmt::format(
+    throw UsageError(fmt::format(
         "environment variable {}='{}' is not a timeout in seconds; give a number above 0 and at most {} (e.g. 30 "
         "or 2.5)",
         name, text, kMaxSeconds));
@@ -70,24 +70,29 @@ LaunchEnv read_launch_env() {
     if (!env_value(name)) missing.emplace_back(name);
   }
   if (!missing.empty()) {
-    throw CommError(fmt::format("environment variable{} {} {} not set; {}", missing.size() > 1 ? "s" : "",
-                                fmt::join(missing, ", "), missing.size() > 1 ? "are" : "is", kHowToLaunch));
+    throw UsageError(fmt::format("environment variable{} {} {} not set; {}", missing.size() > 1 ? "s" : "",
+                                 fmt::join(missing, ", "), missing.size() > 1 ? "are" : "is", kHowToLaunch));
   }
 
   LaunchEnv env;
   env.world_size = parse_int("WORLD_SIZE", *env_value("WORLD_SIZE"), 1, INT_MAX);
   env.rank = parse_int("RANK", *env_value("RANK"), 0, INT_MAX);
   if (env.rank >= env.world_size) {
-    throw CommError(fmt::format("environment variable RANK={} must be below WORLD_SIZE={}; {}", env.rank,
-                                env.world_size, kHowToLaunch));
+    throw UsageError(fmt::format("environment variable RANK={} must be below WORLD_SIZE={}; {}", env.rank,
+                                 env.world_size, kHowToLaunch));
   }
   if (auto local_rank = env_value("LOCAL_RANK")) {
     env.local_rank = parse_int("LOCAL_RANK", *local_rank, 0, INT_MAX);
   }
   env.master_addr = *env_value("MASTER_ADDR");
   env.master_port = parse_int("MASTER_PORT", *env_value("MASTER_PORT"), 1, 65535);
-  if (auto timeout = env_value(kTimeoutVariable)) env.timeout = parse_timeout(kTimeoutVariable, *timeout);
+  env.timeout = timeout_from_env();
   return env;
+}
+
+std::optional<std::chrono::milliseconds> timeout_from_env() {
+  if (auto timeout = env_value(kTimeoutVariable)) return parse_timeout(kTimeoutVariable, *timeout);
+  return std::nullopt;
 }
 
 }  // namespace distckpt

@@ -17,6 +17,7 @@
 
 #include "comm/c10d_compat.h"
 #include "comm/group_communicator.h"
+#include "comm/rendezvous.h"
 #include "distckpt/core/errors.h"
 
 namespace distckpt {
@@ -29,6 +30,12 @@ std::optional<std::string> env_value(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);
+}
+
+// The option, else DISTCKPT_TIMEOUT_SECONDS, else the default.
+std::chrono::milliseconds resolved_timeout(const ProcessGroupOptions& options) {
+  if (options.timeout) return *options.timeout;
+  return timeout_from_env().value_or(ProcessGroupOptions::kDefaultTimeout);
 }
 
 std::string describe(const std::exception& e) {
@@ -99,7 +106,7 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const ProcessGroupOp
 c10::intrusive_ptr<BackendGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                                                  const ProcessGroupOptions& options,
                                                  const std::optional<std::string>& master_addr) {
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(*options.timeout);
   gloo_options->devices.push_back(make_gloo_device(options, master_addr));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo_options);
 }
@@ -108,7 +115,7 @@ c10::intrusive_ptr<BackendGroup> make_nccl_group(const c10::intrusive_ptr<c10d::
                                                  const ProcessGroupOptions& options) {
 #ifdef DISTCKPT_C10D_NCCL
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-  nccl_options->timeout = options.timeout;
+  nccl_options->timeout = *options.timeout;
   // A timeout is the watchdog's: by default it ends the process (docs/GPU.md).
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
 #else
@@ -119,10 +126,10 @@ c10::intrusive_ptr<BackendGroup> make_nccl_group(const c10::intrusive_ptr<c10d::
 
 void check_backend(const ProcessGroupOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
-    throw CommError(fmt::format("unknown communication backend '{}'; use \"gloo\" or \"nccl\"", options.backend));
+    throw UsageError(fmt::format("unknown communication backend '{}'; use \"gloo\" or \"nccl\"", options.backend));
   }
   if (options.backend == "nccl" && !c10d_compat::kHasNccl) {
-    throw CommError(
+    throw UsageError(
         "backend \"nccl\" is not available: distckpt was built without NCCL; use backend \"gloo\", or "
         "configure a CUDA build of LibTorch with -DDISTCKPT_WITH_NCCL=ON");
   }
@@ -130,16 +137,19 @@ void check_backend(const ProcessGroupOptions& options) {
 
 void check_world(int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    throw CommError(
+    throw UsageError(
         fmt::format("invalid rank {} for a world of {} ranks; ranks go from 0 to world_size - 1", rank, world_size));
   }
 }
 
 // Bytes over Gloo always; tensors over NCCL when asked. Each group gets its
 // own key prefix so their rendezvous on the shared store cannot collide.
+// `options.timeout` is resolved. Every rank arrives first, so a missing one
+// is named instead of waited for inside the groups' own rendezvous.
 std::shared_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                                       const ProcessGroupOptions& options,
                                       const std::optional<std::string>& master_addr) {
+  wait_for_every_rank(store, rank, world_size, *options.timeout);
   try {
     auto gloo_store = c10::make_intrusive<c10d::PrefixStore>("distckpt/gloo", store);
     c10::intrusive_ptr<BackendGroup> byte_group = make_gloo_group(gloo_store, rank, world_size, options, master_addr);
@@ -149,14 +159,14 @@ std::shared_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
       tensor_group = make_nccl_group(nccl_store, rank, world_size, options);
     }
     return std::make_shared<GroupCommunicator<BackendGroup>>(byte_group, tensor_group, options.backend,
-                                                             at::Device(at::kCPU), options.timeout);
+                                                             at::Device(at::kCPU), *options.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     throw CommError(
         fmt::format("could not connect rank {} of {} ({} backend, timeout {} ms): {}; check that every rank "
                     "started and can reach the others",
-                    rank, world_size, options.backend, options.timeout.count(), describe(e)));
+                    rank, world_size, options.backend, options.timeout->count(), describe(e)));
   }
 }
 
@@ -166,21 +176,24 @@ std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c
                                                       int world_size, const ProcessGroupOptions& options) {
   check_backend(options);
   check_world(rank, world_size);
-  if (!store) throw CommError("communicator_from_store: the store is null");
-  return connect(store, rank, world_size, options, env_value("MASTER_ADDR"));
+  if (!store) throw UsageError("communicator_from_store: the store is null");
+  ProcessGroupOptions resolved = options;
+  resolved.timeout = resolved_timeout(options);
+  return connect(store, rank, world_size, resolved, env_value("MASTER_ADDR"));
 }
 
 std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& given) {
   check_backend(given);
   const LaunchEnv env = read_launch_env();
   ProcessGroupOptions options = given;
-  if (env.timeout) options.timeout = *env.timeout;
+  if (!options.timeout) options.timeout = env.timeout.value_or(ProcessGroupOptions::kDefaultTimeout);
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = env.rank == 0;
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
-  store_options.waitWorkers = true;
-  store_options.timeout = options.timeout;
+  // Arrival is checked by connect(), which names a rank that never comes.
+  store_options.waitWorkers = false;
+  store_options.timeout = *options.timeout;
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
@@ -189,13 +202,14 @@ std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& g
                                 env.world_size, env.rank == 0 ? "host" : "reach", env.master_addr, env.master_port,
                                 describe(e),
                                 env.rank == 0 ? "is MASTER_PORT already in use? pick a free one"
-                                              : "check MASTER_ADDR/MASTER_PORT and that rank 0 started"));
+                                              : "check MASTER_ADDR/MASTER_PORT and that rank 0 (which hosts the "
+                                                "store) started"));
   }
   return connect(store, env.rank, env.world_size, options, env.master_addr);
 }
 
 std::shared_ptr<Communicator> communicator_from_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
-  if (!group) throw CommError("communicator_from_process_group: the process group is null");
+  if (!group) throw UsageError("communicator_from_process_group: the process group is null");
   const std::string backend = group->getBackendName();
   // A NCCL-only group moves CUDA tensors only, so bytes are staged on the GPU.
   const at::Device byte_device = backend == "nccl" ? at::Device(at::kCUDA) : at::Device(at::kCPU);

@@ -21,11 +21,13 @@ namespace distckpt {
 struct ProcessGroupOptions {
   std::string backend = "gloo";  // "gloo" or "nccl" (CUDA builds only)
   // How long the rendezvous and each collective may wait for the other
-  // ranks; past it every waiting rank throws a CommError saying which
+  // ranks; past it every waiting rank throws a TimeoutError saying which
   // operation timed out (a rank that is stopped, deadlocked or gone makes the
-  // others fail instead of hang). communicator_from_env takes
-  // DISTCKPT_TIMEOUT_SECONDS over this value when the variable is set.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // others fail instead of hang); at start-up the message names the ranks
+  // that never arrived. Unset: DISTCKPT_TIMEOUT_SECONDS when that variable is
+  // set (operators tune it without a rebuild), else kDefaultTimeout.
+  std::optional<std::chrono::milliseconds> timeout;
+  static constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::minutes(5)};
   // Host name or address the Gloo device binds to. Empty: the interface named
   // by GLOO_SOCKET_IFNAME if set, else MASTER_ADDR where it is local, else
   // the local address of the route to MASTER_ADDR (then this machine's host
@@ -35,14 +37,15 @@ struct ProcessGroupOptions {
 
 // Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (LOCAL_RANK optional) as
 // torchrun sets them, rendezvous over a TCPStore hosted by rank 0, and
-// returns a communicator. Throws CommError naming any missing variable.
-// DISTCKPT_TIMEOUT_SECONDS (integer or decimal seconds, e.g. "30" or "2.5"),
-// when set, replaces options.timeout: operators tune it without a rebuild.
+// returns a communicator. Throws UsageError naming any missing or malformed
+// variable. DISTCKPT_TIMEOUT_SECONDS (integer or decimal seconds, e.g. "30"
+// or "2.5") is the timeout when options.timeout is unset.
 std::shared_ptr<Communicator> communicator_from_env(const ProcessGroupOptions& options = {});
 
 // Over a store the caller owns (e.g. a HashStore shared by threads in tests).
 // Uses keys under "distckpt/"; give each further communicator on the same
-// store its own c10d::PrefixStore.
+// store its own c10d::PrefixStore. The timeout is resolved as for
+// communicator_from_env.
 std::shared_ptr<Communicator> communicator_from_store(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                       int world_size, const ProcessGroupOptions& options = {});
 
@@ -60,6 +63,8 @@ struct LaunchEnv {
   std::optional<std::chrono::milliseconds> timeout;  // DISTCKPT_TIMEOUT_SECONDS, when set
 };
 inline constexpr const char* kTimeoutVariable = "DISTCKPT_TIMEOUT_SECONDS";
-LaunchEnv read_launch_env();  // throws CommError on missing/invalid variables
+LaunchEnv read_launch_env();  // throws UsageError on missing/invalid variables
+// DISTCKPT_TIMEOUT_SECONDS, when set (UsageError when it is not a timeout).
+std::optional<std::chrono::milliseconds> timeout_from_env();
 
 }  // namespace distckpt
