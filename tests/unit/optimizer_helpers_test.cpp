@@ -161,20 +161,20 @@ TEST(OptimizerHelpersTorch, LoadErrorsNameTheMismatch) {
   const auto others = make_params();
 
   torch::optim::Adam one_group(others);
-  EXPECT_TRUE(throws_with<Error>([&] { load_optimizer_state_dict(one_group, sd); },
-                                 "has 2 param groups but the optimizer has 1"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { load_optimizer_state_dict(one_group, sd); },
+                                      "has 2 param groups but the optimizer has 1"));
   auto target = make_optimizer<torch::optim::Adam, torch::optim::AdamOptions>(others, false);
   StateDict fewer = sd;
   fewer.at("param_groups")[0].at("params") = List{Value(0)};
-  EXPECT_TRUE(throws_with<Error>([&] { load_optimizer_state_dict(target, fewer); },
-                                 "param group 0 has 1 params but the optimizer's group has 2"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { load_optimizer_state_dict(target, fewer); },
+                                      "param group 0 has 1 params but the optimizer's group has 2"));
   StateDict wrong_shape = sd;
   wrong_shape.at("state").at("1").at("exp_avg") = at::zeros({3});
-  EXPECT_TRUE(throws_with<Error>([&] { load_optimizer_state_dict(target, wrong_shape); },
-                                 "\"exp_avg\" of param id 1 has shape [3] but the parameter has shape [4]"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { load_optimizer_state_dict(target, wrong_shape); },
+                                      "\"exp_avg\" of param id 1 has shape [3] but the parameter has shape [4]"));
   auto amsgrad = make_optimizer<torch::optim::Adam, torch::optim::AdamOptions>(others, true);
-  EXPECT_TRUE(throws_with<Error>([&] { load_optimizer_state_dict(amsgrad, sd); },
-                                 "param group 0 was saved with amsgrad=false"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { load_optimizer_state_dict(amsgrad, sd); },
+                                      "param group 0 was saved with amsgrad=false"));
   // A failed load changed nothing.
   EXPECT_TRUE(target.state().empty());
   EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamOptions&>(target.param_groups()[1].options()).lr(), 0.05);
@@ -254,8 +254,8 @@ TEST(OptimizerHelpersShardedState, MakeShardedOptimizerTensor) {
   EXPECT_EQ(built.at("b").as_sharded_tensor().key, "optimizer.state.exp_avg_sq.emb.b");
   EXPECT_EQ(built.at("b").as_sharded_tensor().replica_id, (ReplicaId{0, 1}));
   EXPECT_TRUE(at::equal(built.at("a").as_sharded_tensor().data, moment.narrow(0, 0, 2)));
-  EXPECT_TRUE(
-      throws_with<Error>([&] { make_sharded_optimizer_tensor(Value(1), moment, "p"); }, "the model entry is a int"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { make_sharded_optimizer_tensor(Value(1), moment, "p"); },
+                                      "the model entry is a int"));
 }
 
 TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
@@ -273,7 +273,15 @@ TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
   EXPECT_EQ(exp_avg.local_shape, (Shape{4, 3}));
   EXPECT_EQ(exp_avg.global_shape, (Shape{8, 3}));
   EXPECT_TRUE(exp_avg.data.is_same(state_of<torch::optim::AdamParamState>(opt, params[0]).exp_avg()));
-  EXPECT_EQ(w.at("step").as_int(), 2);     // scalars stay common state
+  // Scalars are the parameter's own, not common state: one element, written
+  // by the holder of the parameter's first element as main replica (w's is
+  // replica 1 here, so not by this rank).
+  const ShardedTensor& step = w.at("step").as_sharded_tensor();
+  EXPECT_EQ(step.key, "optimizer.state.step.layer.w");
+  EXPECT_EQ(step.global_shape, (Shape{1}));
+  EXPECT_EQ(step.replica_id, (ReplicaId{1}));
+  EXPECT_EQ(step.data.item<int64_t>(), 2);
+  EXPECT_EQ(sd.at("state").at("2").at("step").as_sharded_tensor().key, "optimizer.state.step.emb");
   EXPECT_FALSE(w.contains("exp_avg_sq"));  // excluded: dropped, as in Megatron
   EXPECT_EQ(sd.at("state").at("1").at("exp_avg").as_sharded_tensor().key, "optimizer.state.exp_avg.layer.b");
   EXPECT_EQ(sd.at("state").at("2").at("exp_avg").as_factory().key, "optimizer.state.exp_avg.emb");
@@ -286,8 +294,8 @@ TEST(OptimizerHelpersShardedState, OptimStateToShardingState) {
   // b has optimizer state but no model entry: an error naming its id, nothing changed.
   StateDict plain = optimizer_state_dict(opt);
   const auto partial = param_id_to_sharded_param(model_state(params, false), params);
-  EXPECT_TRUE(throws_with<Error>([&] { optim_state_to_sharding_state(plain, partial); },
-                                 "optimizer state of param id 1 matches no sharded parameter"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { optim_state_to_sharding_state(plain, partial); },
+                                      "optimizer state of param id 1 matches no sharded parameter"));
   EXPECT_EQ(plain.at("state").at("0").at("exp_avg").kind(), Kind::kTensor);
 }
 

@@ -2,6 +2,7 @@
 // optimizer parameter and shard the optimizer's state like it.
 #include "distckpt/optim/optimizer_state.h"
 
+#include <ATen/Functions.h>
 #include <fmt/format.h>
 
 #include <charconv>
@@ -57,7 +58,7 @@ int64_t parse_param_id(const std::string& text) {
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, id);
   if (text.empty() || ec != std::errc() || ptr != end || id < 0) {
-    throw Error(
+    throw UsageError(
         fmt::format("optimizer state key '{}' is not a param id; \"state\" must be keyed by the decimal "
                     "position of each parameter over all param groups",
                     text));
@@ -77,6 +78,109 @@ std::string known_ids(const std::map<int64_t, Value>& id_to_sharded_param) {
   const std::string more =
       id_to_sharded_param.size() > kShown ? fmt::format(", ... ({} in all)", id_to_sharded_param.size()) : "";
   return fmt::format("{}{}", fmt::join(ids, ", "), more);
+}
+
+// A per-parameter value that is not laid out like the parameter: a plain
+// scalar ("step": an int in LibTorch, a 0-dim tensor in PyTorch >= 1.12).
+bool is_scalar_state(const Value& v, const Value& model_param) {
+  switch (v.kind()) {
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+      return true;
+    case Kind::kTensor: {
+      const at::Tensor* data = model_param.kind() == Kind::kShardedTensor ? &model_param.as_sharded_tensor().data
+                               : model_param.kind() == Kind::kFactory     ? &model_param.as_factory().data
+                                                                          : nullptr;
+      return v.as_tensor().defined() && v.as_tensor().dim() == 0 && (data == nullptr || data->dim() != 0);
+    }
+    default:
+      return false;
+  }
+}
+
+// The scalar as a one-element tensor (a view of a 0-dim tensor, so a load
+// fills the caller's tensor in place).
+at::Tensor scalar_tensor(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kBool:
+      return at::full({1}, v.as_bool(), at::TensorOptions().dtype(at::kBool));
+    case Kind::kInt:
+      return at::full({1}, v.as_int(), at::TensorOptions().dtype(at::kLong));
+    case Kind::kFloat:
+      return at::full({1}, v.as_float(), at::TensorOptions().dtype(at::kDouble));
+    default:
+      return v.as_tensor().view({1});
+  }
+}
+
+// Where a parameter's scalar state is stored: its prepended (stacked) axes,
+// then one element; written by the rank that holds the parameter's first
+// element as its main replica, so each parameter's value is saved once
+// whatever the tp/dp/ZeRO layout, and every rank holding the parameter
+// loads it back.
+struct ScalarPlacement {
+  Shape global_shape, global_offset;
+  int64_t prepend_axis_num = 0;
+  bool writer = false;
+};
+
+bool holds_first_element(const ShardedTensor& st) {
+  for (size_t axis = static_cast<size_t>(st.prepend_axis_num); axis < st.global_offset.size(); ++axis) {
+    if (st.global_offset[axis] != 0) return false;
+  }
+  return true;
+}
+
+ScalarPlacement placement_of(const ShardedTensor& st, bool writer) {
+  const auto p = static_cast<size_t>(st.prepend_axis_num);
+  ScalarPlacement placement;
+  placement.global_shape.assign(st.global_shape.begin(), st.global_shape.begin() + p);
+  placement.global_offset.assign(st.global_offset.begin(), st.global_offset.begin() + p);
+  placement.global_shape.push_back(1);
+  placement.global_offset.push_back(0);
+  placement.prepend_axis_num = st.prepend_axis_num;
+  placement.writer = writer;
+  return placement;
+}
+
+ScalarPlacement scalar_placement(const Value& model_param) {
+  if (model_param.kind() == Kind::kShardedTensor) {
+    const ShardedTensor& st = model_param.as_sharded_tensor();
+    const bool first =
+        st.is_main_replica() && holds_first_element(st) && (!st.flattened_range || st.flattened_range->start == 0);
+    return placement_of(st, first);
+  }
+  // A factory decides its placement in build: its parts sit at the offsets
+  // of the whole, so the first element is held where every part starts at 0.
+  const ShardedTensorFactory& factory = model_param.as_factory();
+  const std::vector<const Value*> parts = nested_values(factory.build_subtree());
+  const ShardedTensor* first_part = nullptr;
+  bool all_at_start = true;
+  for (const Value* part : parts) {
+    if (part->kind() != Kind::kShardedTensor) continue;
+    if (first_part == nullptr) first_part = &part->as_sharded_tensor();
+    all_at_start = all_at_start && holds_first_element(part->as_sharded_tensor());
+  }
+  if (first_part == nullptr) {
+    throw ShardingError(
+        fmt::format("the factory of '{}' builds no ShardedTensor, so the placement of its "
+                    "optimizer scalars (such as \"step\") cannot be derived",
+                    factory.key));
+  }
+  const bool first = is_main_replica(factory.replica_id) && all_at_start &&
+                     (!factory.flattened_range || factory.flattened_range->start == 0);
+  return placement_of(*first_part, first);
+}
+
+Value make_sharded_scalar_state(const Value& model_param, const Value& scalar, const std::string& prefix) {
+  const std::string model_key =
+      model_param.kind() == Kind::kShardedTensor ? model_param.as_sharded_tensor().key : model_param.as_factory().key;
+  const ScalarPlacement where = scalar_placement(model_param);
+  ShardedTensor st =
+      ShardedTensor::from_global_offset(prefix + "." + model_key, scalar_tensor(scalar), where.global_shape,
+                                        where.global_offset, ReplicaId{where.writer ? 0 : 1}, where.prepend_axis_num);
+  return Value(std::move(st));
 }
 
 }  // namespace
@@ -160,7 +264,7 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
     factory.data = optimizer_tensor;
     return Value(std::move(factory));
   }
-  throw Error(
+  throw UsageError(
       fmt::format("make_sharded_optimizer_tensor(prefix '{}'): the model entry is a {}, but only a "
                   "ShardedTensor or a ShardedTensorFactory describes how a parameter is sharded",
                   prefix, kind_name(model_param.kind())));
@@ -169,7 +273,7 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
 void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64_t, Value>& id_to_sharded_param,
                                    const std::set<std::string>& exclude_keys) {
   if (!optim_state_dict.is_dict() || !optim_state_dict.contains("state") || !optim_state_dict.at("state").is_dict()) {
-    throw Error(
+    throw UsageError(
         "optim_state_to_sharding_state needs a PyTorch-format optimizer state dict: a dict whose "
         "\"state\" entry is a dict of per-parameter states keyed by param id");
   }
@@ -180,15 +284,15 @@ void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64
     const int64_t id = parse_param_id(id_text);
     const auto model = id_to_sharded_param.find(id);
     if (model == id_to_sharded_param.end()) {
-      throw Error(
+      throw UsageError(
           fmt::format("optimizer state of param id {} matches no sharded parameter of the model (ids with "
                       "one: {}); build the map with param_id_to_sharded_param over the optimizer's "
                       "parameters, and make sure the model sharded state dict holds every optimized tensor",
                       id, known_ids(id_to_sharded_param)));
     }
     if (!param_state.is_dict()) {
-      throw Error(fmt::format("optimizer state of param id {} is a {}, expected a dict of named values", id,
-                              kind_name(param_state.kind())));
+      throw UsageError(fmt::format("optimizer state of param id {} is a {}, expected a dict of named values", id,
+                                   kind_name(param_state.kind())));
     }
     Dict& named = param_state.as_dict();
     for (auto it = named.begin(); it != named.end();) {
@@ -196,10 +300,18 @@ void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64
         it = named.erase(it);
         continue;
       }
-      // Scalars such as "step" have no sharding: they stay common state.
-      if (it->second.kind() == Kind::kTensor) {
-        it->second =
-            make_sharded_optimizer_tensor(model->second, it->second.as_tensor(), "optimizer.state." + it->first);
+      const std::string prefix = "optimizer.state." + it->first;
+      if (is_scalar_state(it->second, model->second)) {
+        // Not common state: that is the coordinator's alone, and under
+        // pipeline parallelism the other stages' parameters have other ids.
+        it->second = make_sharded_scalar_state(model->second, it->second, prefix);
+      } else if (it->second.kind() == Kind::kTensor) {
+        it->second = make_sharded_optimizer_tensor(model->second, it->second.as_tensor(), prefix);
+      } else {
+        throw UsageError(fmt::format(
+            "optimizer state of param id {} holds \"{}\", a {}: per-parameter state is saved as tensors sharded like "
+            "the parameter or as scalars; convert it, or leave it out with exclude_keys",
+            id, it->first, kind_name(it->second.kind())));
       }
       ++it;
     }
@@ -208,8 +320,8 @@ void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64
   if (optim_state_dict.contains("param_groups")) {
     groups = optim_state_dict.at("param_groups");
     if (!groups->is_list()) {
-      throw Error(fmt::format("optim_state_to_sharding_state: \"param_groups\" is a {}, expected a list of dicts",
-                              kind_name(groups->kind())));
+      throw UsageError(fmt::format("optim_state_to_sharding_state: \"param_groups\" is a {}, expected a list of dicts",
+                                   kind_name(groups->kind())));
     }
     for (Value& group : groups->as_list()) {
       if (group.is_dict() && group.contains("params")) {

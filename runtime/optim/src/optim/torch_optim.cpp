@@ -8,6 +8,7 @@
 #include <torch/optim/adamw.h>
 
 #include <charconv>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -15,6 +16,9 @@
 
 namespace distckpt {
 namespace {
+
+// Megatron's single step for every parameter (saved with exclude_keys={"step"}).
+constexpr const char* kCommonStep = "common_step";
 
 // The key of a parameter in Optimizer::state(). LibTorch 1.x keys the map by
 // the printed TensorImpl address (c10::guts::to_string, an ostringstream),
@@ -35,7 +39,7 @@ std::string shape_str(const at::Tensor& t) { return fmt::format("[{}]", fmt::joi
 // A named entry of a dict in the state dict, with a message saying where it was expected.
 const Value& field(const Value& dict, const std::string& name, const std::string& where) {
   if (!dict.is_dict() || !dict.contains(name)) {
-    throw Error(fmt::format("optimizer state dict: {} has no \"{}\" entry", where, name));
+    throw UsageError(fmt::format("optimizer state dict: {} has no \"{}\" entry", where, name));
   }
   return dict.at(name);
 }
@@ -45,7 +49,7 @@ int64_t parse_id(const std::string& text) {
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, id);
   if (text.empty() || ec != std::errc() || ptr != end) {
-    throw Error(fmt::format("optimizer state dict: state key '{}' is not a param id", text));
+    throw UsageError(fmt::format("optimizer state dict: state key '{}' is not a param id", text));
   }
   return id;
 }
@@ -54,8 +58,8 @@ int64_t parse_id(const std::string& text) {
 int64_t read_step(const Value& step, int64_t id) {
   if (step.kind() == Kind::kTensor && step.as_tensor().numel() == 1) return step.as_tensor().item<int64_t>();
   if (step.kind() == Kind::kInt) return step.as_int();
-  throw Error(fmt::format("optimizer state dict: \"step\" of param id {} is a {}, expected an int", id,
-                          kind_name(step.kind())));
+  throw UsageError(fmt::format("optimizer state dict: \"step\" of param id {} is a {}, expected an int", id,
+                               kind_name(step.kind())));
 }
 
 // Hyper-parameters of one group, read and checked before anything is changed.
@@ -107,12 +111,12 @@ at::Tensor restore_tensor(const Value& entry, const std::string& name, const at:
       fmt::format("the state of param id {}", id);  // named: no temporary beside a returned reference
   const Value& v = field(entry, name, where);
   if (v.kind() != Kind::kTensor) {
-    throw Error(fmt::format("optimizer state dict: \"{}\" of param id {} is a {}, expected a tensor", name, id,
-                            kind_name(v.kind())));
+    throw UsageError(fmt::format("optimizer state dict: \"{}\" of param id {} is a {}, expected a tensor", name, id,
+                                 kind_name(v.kind())));
   }
   const at::Tensor& src = v.as_tensor();
   if (!src.sizes().equals(param.sizes())) {
-    throw Error(
+    throw UsageError(
         fmt::format("optimizer state dict: \"{}\" of param id {} has shape {} but the parameter has shape {}; "
                     "was the state saved for a different model or parallel layout?",
                     name, id, shape_str(src), shape_str(param)));
@@ -134,9 +138,9 @@ void load_into(Optimizer& opt, const StateDict& sd) {
   const std::string root = "the root";
   const Value& saved_groups = field(sd, "param_groups", root);
   if (!saved_groups.is_list() || saved_groups.size() != groups.size()) {
-    throw Error(fmt::format("optimizer state dict has {} param groups but the optimizer has {}",
-                            saved_groups.is_list() ? fmt::to_string(saved_groups.size()) : "no list of",
-                            groups.size()));
+    throw UsageError(fmt::format("optimizer state dict has {} param groups but the optimizer has {}",
+                                 saved_groups.is_list() ? fmt::to_string(saved_groups.size()) : "no list of",
+                                 groups.size()));
   }
 
   // Pass 1: match saved ids to parameters by position (PyTorch's rule), check
@@ -149,13 +153,14 @@ void load_into(Optimizer& opt, const StateDict& sd) {
     const Value& ids = field(saved, "params", where);
     const auto& params = groups[g].params();
     if (!ids.is_list() || ids.size() != params.size()) {
-      throw Error(fmt::format("optimizer state dict: param group {} has {} params but the optimizer's group has {}", g,
-                              ids.is_list() ? fmt::to_string(ids.size()) : "no list of", params.size()));
+      throw UsageError(
+          fmt::format("optimizer state dict: param group {} has {} params but the optimizer's group has {}", g,
+                      ids.is_list() ? fmt::to_string(ids.size()) : "no list of", params.size()));
     }
     const auto& options = static_cast<const Options&>(groups[g].options());
     const bool amsgrad = field(saved, "amsgrad", where).as_bool();
     if (amsgrad != options.amsgrad()) {
-      throw Error(
+      throw UsageError(
           fmt::format("optimizer state dict: param group {} was saved with amsgrad={} but the optimizer's group has "
                       "amsgrad={}; the max_exp_avg_sq state exists only with amsgrad, so both must agree",
                       g, amsgrad, options.amsgrad()));
@@ -163,12 +168,12 @@ void load_into(Optimizer& opt, const StateDict& sd) {
     for (size_t i = 0; i < params.size(); ++i) {
       const int64_t id = ids[i].as_int();
       if (!params_by_id.emplace(id, std::make_pair(&params[i], amsgrad)).second) {
-        throw Error(fmt::format("optimizer state dict: param id {} is listed twice in \"param_groups\"", id));
+        throw UsageError(fmt::format("optimizer state dict: param id {} is listed twice in \"param_groups\"", id));
       }
     }
     const Value& betas = field(saved, "betas", where);
     if (!betas.is_list() || betas.size() != 2) {
-      throw Error(fmt::format("optimizer state dict: \"betas\" of param group {} must be a list of 2 floats", g));
+      throw UsageError(fmt::format("optimizer state dict: \"betas\" of param group {} must be a list of 2 floats", g));
     }
     hyper.push_back({field(saved, "lr", where).as_float(), betas[0].as_float(), betas[1].as_float(),
                      field(saved, "eps", where).as_float(), field(saved, "weight_decay", where).as_float()});
@@ -177,24 +182,31 @@ void load_into(Optimizer& opt, const StateDict& sd) {
   // Pass 2: build the new per-parameter states, still without touching the optimizer.
   std::vector<std::pair<typename StateMap::key_type, std::unique_ptr<ParamState>>> restored;
   const Value& state = field(sd, "state", root);
-  if (!state.is_dict()) throw Error("optimizer state dict: \"state\" must be a dict keyed by param id");
+  if (!state.is_dict()) throw UsageError("optimizer state dict: \"state\" must be a dict keyed by param id");
+  // Megatron's idiom: steps excluded per parameter, one common step instead.
+  std::optional<int64_t> common_step;
+  if (state.contains(kCommonStep)) common_step = read_step(state.at(kCommonStep), -1);
   for (const auto& [id_text, entry] : state.as_dict()) {
+    if (id_text == kCommonStep) continue;
     const int64_t id = parse_id(id_text);
     const auto found = params_by_id.find(id);
     // State of an id no group lists belongs to no parameter here; PyTorch
-    // keeps it unused. It happens after a load under pipeline parallelism:
-    // the common per-parameter values (step) of stage 0 reach every stage.
+    // keeps it unused.
     if (found == params_by_id.end()) continue;
     const at::Tensor& param = *found->second.first;
     const bool amsgrad = found->second.second;
     auto s = std::make_unique<ParamState>();
-    s->step(read_step(field(entry, "step", fmt::format("the state of param id {}", id)), id));
+    if (entry.is_dict() && !entry.contains("step") && common_step) {
+      s->step(*common_step);
+    } else {
+      s->step(read_step(field(entry, "step", fmt::format("the state of param id {}", id)), id));
+    }
     s->exp_avg(restore_tensor(entry, "exp_avg", param, id));
     s->exp_avg_sq(restore_tensor(entry, "exp_avg_sq", param, id));
     if (amsgrad) {
       s->max_exp_avg_sq(restore_tensor(entry, "max_exp_avg_sq", param, id));
     } else if (entry.contains("max_exp_avg_sq")) {
-      throw Error(
+      throw UsageError(
           fmt::format("optimizer state dict: param id {} has \"max_exp_avg_sq\" but its group has amsgrad=false", id));
     }
     restored.emplace_back(state_key<StateMap>(param), std::move(s));

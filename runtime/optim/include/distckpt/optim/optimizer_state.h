@@ -60,14 +60,22 @@ Value make_sharded_optimizer_tensor(const Value& model_param, const at::Tensor& 
 // Turns a PyTorch-format optimizer state dict into a sharded state dict, in
 // place, as Megatron does: every tensor in state["<id>"] becomes
 // make_sharded_optimizer_tensor(model entry of <id>, tensor,
-// "optimizer.state." + name); names in `exclude_keys` are dropped; non-tensors
-// (e.g. "step") stay plain values, i.e. common state (rank 0's is saved; under
-// pipeline parallelism every stage loads stage 0's by id, which is right for
-// optimizers that step all parameters together, like Adam). Each
-// param_groups[i]["params"] becomes a LocalNonPersistentObject: ids are
+// "optimizer.state." + name); names in `exclude_keys` are dropped.
+// Per-parameter scalars ("step": an int, a bool, a float, or a 0-dim tensor
+// as PyTorch >= 1.12 keeps it) become one-element ShardedTensors keyed
+// "optimizer.state.<name>.<model key>", over the parameter's stacked axes,
+// written by the rank holding the parameter's first element: each
+// parameter's own value comes back on every rank holding it, whatever the
+// pipeline stage (Megatron keeps them as common state, which is the
+// coordinator's alone and keyed by rank-local ids). After a load they are
+// one-element tensors, which load_optimizer_state_dict reads. Megatron's
+// idiom, exclude_keys={"step"} with state["common_step"] added afterwards as
+// common state, also loads: that step then applies to every parameter. Any
+// other non-tensor value is a UsageError naming it (exclude it or convert it).
+// Each param_groups[i]["params"] becomes a LocalNonPersistentObject: ids are
 // per-rank (pipeline stages hold different parameters), so a load puts back
 // the requesting rank's own lists while the hyper-parameters are common.
-// Throws Error naming the id when a param id in "state" has no entry in
+// Throws UsageError naming the id when a param id in "state" has no entry in
 // `id_to_sharded_param`; the state dict is unchanged when anything throws.
 void optim_state_to_sharding_state(Value& optim_state_dict, const std::map<int64_t, Value>& id_to_sharded_param,
                                    const std::set<std::string>& exclude_keys = {});

@@ -29,8 +29,10 @@ StateDict optimizer_state_dict(const torch::optim::AdamW& opt);
 // and strides is adopted as PyTorch does, others are copied into that layout; step) and the group hyper-parameters
 // (lr, betas, eps, weight_decay). Parameters are matched by position, like
 // PyTorch's load_state_dict; state the dict has no entry for is dropped, and
-// state of an id no group lists is ignored.
-// Throws Error, leaving the optimizer untouched, when the number of groups or
+// state of an id no group lists is ignored. "step" may be a one-element tensor
+// (what a load returns); a parameter without one takes state["common_step"]
+// when there is one (Megatron's exclude_keys={"step"} idiom).
+// Throws UsageError, leaving the optimizer untouched, when the number of groups or
 // of parameters differs, a tensor's shape differs from its parameter's (naming
 // the id and both shapes), or amsgrad differs between a group and the dict.
 void load_optimizer_state_dict(torch::optim::Adam& opt, const StateDict& state_dict);
