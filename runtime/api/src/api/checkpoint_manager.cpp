@@ -2,9 +2,11 @@
 #include "distckpt/api/checkpoint_manager.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -30,13 +32,46 @@ std::optional<int64_t> iteration_of(const std::string& name) {
   return std::stoll(digits);
 }
 
+// The tracker's iteration; nullopt without a tracker. CheckpointError for
+// text that is not an iteration number.
+std::optional<int64_t> read_tracker(const std::string& root) {
+  const std::string tracker = root + "/" + CheckpointManager::kTrackerFile;
+  if (!io::exists(tracker)) return std::nullopt;
+  std::string text = io::read_file(tracker, 64);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const std::optional<int64_t> iteration = iteration_of(kIterPrefix + text);
+  if (!iteration) {
+    throw CheckpointError(fmt::format("'{}' holds '{}', not an iteration number; it was damaged or written by another "
+                                      "tool. Remove it and name the checkpoint to load",
+                                      tracker, text),
+                          tracker);
+  }
+  return iteration;
+}
+
+// Iterations as the text "300 200 100", for the broadcast.
+std::string encode_iterations(const std::vector<int64_t>& iterations) {
+  return fmt::format("{}", fmt::join(iterations, " "));
+}
+
+std::vector<int64_t> decode_iterations(const std::string& text) {
+  std::vector<int64_t> out;
+  std::istringstream in(text);
+  for (int64_t i = 0; in >> i;) out.push_back(i);
+  if (!in.eof()) throw ProtocolError(fmt::format("rank 0 sent a malformed list of iterations '{}'", text));
+  return out;
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::string root, size_t keep_last)
-    : root_(std::move(root)), keep_last_(keep_last) {}
+    : CheckpointManager(std::move(root), CheckpointManagerOptions{keep_last}) {}
+
+CheckpointManager::CheckpointManager(std::string root, CheckpointManagerOptions options)
+    : root_(std::move(root)), options_(options) {}
 
 std::string CheckpointManager::path_for(int64_t iteration) const {
-  if (iteration < 0) throw Error(fmt::format("CheckpointManager: iteration {} is negative", iteration));
+  if (iteration < 0) throw UsageError(fmt::format("CheckpointManager: iteration {} is negative", iteration));
   return fmt::format("{}/{}{:07d}", root_, kIterPrefix, iteration);
 }
 
@@ -75,38 +110,80 @@ void CheckpointManager::mark_committed(int64_t iteration) {
 }
 
 std::optional<int64_t> CheckpointManager::latest_iteration() const {
-  const std::string tracker = root_ + "/" + kTrackerFile;
-  if (!io::exists(tracker)) return std::nullopt;
-  std::string text = io::read_file(tracker, 64);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  const std::optional<int64_t> iteration = iteration_of(kIterPrefix + text);
-  if (!iteration) {
-    throw CheckpointError(
-        fmt::format("'{}' holds '{}', not an iteration number; it was damaged or written by another "
-                    "tool. Remove it and name the checkpoint to load",
-                    tracker, text));
-  }
-  if (!is_distributed_checkpoint(path_for(*iteration))) {
-    throw CheckpointError(fmt::format("'{}' names iteration {}, but '{}' is not a committed checkpoint", tracker,
-                                      *iteration, path_for(*iteration)));
+  const std::optional<int64_t> iteration = read_tracker(root_);
+  if (iteration && !is_distributed_checkpoint(path_for(*iteration))) {
+    throw CheckpointError(fmt::format("'{}/{}' names iteration {}, but '{}' is not a committed checkpoint", root_,
+                                      kTrackerFile, *iteration, path_for(*iteration)));
   }
   return iteration;
 }
 
-LoadResult CheckpointManager::load_latest(const StateDict& sharded_state_dict, Communicator& comm,
-                                          const LoadOptions& options) const {
-  // Rank 0 reads the tracker and tells the others, so every rank loads the
-  // same iteration even if the file changes (or a cache is stale) meanwhile.
-  std::optional<int64_t> latest;
+std::vector<int64_t> CheckpointManager::load_candidates() const {
+  const std::optional<int64_t> tracked = read_tracker(root_);
+  if (!tracked) {
+    throw CheckpointError(fmt::format("'{}' has no {}: no checkpoint was committed there", root_, kTrackerFile));
+  }
+  if (!options_.fall_back) return {*latest_iteration()};
+  // The tracked one and the older committed ones; newer ones (left by a run
+  // resumed from an earlier checkpoint) are not what the tracker chose.
+  std::vector<int64_t> candidates;
+  for (const CheckpointEntry& e : list()) {
+    if (e.committed && e.iteration <= *tracked) candidates.push_back(e.iteration);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  if (candidates.empty()) {
+    throw CheckpointError(
+        fmt::format("'{}/{}' names iteration {}, but neither it nor any older iteration under '{}' "
+                    "is a committed checkpoint",
+                    root_, kTrackerFile, *tracked, root_));
+  }
+  if (candidates.front() != *tracked) {
+    log_message(LogLevel::kWarning,
+                fmt::format("CheckpointManager: '{}/{}' names iteration {}, which is not a committed checkpoint; "
+                            "trying iteration {} and older",
+                            root_, kTrackerFile, *tracked, candidates.front()));
+  }
+  return candidates;
+}
+
+LatestLoadResult CheckpointManager::load_latest(const StateDict& sharded_state_dict, Communicator& comm,
+                                                const LoadOptions& options) const {
+  // Rank 0 reads the tracker and the listing and tells the others, so every
+  // rank tries the same iterations even if the files change meanwhile.
+  std::vector<int64_t> candidates;
   run_agreed(comm, "read the latest-checkpoint tracker", [&] {
-    if (!comm.is_coordinator()) return;
-    latest = latest_iteration();
-    if (!latest) {
-      throw CheckpointError(fmt::format("'{}' has no {}: no checkpoint was committed there", root_, kTrackerFile));
-    }
+    if (comm.is_coordinator()) candidates = load_candidates();
   });
-  const std::string chosen = comm.broadcast_bytes(latest ? std::to_string(*latest) : std::string(), 0);
-  return load(sharded_state_dict, path_for(std::stoll(chosen)), comm, options);
+  candidates = decode_iterations(comm.broadcast_bytes(encode_iterations(candidates), 0));
+  LatestLoadResult result;
+  std::vector<ErrorKind> kinds;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const int64_t iteration = candidates[i];
+    try {
+      static_cast<LoadResult&>(result) = load(sharded_state_dict, path_for(iteration), comm, options);
+      result.iteration = iteration;
+      return result;
+    } catch (const CheckpointError& e) {
+      // Raised alike on every rank (a load agrees on its errors), so every
+      // rank takes this branch for the same iteration.
+      if (!options_.fall_back) throw;
+      result.skipped.push_back({iteration, e.class_name(), e.what()});
+      kinds.push_back(e.kind());
+      if (comm.is_coordinator()) {
+        log_message(LogLevel::kWarning,
+                    fmt::format("CheckpointManager: iteration {} under '{}' does not load ({}): {}{}", iteration, root_,
+                                e.class_name(), e.what(),
+                                i + 1 < candidates.size() ? "; falling back to the next older checkpoint" : ""));
+      }
+    }
+  }
+  std::string reasons;
+  for (const SkippedCheckpoint& s : result.skipped) {
+    reasons += fmt::format("\n  iteration {} ({}): {}", s.iteration, s.error_class, s.reason);
+  }
+  throw_error(*std::min_element(kinds.begin(), kinds.end()),
+              fmt::format("no committed checkpoint under '{}' loads; tried {} iteration(s), newest first:{}", root_,
+                          result.skipped.size(), reasons));
 }
 
 std::vector<CheckpointEntry> CheckpointManager::list() const {
@@ -119,12 +196,13 @@ std::vector<CheckpointEntry> CheckpointManager::list() const {
   } catch (const CheckpointError&) {
     // A damaged tracker marks nothing latest; the listing still helps repair it.
   }
-  for (const fs::directory_entry& entry : fs::directory_iterator(root_)) {
-    const std::optional<int64_t> iteration = iteration_of(entry.path().filename().string());
-    if (!iteration || !entry.is_directory(ec) || entry.is_symlink(ec)) continue;
+  for (const std::string& name : io::list_dir(root_)) {
+    const std::optional<int64_t> iteration = iteration_of(name);
+    const fs::path path = fs::path(root_) / name;
+    if (!iteration || !fs::is_directory(fs::symlink_status(path, ec))) continue;  // links are not followed
     CheckpointEntry e;
     e.iteration = *iteration;
-    e.path = entry.path().string();
+    e.path = path.string();
     try {
       e.committed = is_distributed_checkpoint(e.path);
     } catch (const Error&) {
@@ -138,7 +216,8 @@ std::vector<CheckpointEntry> CheckpointManager::list() const {
 }
 
 void CheckpointManager::prune(int64_t kept_iteration) const {
-  if (keep_last_ == 0) return;
+  const size_t keep_last = options_.keep_last;
+  if (keep_last == 0) return;
   // Only iterations older than the one just committed are candidates: newer
   // ones (left by a run that was resumed from an earlier checkpoint) stay.
   std::vector<CheckpointEntry> committed;
@@ -147,14 +226,14 @@ void CheckpointManager::prune(int64_t kept_iteration) const {
   }
   // Newest first; the one just committed counts as one of keep_last.
   std::sort(committed.begin(), committed.end(), [](const auto& a, const auto& b) { return a.iteration > b.iteration; });
-  for (size_t i = keep_last_ - 1; i < committed.size(); ++i) {
+  for (size_t i = keep_last - 1; i < committed.size(); ++i) {
     // The marker goes first: a removal cut short never leaves a directory
     // that looks committed but lacks its data.
     io::remove_tree(committed[i].path + "/" + kCommitFile);
     io::fsync_dir(committed[i].path);
     io::remove_tree(committed[i].path);
   }
-  if (committed.size() >= keep_last_) io::fsync_dir(root_);
+  if (committed.size() >= keep_last) io::fsync_dir(root_);
 }
 
 }  // namespace distckpt
