@@ -146,10 +146,20 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     StateDict request = layout.state_dict();
     LoadOptions options{StrictHandling::kReturnUnexpected};
     options.exchange = parse_load_exchange(a.load_exchange);
+    // Safetensors and torch.save files hold weights only (no optimizer state,
+    // objects or common values, even where a conversion carried optimizer
+    // tensors along): training starts over from them at iteration 0.
+    const StorageFormat source = detect_storage_format(a.load_dir);
+    const bool weights_source = !a.load_mapping.empty() || source != StorageFormat::kDistckpt;
     if (!a.load_mapping.empty()) {
-      // Weights only (a Hugging Face directory has no optimizer state, objects or common values).
       options.mapping = find_mapping(layout.save_options().name_mappings, a.load_mapping, "the layout schema");
+    }
+    if (weights_source) {
       request = weights_only(request);
+      if (comm.rank() == 0) {
+        fmt::print("{} holds weights only ({}): starting at iteration 0 with fresh optimizer state\n", a.load_dir,
+                   storage_format_name(source));
+      }
     } else if constexpr (kStateful) {
       merge(request, layout_optimizer.load_request(optimizer));
     }
@@ -175,7 +185,15 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       torch::NoGradGuard no_grad;
       for (auto& [name, tensor] : params) tensor.copy_(result.state_dict.at(name).as_tensor());  // fused: merged
     }
-    if (a.load_mapping.empty()) {
+    if (!weights_source) {
+      if (!result.state_dict.contains("iteration")) {
+        const std::string common_file = a.load_dir + "/common.fb";
+        throw CheckpointError(fmt::format("the checkpoint '{}' has no common value 'iteration' (not in '{}'): it was "
+                                          "not saved by this trainer. To start from its weights, convert it "
+                                          "(distckpt convert {} DIR --to safetensors) and --load DIR",
+                                          a.load_dir, common_file, a.load_dir),
+                              common_file);
+      }
       if constexpr (kStateful) layout_optimizer.load_state_dict(optimizer, result.state_dict);
       iteration = result.state_dict.at("iteration").as_int();
     }

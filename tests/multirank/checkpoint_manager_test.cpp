@@ -3,10 +3,14 @@
 #include "distckpt/api/checkpoint_manager.h"
 
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "distckpt/distckpt.h"
 #include "distckpt/version.h"
@@ -118,7 +122,136 @@ TEST(CheckpointManager, DamagedTrackerAndUncommittedIterationsAreErrors) {
   io::write_file_atomic(root + "/latest_checkpointed_iteration.txt", "7\n");
   EXPECT_TRUE(throws_with<CheckpointError>([&] { manager.latest_iteration(); },
                                            "names iteration 7, but '" + root + "/iter_0000007' is not a committed"));
-  EXPECT_TRUE(throws_with<Error>([&] { manager.path_for(-1); }, "iteration -1 is negative"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { manager.path_for(-1); }, "iteration -1 is negative"));
+}
+
+// Falling back to the newest intact checkpoint: three iterations saved by 2
+// ranks; damage is a flipped data byte that only rank 1 reads (its own rows
+// of "w"), so only rank 1 finds it, yet every rank moves on together.
+class FallbackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_ranks(2, [&](Communicator& comm) {
+      CheckpointManager manager(root_);
+      for (int64_t it : {100, 200, 300}) manager.save(state(comm.rank(), static_cast<double>(it)), it, comm);
+    });
+    for (int64_t it : {100, 200, 300}) digests_[it] = digest_lines(manager_.path_for(it));
+  }
+
+  static std::string digest_lines(const std::string& dir) {
+    std::string out;
+    for (const TensorDigest& d : digest_checkpoint(dir)) out += d.line() + "\n";
+    return out;
+  }
+
+  // Flips one byte of rank 1's rows of "w" in iteration `it` (rank 1 wrote them to its own file).
+  void damage(int64_t it) {
+    const std::string file = manager_.path_for(it) + "/data/rank_00001.bin";
+    std::string bytes = io::read_file(file, 1 << 20);
+    ASSERT_FALSE(bytes.empty());
+    bytes[0] = static_cast<char>(bytes[0] ^ 0x10);
+    io::write_file_atomic(file, bytes);
+  }
+
+  // Loads the latest on 2 ranks (each its own rows), resaves what it got,
+  // and returns the iteration each rank loaded, with the resave's digest.
+  std::vector<int64_t> load_latest_everywhere(std::string& resaved_digest,
+                                              std::vector<std::vector<SkippedCheckpoint>>& skipped) {
+    std::vector<int64_t> loaded(2, -1);
+    skipped.assign(2, {});
+    const std::string resaved = tmp_.path() + "/resaved";
+    run_ranks(2, [&](Communicator& comm) {
+      const CheckpointManager manager(root_);
+      LatestLoadResult r = manager.load_latest(state(comm.rank(), 0), comm);
+      loaded[static_cast<size_t>(comm.rank())] = r.iteration;
+      skipped[static_cast<size_t>(comm.rank())] = r.skipped;
+      StateDict again = state(comm.rank(), 0);
+      again["w"].as_sharded_tensor().data = r.state_dict.at("w").as_tensor();
+      again["iteration"] = r.state_dict.at("iteration");
+      SaveOptions options;
+      options.overwrite = true;
+      save(again, resaved, comm, options);
+    });
+    resaved_digest = digest_lines(resaved);
+    return loaded;
+  }
+
+  TempDir tmp_{"fallback"};
+  const std::string root_ = tmp_.path() + "/run";
+  const CheckpointManager manager_{root_};
+  std::map<int64_t, std::string> digests_;
+};
+
+TEST_F(FallbackTest, ADamagedNewestCheckpointFallsBackToTheNextOnEveryRank) {
+  damage(300);
+  std::vector<std::string> warnings;
+  const LogSink previous = set_log_sink([&](LogLevel, const std::string& m) { warnings.push_back(m); });
+  std::string digest;
+  std::vector<std::vector<SkippedCheckpoint>> skipped;
+  const std::vector<int64_t> loaded = load_latest_everywhere(digest, skipped);
+  set_log_sink(previous);
+  EXPECT_EQ(loaded, (std::vector<int64_t>{200, 200}));
+  EXPECT_EQ(digest, digests_[200]);
+  for (const auto& s : skipped) {
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].iteration, 300);
+    EXPECT_EQ(s[0].error_class, "CorruptionError");
+    EXPECT_THAT(s[0].reason, ::testing::HasSubstr("rank 1 (CorruptionError)"));
+    EXPECT_THAT(s[0].reason, ::testing::HasSubstr("(file 'data/rank_00001.bin'"));
+    EXPECT_THAT(s[0].reason, ::testing::HasSubstr("distckpt verify " + manager_.path_for(300)));
+  }
+  // One warning (rank 0's), naming the iteration and the cause.
+  ASSERT_EQ(warnings.size(), 1u) << ::testing::PrintToString(warnings);
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("iteration 300 under '" + root_ + "' does not load (CorruptionError)"));
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("falling back to the next older checkpoint"));
+}
+
+TEST_F(FallbackTest, TwoDamagedCheckpointsFallBackToTheThird) {
+  damage(300);
+  damage(200);
+  std::string digest;
+  std::vector<std::vector<SkippedCheckpoint>> skipped;
+  EXPECT_EQ(load_latest_everywhere(digest, skipped), (std::vector<int64_t>{100, 100}));
+  EXPECT_EQ(digest, digests_[100]);
+  EXPECT_EQ(skipped[0].size(), 2u);
+  EXPECT_EQ(skipped[1].size(), 2u);
+}
+
+TEST_F(FallbackTest, NoIntactCheckpointIsOneErrorOnEveryRank) {
+  for (int64_t it : {100, 200, 300}) damage(it);
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](Communicator& comm) {
+    const CheckpointManager manager(root_);
+    try {
+      manager.load_latest(state(comm.rank(), 0), comm);
+      ADD_FAILURE() << "rank " << comm.rank() << " loaded a damaged checkpoint";
+    } catch (const CorruptionError& e) {
+      messages[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_THAT(messages[0], ::testing::HasSubstr("no committed checkpoint under '" + root_ +
+                                                "' loads; tried 3 iteration(s), newest first:\n  iteration 300 "
+                                                "(CorruptionError): "));
+  EXPECT_THAT(messages[0], ::testing::HasSubstr("\n  iteration 100 (CorruptionError): "));
+}
+
+TEST_F(FallbackTest, WithoutFallbackTheDamageIsTheError) {
+  damage(300);
+  run_ranks(2, [&](Communicator& comm) {
+    const CheckpointManager manager(root_, CheckpointManagerOptions{0, /*fall_back=*/false});
+    EXPECT_TRUE(throws_with<CorruptionError>([&] { manager.load_latest(state(comm.rank(), 0), comm); },
+                                             "rank 1 (CorruptionError)"));
+  });
+}
+
+TEST_F(FallbackTest, LsVerifyShowsWhichCheckpointsAreIntact) {
+  damage(200);
+  const CommandResult ls = run_command(std::string(DISTCKPT_BIN_DIR) + "/distckpt ls --verify " + root_);
+  EXPECT_EQ(ls.exit_code, 0) << ls.output;
+  EXPECT_NE(ls.output.find(root_ + "/iter_0000100  intact\n"), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find(root_ + "/iter_0000200  corrupt: "), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find(root_ + "/iter_0000300  (latest)  intact\n"), std::string::npos) << ls.output;
 }
 
 TEST(CheckpointCommands, DiffRemoveAndExtract) {
@@ -176,9 +309,10 @@ TEST(CheckpointCommands, DiffRemoveAndExtract) {
   const CommandResult py = run_command("/usr/bin/python3 -c \"import torch; t = torch.load('" + tmp.path() +
                                        "/w.pt')['w']; print(t.shape, float(t.sum()))\"");
   EXPECT_EQ(py.output, "torch.Size([4, 3]) 66.0\n");
-  EXPECT_TRUE(throws_with<Error>([&] { extract_tensor(a, "w", tmp.path() + "/w.pt"); }, "exists; name a new file"));
   EXPECT_TRUE(
-      throws_with<Error>([&] { extract_tensor(a, "w", tmp.path() + "/w.npy"); }, "must end in .safetensors or .pt"));
+      throws_with<UsageError>([&] { extract_tensor(a, "w", tmp.path() + "/w.pt"); }, "exists; name a new file"));
+  EXPECT_TRUE(throws_with<UsageError>([&] { extract_tensor(a, "w", tmp.path() + "/w.npy"); },
+                                      "must end in .safetensors or .pt"));
   const CommandResult missing = run_command(bin + "extract " + a + " nope --to " + tmp.path() + "/n.pt");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("holds no tensor 'nope'"), std::string::npos) << missing.output;
@@ -246,7 +380,7 @@ TEST(CheckpointCommands, UnknownCommandsAndMissingRootsAreClearErrors) {
   EXPECT_EQ(ls.output, "distckpt ls: '" + tmp.path() + "/nope' does not exist\n");
   const CommandResult inspect = run_command(bin + " inspect " + tmp.path() + "/nope");
   EXPECT_EQ(inspect.exit_code, 2);
-  EXPECT_EQ(inspect.output, "distckpt: '" + tmp.path() + "/nope' does not exist\n");
+  EXPECT_EQ(inspect.output, "distckpt: CheckpointError: '" + tmp.path() + "/nope' does not exist\n");
   // A root of iter_* checkpoints given where one checkpoint is expected.
   io::make_dirs(tmp.path() + "/iter_0000010");
   const CommandResult root = run_command(bin + " inspect " + tmp.path());

@@ -332,14 +332,24 @@ int main(int argc, char** argv) {
   auto* ls_cmd = app.add_subcommand("ls", "the iter_* checkpoints under ROOT: committed or not, which is latest");
   ls_cmd->add_option("root", dir, "directory holding iter_* checkpoints")->required();
   ls_cmd->add_flag("--json", as_json, "machine-readable output");
+  bool verify_each = false;
+  ls_cmd->add_flag("--verify", verify_each,
+                   "check each committed checkpoint as verify does (reads every byte): intact, or its first problem");
   std::string second;
   auto* rm_cmd = app.add_subcommand("rm-tensors", "remove the tensors whose key starts with PREFIX from DIR");
   rm_cmd->add_option("dir", dir, "checkpoint directory")->required();
   rm_cmd->add_option("prefix", second, "key prefix")->required();
-  auto* diff_cmd = app.add_subcommand("diff", "per tensor: equal, or where A and B differ; exit 0 equal, 1 different");
+  auto* diff_cmd = app.add_subcommand(
+      "diff",
+      "per tensor, common value and object: equal, or where A and B differ; exit 0 when the tensors and common "
+      "state are equal (objects too with --objects), 1 when they differ");
   diff_cmd->add_option("a", dir, "checkpoint")->required();
   diff_cmd->add_option("b", second, "checkpoint")->required();
   diff_cmd->add_flag("--json", as_json, "machine-readable output");
+  bool compare_objects = false;
+  diff_cmd->add_flag("--objects", compare_objects,
+                     "objects decide too (objects saved on another shard grid, such as per-tp extra state after "
+                     "resharding, then count as different)");
   std::string key;
   auto* extract_cmd = app.add_subcommand("extract", "write one tensor, whole, to a .safetensors or .pt file");
   extract_cmd->add_option("dir", dir, "checkpoint")->required();
@@ -365,13 +375,14 @@ int main(int argc, char** argv) {
     if (*inspect_cmd) return inspect(dir, as_json);
     if (*verify_cmd) return verify(dir, as_json);
     if (*convert_cmd) return convert(dir, args);
-    if (*ls_cmd) return distckpt::cli::list_checkpoints(dir, as_json);
+    if (*ls_cmd) return distckpt::cli::list_checkpoints(dir, as_json, verify_each);
     if (*rm_cmd) return distckpt::cli::remove_tensors(dir, second);
-    if (*diff_cmd) return distckpt::cli::diff_checkpoints(dir, second, as_json);
+    if (*diff_cmd) return distckpt::cli::diff_checkpoints(dir, second, as_json, compare_objects);
     if (*extract_cmd) return distckpt::cli::extract_tensor(dir, key, second);
     return digest(dir);
   } catch (const std::exception& e) {  // distckpt errors, and file system or LibTorch ones on the way
-    fmt::print(stderr, "distckpt: {}\n", e.what());
+    // The class first: scripts dispatch on it as programs do on the exception.
+    fmt::print(stderr, "distckpt: {}: {}\n", distckpt::error_class_name(distckpt::error_kind_of(e)), e.what());
     return 2;
   }
 }

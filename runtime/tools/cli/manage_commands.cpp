@@ -7,6 +7,8 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/api/checkpoint_manager.h"
@@ -16,7 +18,7 @@
 
 namespace distckpt::cli {
 
-int list_checkpoints(const std::string& root, bool as_json) {
+int list_checkpoints(const std::string& root, bool as_json, bool verify) {
   std::error_code error;
   if (!std::filesystem::is_directory(root, error)) {
     fmt::print(stderr, "distckpt ls: '{}' {}\n", root,
@@ -25,18 +27,41 @@ int list_checkpoints(const std::string& root, bool as_json) {
   }
   const CheckpointManager manager(root);
   const std::vector<CheckpointEntry> entries = manager.list();
+  // --verify: every committed one checked as `distckpt verify` would; the
+  // first problem of one that is not intact.
+  std::vector<std::optional<VerifyReport>> reports(entries.size());
+  if (verify) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].committed) reports[i] = verify_checkpoint(entries[i].path);
+    }
+  }
   if (as_json) {
     nlohmann::json j = nlohmann::json::array();
-    for (const CheckpointEntry& e : entries) {
-      j.push_back({{"iteration", e.iteration}, {"path", e.path}, {"committed", e.committed}, {"latest", e.latest}});
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const CheckpointEntry& e = entries[i];
+      nlohmann::json entry = {
+          {"iteration", e.iteration}, {"path", e.path}, {"committed", e.committed}, {"latest", e.latest}};
+      if (reports[i]) {
+        entry["verify"] = status_name(reports[i]->status);
+        entry["problems"] = reports[i]->problems;
+      }
+      j.push_back(std::move(entry));
     }
-    std::cout << j.dump(2) << '\n';
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return 0;
   }
   if (entries.empty()) fmt::print("{}: no iter_* checkpoints\n", root);
-  for (const CheckpointEntry& e : entries) {
-    fmt::print("{:>10}  {:<11} {}{}\n", e.iteration, e.committed ? "committed" : "incomplete", e.path,
-               e.latest ? "  (latest)" : "");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const CheckpointEntry& e = entries[i];
+    std::string verdict;
+    if (reports[i]) {
+      verdict = reports[i]->intact()
+                    ? "  intact"
+                    : fmt::format("  {}: {}", status_name(reports[i]->status),
+                                  reports[i]->problems.empty() ? "" : printable(reports[i]->problems[0]));
+    }
+    fmt::print("{:>10}  {:<11} {}{}{}\n", e.iteration, e.committed ? "committed" : "incomplete", e.path,
+               e.latest ? "  (latest)" : "", verdict);
   }
   return 0;
 }
@@ -52,21 +77,26 @@ int remove_tensors(const std::string& dir, const std::string& prefix) {
   return 0;
 }
 
-int diff_checkpoints(const std::string& left, const std::string& right, bool as_json) {
+int diff_checkpoints(const std::string& left, const std::string& right, bool as_json, bool compare_objects) {
   const CheckpointDiff d = distckpt::diff_checkpoints(left, right);
+  const bool equal = d.equal(compare_objects);
   if (as_json) {
     nlohmann::json j;
-    j["equal"] = d.equal();
+    j["equal"] = equal;
+    j["tensors_equal"] = d.tensors_equal();
+    j["objects_equal"] = d.objects_equal();
     j["tensors"] = nlohmann::json::array();
     for (const TensorDifference& t : d.tensors) {
       j["tensors"].push_back({{"key", t.key}, {"status", difference_status_name(t.status)}, {"detail", t.detail}});
     }
     j["common"] = {{"only_left", d.common_only_left}, {"only_right", d.common_only_right}, {"differ", d.common_differ}};
-    j["objects"] = {
-        {"only_left", d.objects_only_left}, {"only_right", d.objects_only_right}, {"differ", d.objects_differ}};
+    j["objects"] = {{"only_left", d.objects_only_left},
+                    {"only_right", d.objects_only_right},
+                    {"differ", d.objects_differ},
+                    {"other_grid", d.objects_other_grid}};
     j["content_metadata_differs"] = d.content_metadata_differs;
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    return d.equal() ? 0 : 1;
+    return equal ? 0 : 1;
   }
   for (const TensorDifference& t : d.tensors) {
     switch (t.status) {
@@ -102,9 +132,16 @@ int diff_checkpoints(const std::string& left, const std::string& right, bool as_
   for (const std::string& k : d.objects_only_left) fmt::print("- object {} (only in {})\n", printable(k), left);
   for (const std::string& k : d.objects_only_right) fmt::print("+ object {} (only in {})\n", printable(k), right);
   for (const std::string& k : d.objects_differ) fmt::print("! object {}\n", printable(k));
+  for (const std::string& k : d.objects_other_grid) {
+    fmt::print("~ object {} (saved under another layout: not compared)\n", printable(k));
+  }
   if (d.content_metadata_differs) fmt::print("! content metadata\n");
-  fmt::print("{}\n", d.equal() ? "equal" : "different");
-  return d.equal() ? 0 : 1;
+  if (equal && !d.objects_equal()) {
+    fmt::print("equal tensors and common state; objects differ (they decide with --objects)\n");
+  } else {
+    fmt::print("{}\n", equal ? "equal" : "different");
+  }
+  return equal ? 0 : 1;
 }
 
 int extract_tensor(const std::string& dir, const std::string& key, const std::string& file) {

@@ -88,6 +88,55 @@ void write_safetensors(const std::string& file, const std::string& key, const at
   io::write_file_atomic(file, bytes);
 }
 
+// Objects grouped by key: each key's shard grid and its shards by unique key.
+struct ObjectShards {
+  Shape grid;
+  std::map<std::string, const std::string*> shards;
+};
+
+std::map<std::string, ObjectShards> objects_by_key(const StateDict& objects) {
+  std::map<std::string, ObjectShards> out;
+  for (const auto& [unique_key, value] : objects.as_dict()) {
+    const ShardedObject& o = value.as_sharded_object();
+    ObjectShards& entry = out[o.key];
+    entry.grid = o.global_shape;
+    entry.shards.emplace(unique_key, &o.data);
+  }
+  return out;
+}
+
+void diff_objects(const StateDict& left_objects, const StateDict& right_objects, CheckpointDiff& out) {
+  const std::map<std::string, ObjectShards> a = objects_by_key(left_objects);
+  const std::map<std::string, ObjectShards> b = objects_by_key(right_objects);
+  for (const auto& [key, l] : a) {
+    const auto it = b.find(key);
+    if (it == b.end()) {
+      for (const auto& shard : l.shards) out.objects_only_left.push_back(shard.first);
+      continue;
+    }
+    const ObjectShards& r = it->second;
+    if (l.grid != r.grid) {
+      out.objects_other_grid.push_back(fmt::format("{}: grid {} vs {}", key, to_string(l.grid), to_string(r.grid)));
+      continue;
+    }
+    for (const auto& [unique_key, bytes] : l.shards) {
+      const auto other = r.shards.find(unique_key);
+      if (other == r.shards.end()) {
+        out.objects_only_left.push_back(unique_key);
+      } else if (*bytes != *other->second) {
+        out.objects_differ.push_back(unique_key);
+      }
+    }
+    for (const auto& shard : r.shards) {
+      if (!l.shards.count(shard.first)) out.objects_only_right.push_back(shard.first);
+    }
+  }
+  for (const auto& [key, r] : b) {
+    if (a.count(key)) continue;
+    for (const auto& shard : r.shards) out.objects_only_right.push_back(shard.first);
+  }
+}
+
 }  // namespace
 
 const char* difference_status_name(TensorDifference::Status status) {
@@ -108,12 +157,19 @@ const char* difference_status_name(TensorDifference::Status status) {
   return "unknown";
 }
 
-bool CheckpointDiff::equal() const {
-  for (const TensorDifference& t : tensors) {
-    if (t.status != TensorDifference::Status::kEqual) return false;
-  }
-  return common_only_left.empty() && common_only_right.empty() && common_differ.empty() && objects_only_left.empty() &&
-         objects_only_right.empty() && objects_differ.empty() && !content_metadata_differs;
+bool CheckpointDiff::tensors_equal() const {
+  return std::all_of(tensors.begin(), tensors.end(),
+                     [](const TensorDifference& t) { return t.status == TensorDifference::Status::kEqual; });
+}
+
+bool CheckpointDiff::objects_equal() const {
+  return objects_only_left.empty() && objects_only_right.empty() && objects_differ.empty() &&
+         objects_other_grid.empty();
+}
+
+bool CheckpointDiff::equal(bool including_objects) const {
+  return tensors_equal() && common_only_left.empty() && common_only_right.empty() && common_differ.empty() &&
+         !content_metadata_differs && (!including_objects || objects_equal());
 }
 
 CheckpointDiff diff_checkpoints(const std::string& left, const std::string& right) {
@@ -147,18 +203,7 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
   for (const Path& p : common.only_left) out.common_only_left.push_back(to_string(p));
   for (const Path& p : common.only_right) out.common_only_right.push_back(to_string(p));
   for (const Path& p : common.mismatch_paths()) out.common_differ.push_back(to_string(p));
-  const StateDict left_objects = load_all_sharded_objects(left);
-  const StateDict right_objects = load_all_sharded_objects(right);
-  for (const auto& [key, object] : left_objects.as_dict()) {
-    if (!right_objects.contains(key)) {
-      out.objects_only_left.push_back(key);
-    } else if (object.as_sharded_object().data != right_objects.at(key).as_sharded_object().data) {
-      out.objects_differ.push_back(key);
-    }
-  }
-  for (const auto& [key, object] : right_objects.as_dict()) {
-    if (!left_objects.contains(key)) out.objects_only_right.push_back(key);
-  }
+  diff_objects(load_all_sharded_objects(left), load_all_sharded_objects(right), out);
   const std::optional<StateDict> a_content = load_content_metadata(left);
   const std::optional<StateDict> b_content = load_content_metadata(right);
   out.content_metadata_differs =
@@ -169,9 +214,9 @@ CheckpointDiff diff_checkpoints(const std::string& left, const std::string& righ
 void extract_tensor(const std::string& dir, const std::string& key, const std::string& file) {
   const bool to_safetensors = ends_with(file, ".safetensors");
   if (!to_safetensors && !ends_with(file, ".pt")) {
-    throw Error(fmt::format("extract: '{}' must end in .safetensors or .pt (the format to write)", file));
+    throw UsageError(fmt::format("extract: '{}' must end in .safetensors or .pt (the format to write)", file));
   }
-  if (io::exists(file)) throw Error(fmt::format("extract: '{}' exists; name a new file", file));
+  if (io::exists(file)) throw UsageError(fmt::format("extract: '{}' exists; name a new file", file));
   const at::Tensor tensor = load_plain_tensor(dir, key);
   if (to_safetensors) {
     write_safetensors(file, key, tensor);

@@ -23,12 +23,21 @@ struct CheckpointDiff {
   std::vector<std::string> common_only_left;
   std::vector<std::string> common_only_right;
   std::vector<std::string> common_differ;
-  // Sharded objects, by unique key (KEY/shard_OFFSET_SHAPE), compared by bytes.
+  // Sharded objects. An object saved on the same shard grid on both sides
+  // is compared shard by shard, by bytes (unique keys KEY/shard_OFFSET_SHAPE);
+  // one saved on another grid (a per-tp object, say, after resharding) is
+  // layout-dependent and cannot be compared: "KEY: grid [2] vs [4]".
   std::vector<std::string> objects_only_left;
   std::vector<std::string> objects_only_right;
   std::vector<std::string> objects_differ;
+  std::vector<std::string> objects_other_grid;
   bool content_metadata_differs = false;  // SaveOptions::content_metadata
-  bool equal() const;
+  bool tensors_equal() const;
+  bool objects_equal() const;
+  // Tensors, common state and content metadata equal; objects as well when
+  // `including_objects` (a checkpoint resaved under another layout differs
+  // in its layout-dependent objects only).
+  bool equal(bool including_objects = true) const;
 };
 
 // Tensors are compared by their logical values, whatever layout saved them:
