@@ -6,11 +6,12 @@
     dcp.save(state_dict, storage_writer=distckpt.FileSystemWriter("ckpt2"))
     distckpt.load_plain_tensors("ckpt", keys=["embedding.word_embeddings.weight"])
 """
-from ._errors import CheckpointError, CorruptionError
+from ._errors import (CheckpointError, CommError, CorruptionError, Error, IoError, KeyMismatchError, ProtocolError,
+                      ShardingError, TimeoutError, UsageError)
 from ._reader import FileSystemReader
 from ._tools import inspect, load_content_metadata, load_plain_tensors, verify
 from ._writer import FileSystemWriter, __version__
 
 __all__ = ["FileSystemReader", "FileSystemWriter", "inspect", "verify", "load_plain_tensors", "load_content_metadata",
-           "CheckpointError",
-           "CorruptionError", "__version__"]
+           "Error", "UsageError", "ShardingError", "KeyMismatchError", "CheckpointError", "CorruptionError", "IoError",
+           "CommError", "TimeoutError", "ProtocolError", "__version__"]

@@ -10,7 +10,7 @@ import flatbuffers
 import numpy as np
 import torch
 
-from ._errors import CheckpointError, CorruptionError
+from ._errors import CheckpointError, CorruptionError, UsageError
 from ._format import DTYPE_NAMES, FORMAT_VERSION, OLDEST_VERSION, dtype_of, itemsize, name_of, numel
 
 try:
@@ -58,7 +58,7 @@ def encode(root: dict, content_metadata: Optional[dict] = None) -> bytes:
 
 def _encode(b, value, key, path):
     if len(path) > _MAX_NESTING:
-        raise CheckpointError(f"common state at '{'/'.join(path)}': nested deeper than {_MAX_NESTING} levels")
+        raise UsageError(f"common state at '{'/'.join(path)}': nested deeper than {_MAX_NESTING} levels")
     children = string = dtype = shape = data = None
     if isinstance(value, dict):
         kind = NodeKind.Dict
@@ -84,7 +84,7 @@ def _encode(b, value, key, path):
     elif isinstance(value, float):
         kind = NodeKind.Float
     else:
-        raise CheckpointError(f"common state at '{'/'.join(path)}': a {type(value).__name__} cannot be stored")
+        raise UsageError(f"common state at '{'/'.join(path)}': a {type(value).__name__} cannot be stored")
     if children is not None:
         _Node.StartChildrenVector(b, len(children))
         for c in reversed(children):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import xxhash
 
-from ._errors import CheckpointError, CorruptionError
+from ._errors import CheckpointError, CorruptionError, UsageError, from_os_error
 from ._paths import check_opened, inside, validate_relative
 
 try:
@@ -99,7 +99,7 @@ def name_of(dtype: torch.dtype) -> str:
     try:
         return DTYPE_NAMES[dtype]
     except KeyError:
-        raise CheckpointError(f"dtype {dtype} cannot be stored in a distckpt checkpoint (supported: "
+        raise UsageError(f"dtype {dtype} cannot be stored in a distckpt checkpoint (supported: "
                               f"{', '.join(DTYPES)}); convert the tensor first") from None
 
 
@@ -304,8 +304,7 @@ def open_regular(path: str) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
-        raise CorruptionError(f"{path}, part of the checkpoint, cannot be opened ({e.strerror}); the checkpoint is "
-                              "incomplete or damaged") from None
+        raise from_os_error(e, "open for reading", path, missing_is_corruption=True) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise CorruptionError(f"{path} is not a regular file; the checkpoint is damaged")
@@ -644,13 +643,16 @@ def write_all(fd: int, data) -> None:
 
 def write_file_atomic(path: str, data: bytes) -> None:
     """Temp file, fsync, rename, directory fsync: PATH holds the old bytes or
-    the new ones, never a part."""
+    the new ones, never a part. IoError naming the file when a call fails."""
     temp = f"{path}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, path)
+        fsync_dir(os.path.dirname(path) or ".")
+    except OSError as e:
+        raise from_os_error(e, "atomic write of", path) from None

@@ -7,7 +7,7 @@ import os
 import warnings
 import weakref
 
-from ._errors import CheckpointError, CorruptionError
+from ._errors import CheckpointError, CorruptionError, UsageError
 
 _MAX_PATH = 4096
 
@@ -87,7 +87,7 @@ def staging_paths(target: str):
     target = os.path.normpath(target)
     name = os.path.basename(target)
     if name in ("", ".", ".."):
-        raise CheckpointError(f"cannot write a checkpoint into '{target}': name a directory")
+        raise UsageError(f"cannot write a checkpoint into '{target}': name a directory")
     parent = os.path.dirname(target) or "."
     return target, parent, os.path.join(parent, f".{name}.distckpt-staging"), os.path.join(parent, f".{name}.distckpt-old")
 

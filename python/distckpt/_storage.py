@@ -8,7 +8,7 @@ import threading
 import torch
 
 from . import _common
-from ._errors import CorruptionError
+from ._errors import CorruptionError, from_os_error
 from ._format import (METADATA_FILE, check_recorded, decode_metadata, load_commit_marker, open_regular,
                       read_small, xxh3)
 from ._paths import check_opened, inside
@@ -116,7 +116,11 @@ class Checkpoint:
         view = memoryview(out)
         done = 0
         while done < len(view):
-            n = os.preadv(fd, [view[done:]], offset + done)
+            try:
+                n = os.preadv(fd, [view[done:]], offset + done)
+            except OSError as e:
+                path = os.path.join(self.path, self.metadata.files[file_index].path)
+                raise from_os_error(e, f"read of {len(view) - done} bytes at offset {offset + done} from", path) from None
             if n == 0:
                 raise CorruptionError(f"{os.path.join(self.path, self.metadata.files[file_index].path)} ends before "
                                       f"byte {offset + len(view)} ({what}); the checkpoint is corrupt")

@@ -8,7 +8,7 @@ import torch
 
 from . import _index
 from ._errors import CheckpointError, CorruptionError
-from ._format import dtype_of, itemsize, numel, unrepresentable_reason
+from ._format import COMMIT_FILE, COMMON_FILE, METADATA_FILE, dtype_of, itemsize, numel, unrepresentable_reason
 from ._reader import copy_region
 from ._storage import Checkpoint
 
@@ -42,10 +42,16 @@ def load_content_metadata(path) -> Optional[dict]:
 class VerifyReport:
     problems: List[str] = field(default_factory=list)
     bytes_checked: int = 0
+    not_a_checkpoint: bool = False  # no committed checkpoint, or an unknown format or version
 
     @property
     def intact(self) -> bool:
         return not self.problems
+
+    @property
+    def status(self) -> str:
+        """"intact", "corrupt" or "not_a_checkpoint", as `distckpt verify --json` says."""
+        return "not_a_checkpoint" if self.not_a_checkpoint else ("intact" if self.intact else "corrupt")
 
 
 def verify(path) -> VerifyReport:
@@ -58,6 +64,11 @@ def verify(path) -> VerifyReport:
         ckpt = Checkpoint(path)
     except CheckpointError as e:
         report.problems.append(str(e))
+        # The files of a save that never committed are a damaged checkpoint, as in C++.
+        uncommitted = any(os.path.lexists(os.path.join(os.fspath(path), name))
+                          for name in (METADATA_FILE, COMMON_FILE, "data"))
+        report.not_a_checkpoint = not isinstance(e, CorruptionError) and not (
+            uncommitted and not os.path.lexists(os.path.join(os.fspath(path), COMMIT_FILE)))
         return report
     with ckpt:
         try:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import _common, _dcp
-from ._errors import CheckpointError
+from ._errors import CheckpointError, Error, UsageError, from_os_error
 from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, METADATA_FILE, ChunkRecord,
                       FileRecord, Metadata, ObjectRecord, RecordedFile, TensorRecord, block_checksums,
                       commit_marker_text, encode_metadata, fsync_dir, load_commit_marker, name_of, write_all,
@@ -69,10 +69,10 @@ class FileSystemWriter(_dcp.StorageWriter):
                  content_metadata: Optional[dict] = None):
         super().__init__()
         if not 0 < block_size <= MAX_BLOCK_SIZE:
-            raise ValueError(f"block_size must be positive and at most {MAX_BLOCK_SIZE} (1 GiB; a reader holds a "
+            raise UsageError(f"block_size must be positive and at most {MAX_BLOCK_SIZE} (1 GiB; a reader holds a "
                              f"block in memory to check it), not {block_size}")
         if content_metadata is not None and not isinstance(content_metadata, dict):
-            raise ValueError(f"content_metadata must be a dict, not a {type(content_metadata).__name__}")
+            raise UsageError(f"content_metadata must be a dict, not a {type(content_metadata).__name__}")
         self.content_metadata = content_metadata
         self.path = os.fspath(path)
         self.overwrite = overwrite
@@ -113,8 +113,16 @@ class FileSystemWriter(_dcp.StorageWriter):
     def _write_data(self, plan, planner):
         rank = plan.storage_data.rank
         _, _, staging, _ = staging_paths(self.path)
-        fd = os.open(os.path.join(staging, rank_file(rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                     0o644)
+        path = os.path.join(staging, rank_file(rank))
+        try:
+            return self._write_rank_file(plan, planner, rank, path)
+        except OSError as e:
+            if isinstance(e, Error):
+                raise
+            raise from_os_error(e, "write of", path) from None
+
+    def _write_rank_file(self, plan, planner, rank, path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         results, offset = [], 0
         try:
             for item in plan.items:
