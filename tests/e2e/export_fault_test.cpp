@@ -5,6 +5,7 @@
 // exits 2 naming the file and the errno text and leaves nothing at the
 // destination and no staging file; a killed one leaves nothing at the
 // destination, and the next export cleans up after it and succeeds.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -55,7 +56,11 @@ class ExportFaultTest : public ::testing::Test {
     EXPECT_EQ(failed.exit_code, 2) << failed.output;
     EXPECT_THAT(failed.output, HasSubstr(file));
     EXPECT_THAT(failed.output, HasSubstr(errno_text));
+    EXPECT_EQ(failure_class(failed.output, "distckpt: "), "IoError") << failed.output;
     expect_nothing_left(dst);
+    record_fault(
+        fmt::format("convert --to {}: {} on '{}'", to, errno_text, std::filesystem::path(file).filename().string()),
+        failure_class(failed.output, "distckpt: ") + ", exit 2; nothing left at the destination");
   }
 
   TempDir dir_{"export-fault"};

@@ -5,6 +5,7 @@
 // errno text, commit nothing, keep the previous checkpoint of that name and
 // leave the next save working; a failed read must fail every rank naming the
 // file and the offset.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -23,10 +24,15 @@
 namespace {
 
 using ::testing::ContainsRegex;
+using ::testing::Each;
 using ::testing::ElementsAre;
+using ::testing::Eq;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::SizeIs;
+
+// A thread that cannot start (EAGAIN at the thread limit): neither a file nor a caller's mistake.
+const std::string kThreadStartClass = "Error";
 
 // Seed 1 saved once, by ranks as threads (cheaper than a launched job), into
 // a directory the tests copy: each starts from the same committed checkpoint.
@@ -68,10 +74,13 @@ class IoFaultTest : public ::testing::Test {
   // untouched, and that saving seed 3 works.
   void expect_failed_save_contained(const std::string& job_prefix, const std::string& file,
                                     const std::string& errno_text, const std::string& action = "save") {
+    probe_action_ = action;
     expect_contained(run_bounded(job_prefix + " " + probe_job(ckpt_, action, 2)), file, errno_text);
   }
-  // The same for the output of a job that saved seed 2 over seed 1.
-  void expect_contained(const CommandResult& faulty, const std::string& file, const std::string& errno_text) {
+  // The same for the output of a job that saved seed 2 over seed 1; both
+  // ranks raise `error_class`.
+  void expect_contained(const CommandResult& faulty, const std::string& file, const std::string& errno_text,
+                        const std::string& error_class = "IoError") {
     EXPECT_EQ(faulty.exit_code, 1) << faulty.output;
     EXPECT_THAT(faulty.output, ContainsRegex("distckpt-launch: rank [01] exited with code 1"));
     for (const std::string rank : {"0", "1"}) {
@@ -80,11 +89,19 @@ class IoFaultTest : public ::testing::Test {
       EXPECT_THAT(lines[0], HasSubstr("'" + file + "'"));
       EXPECT_THAT(lines[0], HasSubstr(errno_text));
     }
+    // The same class on both ranks, the faulting one's and the other's.
+    EXPECT_THAT(failure_classes(faulty.output, 2), Each(Eq(error_class))) << faulty.output;
     EXPECT_THAT(faulty.output, Not(HasSubstr("saved seed 2")));
 
     // Nothing of seed 2 committed or left behind; seed 1 as it was.
-    EXPECT_THAT(list_dir(dir_), ElementsAre("ckpt"));
-    EXPECT_EQ(digest(ckpt_), seed1().digest_text);
+    const std::vector<std::string> left = list_dir(dir_);
+    EXPECT_THAT(left, ElementsAre("ckpt"));
+    const bool kept = digest(ckpt_) == seed1().digest_text;
+    EXPECT_TRUE(kept);
+    record_fault(fmt::format("{} of 2 ranks: {} on '{}'", probe_action_, errno_text, relative(file)),
+                 fmt::format("{}; previous checkpoint {}; {} left beside it",
+                             describe_classes(failure_classes(faulty.output, 2)),
+                             kept ? "kept (same digest)" : "CHANGED", left.size() == 1 ? "nothing" : "something"));
 
     const CommandResult next = run_bounded(probe_job(ckpt_, "save", 3));
     EXPECT_EQ(next.exit_code, 0) << next.output;
@@ -96,6 +113,12 @@ class IoFaultTest : public ::testing::Test {
   }
 
   std::string staging_file(const std::string& name) const { return dir_ + "/.ckpt.distckpt-staging/" + name; }
+  // `path` below this test's directory, for the fault table.
+  std::string relative(const std::string& path) const {
+    return path.rfind(dir_ + "/", 0) == 0 ? path.substr(dir_.size() + 1) : path;
+  }
+
+  std::string probe_action_ = "async-save";  // the save expect_contained's job ran, for the fault table
 
   TempDir temp_{"io-fault"};
   // strace -P compares resolved paths.
@@ -105,7 +128,16 @@ class IoFaultTest : public ::testing::Test {
 
 TEST_F(IoFaultTest, NoSpaceOnDataWriteFailsEveryRankAndKeepsThePreviousCheckpoint) {
   const std::string file = staging_file("data/rank_00001.bin");
-  expect_failed_save_contained(strace_inject("pwrite64", file, "error=ENOSPC"), file, "No space left on device");
+  const CommandResult faulty =
+      run_bounded(strace_inject("pwrite64", file, "error=ENOSPC") + " " + probe_job(ckpt_, "save", 2));
+  // Both ranks hold the same report as data: rank 1 failed, with ENOSPC on its file.
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_THAT(lines_starting(faulty.output, "rank " + rank + " report: "),
+                ElementsAre(fmt::format("rank {} report: rank 1 IoError errno={} {}", rank, ENOSPC, file)))
+        << faulty.output;
+  }
+  probe_action_ = "save";
+  expect_contained(faulty, file, "No space left on device");
 }
 
 // Background staging returns before the data file exists everywhere: a rank
@@ -141,7 +173,7 @@ TEST_F(IoFaultTest, ABackgroundStagedSaveThatCannotStartItsWriterFailsEveryRankA
     ASSERT_FALSE(ran_out(r)) << "the job hung with rank 1's thread start " << when << " failed:\n" << r.output;
     reached = r.output.find("could not start a thread for writing") != std::string::npos;
     if (reached) {
-      expect_contained(r, file, "the process is at its thread limit");
+      expect_contained(r, file, "the process is at its thread limit", kThreadStartClass);
     } else {
       ASSERT_EQ(digest(ckpt_), seed1().digest_text) << "step " << when << " saved:\n" << r.output;
     }
@@ -196,6 +228,9 @@ TEST_F(IoFaultTest, ALoadThatCannotStartItsReaderFailsEveryRank) {
       ASSERT_THAT(lines, SizeIs(1)) << r.output;
       EXPECT_THAT(lines[0], HasSubstr("the process is at its thread limit"));
     }
+    EXPECT_THAT(failure_classes(r.output, 2), Each(Eq(kThreadStartClass))) << r.output;
+    record_fault("load of 2 ranks: rank 1 cannot start its reader thread (clone3 EAGAIN)",
+                 describe_classes(failure_classes(r.output, 2)));
   }
   EXPECT_TRUE(reached) << "no step failed the reader's thread";
 }
@@ -280,6 +315,9 @@ TEST_F(IoFaultTest, EioOnDataReadFailsTheLoadOnEveryRankNamingFileAndOffset) {
     EXPECT_THAT(lines[0],
                 ContainsRegex("read of [0-9]+ bytes at offset [0-9]+ from '" + file + "' failed: Input/output error"));
   }
+  EXPECT_THAT(failure_classes(loaded.output, 2), Each(Eq("IoError"))) << loaded.output;
+  record_fault("load of 2 ranks: EIO on every read of 'ckpt/data/rank_00000.bin'",
+               describe_classes(failure_classes(loaded.output, 2)) + ", naming the file and the offset");
 }
 
 TEST_F(IoFaultTest, LoadWithoutRoomInSharedMemoryHasEachRankReadItsParts) {
@@ -327,6 +365,9 @@ TEST(DiskFullTest, SaveLargerThanTheFileSystemFailsEveryRankAndKeepsThePreviousC
                                         "/.ckpt.distckpt-staging/data/rank_0000[01].bin' failed: No "
                                         "space left on device"));
   }
+  EXPECT_THAT(failure_classes(full.output, 2), Each(Eq("IoError"))) << full.output;
+  record_fault("save of 2 ranks into a full 8 MiB tmpfs (24 MiB checkpoint)",
+               describe_classes(failure_classes(full.output, 2)) + " (No space left on device)");
   EXPECT_THAT(list_dir(mnt), ElementsAre("ckpt"));
   EXPECT_EQ(digest(ckpt), before);
 

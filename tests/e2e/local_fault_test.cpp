@@ -105,6 +105,12 @@ TEST_P(LocalSaveFaultTest, FailsBothRanksAndKeepsThePreviousIteration) {
     EXPECT_THAT(lines[0], HasSubstr(path));
     EXPECT_THAT(lines[0], HasSubstr(f.errno_text));
   }
+  // The same class on both ranks: the faulting one's and the other's.
+  EXPECT_THAT(failure_classes(faulty.output, 2, "rank {}: "), ::testing::Each(::testing::Eq("IoError")))
+      << faulty.output;
+  record_fault(fmt::format("local save of 2 ranks: {} {} on rank {}'s {}", f.syscalls, f.tamper, f.holder,
+                           f.holder == f.owner ? "own file" : "replica of rank " + std::to_string(f.owner)),
+               describe_classes(failure_classes(faulty.output, 2, "rank {}: ")) + "; iteration 1 kept");
   expect_only_iteration(1);
   expect_load(1, 0);
   save(2);
