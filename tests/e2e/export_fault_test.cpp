@@ -48,19 +48,19 @@ class ExportFaultTest : public ::testing::Test {
   // The export fails under `tamper` of `syscalls` on `file`, naming it and `errno_text`.
   void expect_failed(const std::string& to, const std::string& dst, const std::string& syscalls,
                      const std::string& file, const std::string& tamper, const std::string& errno_text) {
-    expect_failed_under(strace_inject(syscalls, file, tamper), to, dst, file, errno_text);
+    expect_failed_under(strace_inject(syscalls, file, tamper), to, dst, file, errno_text, syscalls + " " + tamper);
   }
   void expect_failed_under(const std::string& prefix, const std::string& to, const std::string& dst,
-                           const std::string& file, const std::string& errno_text) {
+                           const std::string& file, const std::string& errno_text,
+                           const std::string& fault = "the first pwrite64 error=ENOSPC") {
     const CommandResult failed = convert(prefix, dst, to);
     EXPECT_EQ(failed.exit_code, 2) << failed.output;
     EXPECT_THAT(failed.output, HasSubstr(file));
     EXPECT_THAT(failed.output, HasSubstr(errno_text));
     EXPECT_EQ(failure_class(failed.output, "distckpt: "), "IoError") << failed.output;
     expect_nothing_left(dst);
-    record_fault(
-        fmt::format("convert --to {}: {} on '{}'", to, errno_text, std::filesystem::path(file).filename().string()),
-        failure_class(failed.output, "distckpt: ") + ", exit 2; nothing left at the destination");
+    record_fault(fmt::format("convert --to {}: {} on '{}'", to, fault, std::filesystem::path(file).filename().string()),
+                 failure_class(failed.output, "distckpt: ") + ", exit 2; nothing left at the destination");
   }
 
   TempDir dir_{"export-fault"};
