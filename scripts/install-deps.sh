@@ -17,6 +17,7 @@ PACKAGES=(
   python3-torch                       # interop tests (safetensors, torch.save) and the PyTorch DCP baseline
   python3-flatbuffers python3-xxhash  # the Python package (python/): FlatBuffers bindings, block checksums
   iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
+  libcurl4-openssl-dev libssl-dev     # the S3 client: HTTP(S) over libcurl, SigV4 signing with libcrypto
 )
 
 missing=()
