@@ -383,6 +383,7 @@ TEST(CheckpointCommands, UnknownCommandsAndMissingRootsAreClearErrors) {
   EXPECT_EQ(inspect.output, "distckpt: CheckpointError: '" + tmp.path() + "/nope' does not exist\n");
   // A root of iter_* checkpoints given where one checkpoint is expected.
   io::make_dirs(tmp.path() + "/iter_0000010");
+  io::write_file_atomic(tmp.path() + "/iter_0000010/metadata.json", "{}");  // what a save leaves
   const CommandResult root = run_command(bin + " inspect " + tmp.path());
   EXPECT_EQ(root.exit_code, 2);
   EXPECT_NE(

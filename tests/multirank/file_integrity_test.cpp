@@ -115,7 +115,7 @@ TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll)
   const std::string data1 = dir + "/data/rank_00001.bin", kept = tmp.path() + "/kept";
   ASSERT_EQ(std::rename(data1.c_str(), kept.c_str()), 0);
   ASSERT_EQ(::mkfifo(data1.c_str(), 0644), 0);
-  const std::string refusal = "checkpoint file " + data1 + " listed in the metadata is not a regular file";
+  const std::string refusal = "'" + data1 + "' is not a regular file (a FIFO)";
 
   StorageOptions lazy;
   lazy.check_every_file = false;

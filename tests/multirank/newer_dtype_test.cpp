@@ -23,7 +23,7 @@ using testing::global_tensor;
 // What a newer build writes for `key`: the same bytes under another dtype
 // name and its element size (the metadata is re-recorded in the marker).
 void rename_dtype(const std::string& dir, const std::string& key, const std::string& name) {
-  const storage::DistckptStorage stored(dir);
+  const storage::DistckptStorage stored(std::shared_ptr<Backend>(open_backend(dir)));
   CheckpointMetadata m = stored.metadata();
   CheckpointConfig config = stored.config();
   for (TensorRecord& t : m.tensors) {
@@ -98,7 +98,7 @@ void expect_readable_except_q(const std::string& dir, const std::string& dtype, 
 
   // Rewriting the metadata (removing w) keeps q's name and size.
   EXPECT_EQ(remove_sharded_tensors(dir, "w"), 1u);
-  const storage::DistckptStorage after(dir);
+  const storage::DistckptStorage after(std::shared_ptr<Backend>(open_backend(dir)));
   ASSERT_EQ(after.metadata().tensors.size(), 1u);
   EXPECT_EQ(stored_dtype_name(after.metadata().tensors[0]), dtype);
   EXPECT_TRUE(verify_checkpoint(dir).intact());

@@ -1,5 +1,5 @@
 // format layer: dtype names, metadata.fb (round trip and every semantic
-// check of the decoder) and check_files.
+// check of the decoder) and the check of the files it lists.
 #include <gtest/gtest.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -15,6 +15,8 @@
 #include "format/dtype.h"
 #include "format/metadata.h"
 #include "io/file.h"
+#include "storage/distckpt_storage.h"
+#include "storage/posix_backend.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
 
@@ -348,8 +350,9 @@ TEST(FormatMetadataTest, GarbageAndTruncatedBuffersAreCorruption) {
   EXPECT_TRUE(throws_with<CorruptionError>([&] { decode_metadata(encode_common_state(Value(1)), kOrigin); }, message));
 }
 
-TEST(FormatMetadataTest, CheckFilesComparesSizesAndKinds) {
+TEST(FormatMetadataTest, CheckListedFilesComparesSizesAndKinds) {
   TempDir dir("format");
+  storage::PosixBackend backend(dir.path());
   const CheckpointMetadata m = sample_metadata();
   io::make_dirs(dir.file("data"));
   const auto write = [&](const std::string& name, size_t n) {
@@ -358,33 +361,34 @@ TEST(FormatMetadataTest, CheckFilesComparesSizesAndKinds) {
   write("data/rank_0.bin", 4096);
   write("data/rank_1.bin", 4096);
   write("common.fb", 3);
-  check_files(m, dir.path());
+  storage::check_listed_files(m, backend);
 
   write("data/rank_1.bin", 4000);
   EXPECT_TRUE(throws_with<CorruptionError>(
-      [&] { check_files(m, dir.path()); },
+      [&] { storage::check_listed_files(m, backend); },
       "checkpoint file " + dir.file("data/rank_1.bin") + " has 4000 bytes but the metadata records 4096 bytes"));
   write("data/rank_1.bin", 4096);
   ASSERT_EQ(::unlink(dir.file("common.fb").c_str()), 0);
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); }, dir.file("common.fb") + " listed"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { storage::check_listed_files(m, backend); },
+                                           dir.file("common.fb") + " listed"));
   write("common.fb", 3);
   ASSERT_EQ(::unlink(dir.file("data/rank_0.bin").c_str()), 0);
   io::make_dirs(dir.file("data/rank_0.bin"));
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); }, "is not a regular file"));
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { storage::check_listed_files(m, backend); }, "is not a regular file"));
   io::remove_tree(dir.file("data/rank_0.bin"));
   // A data file that is a link out of the checkpoint (here to a file of the
   // right size) is refused; one within it is fine.
   TempDir outside("format-outside");
   io::write_file_atomic(outside.file("x.bin"), std::string(4096, 'x'));
   ASSERT_EQ(::symlink(outside.file("x.bin").c_str(), dir.file("data/rank_0.bin").c_str()), 0);
-  EXPECT_TRUE(throws_with<CorruptionError>([&] { check_files(m, dir.path()); },
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { storage::check_listed_files(m, backend); },
                                            dir.file("data/rank_0.bin") + " resolves to " +
                                                std::filesystem::canonical(outside.file("x.bin")).string() +
                                                ", outside the checkpoint"));
   ASSERT_EQ(::unlink(dir.file("data/rank_0.bin").c_str()), 0);
   write("data/copy.bin", 4096);
   ASSERT_EQ(::symlink("copy.bin", dir.file("data/rank_0.bin").c_str()), 0);
-  check_files(m, dir.path());
+  storage::check_listed_files(m, backend);
 }
 
 }  // namespace

@@ -14,13 +14,19 @@
 #include "distckpt/api/checkpoint_manager.h"
 #include "distckpt/api/compare.h"
 #include "distckpt/core/dict_utils.h"
+#include "distckpt/storage/backend.h"
 #include "plain_values.h"
 
 namespace distckpt::cli {
 
 int list_checkpoints(const std::string& root, bool as_json, bool verify) {
   std::error_code error;
-  if (!std::filesystem::is_directory(root, error)) {
+  if (is_object_store(root)) {
+    if (!location_exists(root)) {
+      fmt::print(stderr, "distckpt ls: '{}' holds no objects\n", root);
+      return 2;
+    }
+  } else if (!std::filesystem::is_directory(root, error)) {
     fmt::print(stderr, "distckpt ls: '{}' {}\n", root,
                std::filesystem::exists(root, error) ? "is not a directory" : "does not exist");
     return 2;

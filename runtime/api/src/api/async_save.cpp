@@ -99,8 +99,7 @@ AsyncRequest async_save(const StateDict& sharded_state_dict, const std::string& 
     // Device tensors: the copies to pinned memory run while the call returns; the writer waits for them.
     std::shared_ptr<const api::CopiesDone> copies;
     std::vector<SavePiece> pieces = api::make_save_pieces(p, &copies);
-    impl->job = std::make_unique<io::FileWriteJob>(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)),
-                                                   api::write_items_of(pieces, copies), pool, write_options);
+    impl->job = api::start_data_file(p, api::write_items_of(pieces, copies), pool, write_options);
   };
   if (staging == AsyncStaging::kBeforeReturn) {
     run_agreed(comm, "stage the data for an asynchronous save", [&] {

@@ -8,6 +8,7 @@
 #include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
+#include "distckpt/storage/backend.h"
 #include "format/commit.h"
 #include "format/dtype.h"
 #include "io/checksum.h"
@@ -22,9 +23,12 @@ constexpr uint64_t kDigestWindowBytes = uint64_t{32} << 20;
 // Where a directory without a commit marker came from: a save of ours that
 // never committed leaves its files behind (corrupt: not loadable); anything
 // else is simply not a checkpoint.
-bool has_uncommitted_save(const std::string& dir) {
-  return io::exists(io::safe_join(dir, kMetadataFile)) || io::exists(io::safe_join(dir, kCommonFile)) ||
-         io::is_dir(io::safe_join(dir, "data"));
+bool has_uncommitted_save(const std::string& location) {
+  if (!is_object_store(location)) {  // an empty data/ folder counts: a save was there
+    if (io::is_dir(io::safe_join(location, "data"))) return true;
+  }
+  const std::unique_ptr<Backend> backend = open_backend(location);
+  return backend->size_of(kMetadataFile) || backend->size_of(kCommonFile) || !backend->list("data/", 1).empty();
 }
 
 // Every tensor's stored pieces must tile its global shape exactly once, as
@@ -48,7 +52,7 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
     report.problems.push_back(std::move(problem));
     return report;
   };
-  if (!io::exists(path)) {
+  if (!location_exists(path)) {
     return stop(VerifyReport::Status::kNotACheckpoint, fmt::format("'{}' does not exist", path));
   }
   if (storage::is_torch_file(path)) {  // a torch.save file: its records against their CRC-32

@@ -1,4 +1,5 @@
-// CheckpointManager: iteration directories, the tracker file and keep-last-N.
+// CheckpointManager: iteration directories (or prefixes of an object store),
+// the tracker file and keep-last-N.
 #include "distckpt/api/checkpoint_manager.h"
 
 #include <fmt/format.h>
@@ -6,12 +7,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
 #include "distckpt/format/checkpoint_config.h"
+#include "distckpt/storage/backend.h"
 #include "format/commit.h"
 #include "io/file.h"
 
@@ -34,10 +38,10 @@ std::optional<int64_t> iteration_of(const std::string& name) {
 
 // The tracker's iteration; nullopt without a tracker. CheckpointError for
 // text that is not an iteration number.
-std::optional<int64_t> read_tracker(const std::string& root) {
-  const std::string tracker = root + "/" + CheckpointManager::kTrackerFile;
-  if (!io::exists(tracker)) return std::nullopt;
-  std::string text = io::read_file(tracker, 64);
+std::optional<int64_t> read_tracker(Backend& root) {
+  const std::string tracker = root.describe(CheckpointManager::kTrackerFile);
+  if (!root.size_of(CheckpointManager::kTrackerFile)) return std::nullopt;
+  std::string text = root.read_small(CheckpointManager::kTrackerFile, 64);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const std::optional<int64_t> iteration = iteration_of(kIterPrefix + text);
   if (!iteration) {
@@ -47,6 +51,30 @@ std::optional<int64_t> read_tracker(const std::string& root) {
                           tracker);
   }
   return iteration;
+}
+
+// The iter_* folders of an object store root (one listing of their objects).
+std::vector<std::string> object_store_iterations(Backend& root) {
+  std::set<std::string> names;
+  for (const StoredObject& o : root.list(kIterPrefix)) {
+    const size_t slash = o.name.find('/');
+    if (slash != std::string::npos) names.insert(o.name.substr(0, slash));
+  }
+  return {names.begin(), names.end()};
+}
+
+// Removes a committed checkpoint, its marker first: a removal cut short
+// never leaves something that looks committed but lacks its data.
+void remove_checkpoint(const std::string& path) {
+  if (is_object_store(path)) {
+    const std::unique_ptr<Backend> backend = open_backend(path);
+    backend->remove(kCommitFile);
+    for (const StoredObject& o : backend->list("")) backend->remove(o.name);
+    return;
+  }
+  io::remove_tree(path + "/" + kCommitFile);
+  io::fsync_dir(path);
+  io::remove_tree(path);
 }
 
 // Iterations as the text "300 200 100", for the broadcast.
@@ -68,7 +96,11 @@ CheckpointManager::CheckpointManager(std::string root, size_t keep_last)
     : CheckpointManager(std::move(root), CheckpointManagerOptions{keep_last}) {}
 
 CheckpointManager::CheckpointManager(std::string root, CheckpointManagerOptions options)
-    : root_(std::move(root)), options_(options) {}
+    : root_(std::move(root)), options_(options) {
+  while (root_.size() > 1 && root_.back() == '/' && root_.compare(root_.size() - 2, 2, ":/") != 0) root_.pop_back();
+}
+
+std::unique_ptr<Backend> CheckpointManager::root_backend() const { return open_backend(root_); }
 
 std::string CheckpointManager::path_for(int64_t iteration) const {
   if (iteration < 0) throw UsageError(fmt::format("CheckpointManager: iteration {} is negative", iteration));
@@ -81,7 +113,7 @@ SaveReport CheckpointManager::save(const StateDict& sharded_state_dict, int64_t 
   // The save's coordinator, which committed it, also updates the tracker.
   const bool coordinator = comm.rank() == options.coordinator_rank;
   run_agreed(comm, "create the checkpoint root", [&] {
-    if (coordinator) io::make_dirs(root_);
+    if (coordinator && !is_object_store(root_)) io::make_dirs(root_);
   });
   const SaveReport report = distckpt::save(sharded_state_dict, dir, comm, options);
   run_agreed(comm, "update the latest-checkpoint tracker", [&] {
@@ -98,7 +130,7 @@ void CheckpointManager::mark_committed(int64_t iteration) {
                     "one that is",
                     dir, root_));
   }
-  io::write_file_atomic(root_ + "/" + kTrackerFile, std::to_string(iteration) + "\n");
+  root_backend()->publish(kTrackerFile, std::to_string(iteration) + "\n", /*if_absent=*/false);
   // The new checkpoint and the tracker are durable: a failed removal of an
   // old one is worth a warning, not a failed save.
   try {
@@ -110,7 +142,7 @@ void CheckpointManager::mark_committed(int64_t iteration) {
 }
 
 std::optional<int64_t> CheckpointManager::latest_iteration() const {
-  const std::optional<int64_t> iteration = read_tracker(root_);
+  const std::optional<int64_t> iteration = read_tracker(*root_backend());
   if (iteration && !is_distributed_checkpoint(path_for(*iteration))) {
     throw CheckpointError(fmt::format("'{}/{}' names iteration {}, but '{}' is not a committed checkpoint", root_,
                                       kTrackerFile, *iteration, path_for(*iteration)));
@@ -119,7 +151,7 @@ std::optional<int64_t> CheckpointManager::latest_iteration() const {
 }
 
 std::vector<int64_t> CheckpointManager::load_candidates() const {
-  const std::optional<int64_t> tracked = read_tracker(root_);
+  const std::optional<int64_t> tracked = read_tracker(*root_backend());
   if (!tracked) {
     throw CheckpointError(fmt::format("'{}' has no {}: no checkpoint was committed there", root_, kTrackerFile));
   }
@@ -188,21 +220,31 @@ LatestLoadResult CheckpointManager::load_latest(const StateDict& sharded_state_d
 
 std::vector<CheckpointEntry> CheckpointManager::list() const {
   std::vector<CheckpointEntry> out;
-  std::error_code ec;
-  if (!fs::is_directory(root_, ec)) return out;
+  const bool object_store = is_object_store(root_);
+  std::vector<std::string> names;
+  if (object_store) {
+    names = object_store_iterations(*root_backend());
+  } else {
+    std::error_code ec;
+    if (!fs::is_directory(root_, ec)) return out;
+    for (const std::string& name : io::list_dir(root_)) {
+      // Links are not followed.
+      if (fs::is_directory(fs::symlink_status(fs::path(root_) / name, ec))) names.push_back(name);
+    }
+  }
+  if (names.empty()) return out;
   std::optional<int64_t> latest;
   try {
     latest = latest_iteration();
   } catch (const CheckpointError&) {
     // A damaged tracker marks nothing latest; the listing still helps repair it.
   }
-  for (const std::string& name : io::list_dir(root_)) {
+  for (const std::string& name : names) {
     const std::optional<int64_t> iteration = iteration_of(name);
-    const fs::path path = fs::path(root_) / name;
-    if (!iteration || !fs::is_directory(fs::symlink_status(path, ec))) continue;  // links are not followed
+    if (!iteration) continue;
     CheckpointEntry e;
     e.iteration = *iteration;
-    e.path = path.string();
+    e.path = root_ + "/" + name;
     try {
       e.committed = is_distributed_checkpoint(e.path);
     } catch (const Error&) {
@@ -227,13 +269,9 @@ void CheckpointManager::prune(int64_t kept_iteration) const {
   // Newest first; the one just committed counts as one of keep_last.
   std::sort(committed.begin(), committed.end(), [](const auto& a, const auto& b) { return a.iteration > b.iteration; });
   for (size_t i = keep_last - 1; i < committed.size(); ++i) {
-    // The marker goes first: a removal cut short never leaves a directory
-    // that looks committed but lacks its data.
-    io::remove_tree(committed[i].path + "/" + kCommitFile);
-    io::fsync_dir(committed[i].path);
-    io::remove_tree(committed[i].path);
+    remove_checkpoint(committed[i].path);
   }
-  if (committed.size() >= keep_last) io::fsync_dir(root_);
+  if (committed.size() >= keep_last && !is_object_store(root_)) io::fsync_dir(root_);
 }
 
 }  // namespace distckpt

@@ -14,11 +14,13 @@
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
+#include "distckpt/storage/backend.h"
 #include "format/commit.h"
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "io/file.h"
 #include "storage/distckpt_storage.h"
+#include "storage/posix_backend.h"
 
 namespace distckpt {
 namespace {
@@ -140,7 +142,13 @@ size_t remove_sharded_tensors(const std::string& dir, const std::string& key_pre
                     "prefix of the tensors to remove",
                     dir));
   }
-  const storage::DistckptStorage stored(dir);
+  if (is_object_store(dir)) {
+    throw UsageError(
+        fmt::format("remove_sharded_tensors: '{}' is in an object store; it rewrites a local checkpoint "
+                    "only (convert it without those keys instead)",
+                    dir));
+  }
+  const storage::DistckptStorage stored(std::make_shared<storage::PosixBackend>(dir));
   CheckpointMetadata metadata = stored.metadata();
   CheckpointConfig config = stored.config();
   // Every entry under the prefix goes, objects too (Megatron's rule): an

@@ -24,6 +24,7 @@
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
+#include "distckpt/storage/backend.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "io/file.h"
@@ -71,7 +72,10 @@ enum class Target { kFile, kDirectory };
 
 // The checks of the conversions that write one whole target.
 void check_whole_target(const std::string& dst, const ConvertOptions& options, Target target) {
-  if (target == Target::kDirectory ? !io::holds_nothing(dst) : io::lexists(dst)) {  // a dangling link too
+  const bool taken = is_object_store(dst)           ? location_exists(dst)
+                     : target == Target::kDirectory ? !io::holds_nothing(dst)
+                                                    : io::lexists(dst);  // a dangling link too
+  if (taken) {
     throw CheckpointError(
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
@@ -421,6 +425,12 @@ ConvertReport convert_to_safetensors(const std::string& src, const std::string& 
 }
 
 ConvertReport convert_to_torch(const std::string& src, const std::string& dst, const ConvertOptions& options) {
+  if (is_object_store(dst)) {
+    throw UsageError(
+        fmt::format("a torch.save file is written to a local path, not '{}'; convert to distckpt or "
+                    "safetensors there, or copy the file up afterwards",
+                    dst));
+  }
   check_whole_target(dst, options, Target::kFile);
   const std::unique_ptr<TensorSource> source = open_source(src, options);
   const StateDict common = common_values(*source, src);

@@ -6,6 +6,8 @@
 
 #include "api/save_commit.h"
 #include "api/save_items.h"
+#include "storage/object_commit.h"
+#include "storage/object_sink.h"
 
 namespace distckpt::api {
 namespace {
@@ -48,23 +50,56 @@ io::FileWriteOptions file_write_options(const SaveOptions& options) {
   return o;
 }
 
-void DistckptWriter::claim() { prepare_directory(save_.paths, save_.options.overwrite); }
+std::unique_ptr<io::FileWriteJob> start_data_file(const PreparedSave& save, std::vector<io::WriteItem> items,
+                                                  std::shared_ptr<io::BufferPool> pool, io::FileWriteOptions options) {
+  if (!save.object_store) {
+    return std::make_unique<io::FileWriteJob>(io::safe_join(save.paths.staging, plan::rank_file_path(save.rank)),
+                                              std::move(items), std::move(pool), options);
+  }
+  const std::string name = storage::object_data_name(save.rank, save.save_id);
+  std::shared_ptr<Backend> backend = save.object_store;
+  return std::make_unique<io::FileWriteJob>(
+      backend->describe(name),
+      [backend, name](bool /*direct_ok*/) { return storage::object_sink(backend->create(name, 0)); }, std::move(items),
+      std::move(pool), options);
+}
+
+void DistckptWriter::claim() {
+  if (save_.object_store) {
+    storage::claim_object_prefix(*save_.object_store, save_.options.overwrite);
+  } else {
+    prepare_directory(save_.paths, save_.options.overwrite);
+  }
+}
 
 std::string DistckptWriter::write(std::vector<SavePiece> pieces) {
   const bool from_device = std::any_of(pieces.begin(), pieces.end(),
                                        [](const SavePiece& p) { return p.data.defined() && !p.data.is_cpu(); });
   const io::FileWritten written =
-      io::FileWriteJob(io::safe_join(save_.paths.staging, plan::rank_file_path(save_.rank)), write_items_of(pieces),
-                       from_device ? pinned_sync_write_pool() : sync_write_pool(), file_write_options(save_.options))
-          .wait();
+      start_data_file(save_, write_items_of(pieces), from_device ? pinned_sync_write_pool() : sync_write_pool(),
+                      file_write_options(save_.options))
+          ->wait();
   save_.direct_io = written.direct;
   return encode_file_written(save_.rank, written);
 }
 
 void DistckptWriter::commit(const std::vector<std::string>& written) {
-  commit_checkpoint(save_.paths, final_metadata(save_, written), save_.common_state, save_.options.overwrite);
+  CheckpointMetadata metadata = final_metadata(save_, written);
+  if (!save_.object_store) {
+    commit_checkpoint(save_.paths, std::move(metadata), save_.common_state, save_.options.overwrite);
+    return;
+  }
+  for (FileRecord& f : metadata.files) f.path = storage::object_data_name(f.writer_rank, save_.save_id);
+  storage::commit_objects(*save_.object_store, std::move(metadata), save_.common_state, save_.options.overwrite,
+                          save_.save_id);
 }
 
-void DistckptWriter::discard() noexcept { discard_staging(save_.paths); }
+void DistckptWriter::discard() noexcept {
+  if (save_.object_store) {
+    storage::discard_objects(*save_.object_store, save_.save_id);
+  } else {
+    discard_staging(save_.paths);
+  }
+}
 
 }  // namespace distckpt::api

@@ -1,10 +1,14 @@
 // distckpt's own format as a StorageWriter: one data file per writing rank
-// (io::FileWriteJob: staged, checksummed, fsync'ed), the metadata filled in
-// from the save plan with every rank's offsets and checksums, the commit
-// marker last, then the staging directory renamed into place. It lives in
-// the save pipeline because its metadata is the plan.
+// (io::FileWriteJob: staged, checksummed, made durable), the metadata filled
+// in from the save plan with every rank's offsets and checksums, the commit
+// marker last. In a directory, the staging directory is then renamed into
+// place (api/save_commit.h); on an object store, where nothing renames, the
+// objects carry the save's id and the marker is published conditionally
+// (storage/object_commit.h). It lives in the save pipeline because its
+// metadata is the plan.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,12 @@ class DistckptWriter final : public StorageWriter {
  private:
   PreparedSave& save_;
 };
+
+// Starts writing this rank's data file of `save` (a file in the staging
+// directory, or an object of the object store): save() and async_save()
+// write it alike.
+std::unique_ptr<io::FileWriteJob> start_data_file(const PreparedSave& save, std::vector<io::WriteItem> items,
+                                                  std::shared_ptr<io::BufferPool> pool, io::FileWriteOptions options);
 
 // What a rank's data file tells the coordinator (offsets and checksums of
 // every item it wrote); asynchronous saves write their file themselves.

@@ -12,13 +12,13 @@ namespace distckpt::api {
 
 std::string encode_plan_announcement(const PlanAnnouncement& a) {
   flatbuffers::FlatBufferBuilder b(64);
-  b.Finish(fb::CreatePlanAnnouncement(b, a.structure_hash, a.cached_plan, a.common_hash, a.coordinator));
+  b.Finish(fb::CreatePlanAnnouncement(b, a.structure_hash, a.cached_plan, a.common_hash, a.coordinator, a.save_id));
   return plan::message_bytes(b);
 }
 
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin) {
   const auto& m = plan::verified_message<fb::PlanAnnouncement>(bytes, "plan announcement", origin);
-  return PlanAnnouncement{m.structure_hash(), m.cached_plan(), m.common_hash(), m.coordinator()};
+  return PlanAnnouncement{m.structure_hash(), m.cached_plan(), m.common_hash(), m.coordinator(), m.save_id()};
 }
 
 std::string encode_save_progress(uint64_t done) {

@@ -15,6 +15,7 @@ struct PlanAnnouncement {
   uint64_t cached_plan = 0;  // digest of the cached plan; 0: none
   uint64_t common_hash = 0;  // CommonLeafHashes::digest of the rank's common state
   int32_t coordinator = 0;   // SaveOptions::coordinator_rank as this rank has it
+  uint64_t save_id = 0;      // the coordinator's: names this save's objects on an object store
 };
 std::string encode_plan_announcement(const PlanAnnouncement& a);
 PlanAnnouncement decode_plan_announcement(std::string_view bytes, const std::string& origin);

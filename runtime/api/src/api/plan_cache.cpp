@@ -1,6 +1,7 @@
 #include "distckpt/api/plan_cache.h"
 
 #include "api/save_plan.h"
+#include "distckpt/storage/backend.h"
 #include "storage/distckpt_storage.h"
 
 namespace distckpt {
@@ -12,7 +13,7 @@ std::shared_ptr<SavePlanCache> SavePlanCache::create() { return std::shared_ptr<
 
 std::shared_ptr<SavePlanCache> SavePlanCache::from_checkpoint(const std::string& dir) {
   std::shared_ptr<SavePlanCache> cache = create();
-  const storage::DistckptStorage stored(dir, /*verify_checksums=*/false);
+  const storage::DistckptStorage stored(std::shared_ptr<Backend>(open_backend(dir)), /*verify_checksums=*/false);
   cache->state_->seed = std::make_shared<const CheckpointMetadata>(stored.metadata());
   return cache;
 }

@@ -37,7 +37,7 @@ void remove_previous(const std::string& old_copy, const std::string& target) {
 
 }  // namespace
 
-InFlightClaim::InFlightClaim(const io::StagingPaths& paths) : target_(paths.target) {
+InFlightClaim::InFlightClaim(const io::StagingPaths& paths, bool lock_directory) : target_(paths.target) {
   std::lock_guard<std::mutex> lock(claims_mutex());
   if (!claims().insert(target_).second) {
     throw CheckpointError(fmt::format(
@@ -45,6 +45,7 @@ InFlightClaim::InFlightClaim(const io::StagingPaths& paths) : target_(paths.targ
         "into the same directory again",
         target_));
   }
+  if (!lock_directory) return;
   try {
     io::make_dirs(paths.parent);  // a save may name a directory whose parent is still to come
     lock_ = std::make_unique<io::StagingLock>(paths);
@@ -94,15 +95,8 @@ void commit_checkpoint(const io::StagingPaths& paths, CheckpointMetadata metadat
   const std::string encoded = encode_metadata(metadata);
   io::write_file_atomic(paths.staging + "/" + kMetadataFile, encoded);
   io::fsync_dir(paths.staging + "/data");
-  CheckpointConfig config;
-  config.metadata = record_file(kMetadataFile, encoded);
-  config.common = record_file(kCommonFile, common_state);
-  config.format = kFormatName;
-  config.version = static_cast<int>(kFormatVersion);
-  config.sharded_backend = "distckpt-fb";
-  config.common_backend = "distckpt-fb";
-  config.world_size = metadata.world_size;
-  config.created_by = std::string("distckpt ") + DISTCKPT_VERSION;
+  const CheckpointConfig config =
+      commit_config(metadata.world_size, record_file(kMetadataFile, encoded), record_file(kCommonFile, common_state));
   write_commit_marker(paths.staging, config);
 
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);

@@ -17,7 +17,10 @@ namespace distckpt::api {
 // asynchronous ones), or of two processes (io::StagingLock).
 class InFlightClaim {
  public:
-  explicit InFlightClaim(const io::StagingPaths& paths);  // CheckpointError if already claimed
+  // CheckpointError if already claimed. Without `lock_directory` (an object
+  // store), only saves of this process are kept apart; an object store keeps
+  // two jobs apart at commit (storage/object_commit.h).
+  InFlightClaim(const io::StagingPaths& paths, bool lock_directory);
   ~InFlightClaim();
   InFlightClaim(const InFlightClaim&) = delete;
   InFlightClaim& operator=(const InFlightClaim&) = delete;

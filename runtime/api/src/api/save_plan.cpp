@@ -18,6 +18,7 @@
 #include "io/checksum.h"
 #include "plan/local_plan.h"
 #include "plan/partitioned_plan.h"
+#include "storage/object_commit.h"
 
 namespace distckpt {
 
@@ -235,7 +236,12 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
   try {
     announced = gather_agreed(comm, "prepare the state dict for saving", [&] {
       p->coordinator = checked_options(options, comm);
-      p->paths = io::staging_paths(dir);
+      if (is_object_store(dir)) {
+        p->paths.target = dir;  // written in place: object names carry the save's id
+        p->object_store = open_backend(dir);
+      } else {
+        p->paths = io::staging_paths(dir);
+      }
       if (!p->writer) p->writer = (p->owned_writer = make_writer(*p)).get();
       local = describe_local(*p, state_dict, p->is_coordinator());
       common_hashes = hash_common_leaves(p->split.common);
@@ -243,9 +249,10 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       const bool seed_fits = !cache || cache->valid || !cache->seed ||
                              plan::objects_written_by_main_replicas(*cache->seed, local, p->rank);
       const PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
-                                  cache && seed_fits ? cache->digest() : 0, common_hashes.digest(), p->coordinator};
+                                  cache && seed_fits ? cache->digest() : 0, common_hashes.digest(), p->coordinator,
+                                  p->is_coordinator() ? storage::new_save_id() : 0};
       if (p->is_coordinator()) {
-        p->claim = std::make_shared<InFlightClaim>(p->paths);
+        p->claim = std::make_shared<InFlightClaim>(p->paths, /*lock_directory=*/!p->object_store);
         p->writer->claim();
       }
       return encode_plan_announcement(mine);
@@ -270,6 +277,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
     coordinators.push_back(a.coordinator);
     p->plan_hashes.push_back(a.structure_hash);
     common_digests.push_back(a.common_hash);
+    if (static_cast<int>(r) == p->coordinator) p->save_id = a.save_id;
     if (r == 0) first_cached = a.cached_plan;
     same_cached_plan = same_cached_plan && a.cached_plan == first_cached;
   }

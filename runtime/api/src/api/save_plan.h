@@ -14,6 +14,7 @@
 #include "distckpt/api/options.h"
 #include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/communicator.h"
+#include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_writer.h"
 #include "io/staging.h"
 #include "plan/global_plan.h"
@@ -57,6 +58,10 @@ struct PreparedSave {
   StorageWriter* writer = nullptr;    // the caller's, or owned_writer
   std::unique_ptr<StorageWriter> owned_writer;
   bool direct_io = false;  // set by the distckpt writer
+  // Where the target is an object store (s3://): its backend, and the id
+  // naming this save's objects (the coordinator's, announced to every rank).
+  std::shared_ptr<Backend> object_store;
+  uint64_t save_id = 0;
   bool is_coordinator() const { return rank == coordinator; }
 
   // Coordinator only:

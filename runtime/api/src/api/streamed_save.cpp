@@ -9,6 +9,8 @@
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "plan/global_plan.h"
+#include "storage/object_commit.h"
+#include "storage/object_sink.h"
 
 namespace distckpt::api {
 
@@ -86,8 +88,11 @@ void StreamedSave::lay_out() {
   written_.assign(keys_.size(), 0);
   blocks_.resize(keys_.size());
   if (keys_.empty()) return;  // no data file, as save() writes none
-  file_ = io::File(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)), io::File::Mode::kCreateTruncate);
-  file_.resize(file_size_);  // the padding between items reads as zeros
+  if (p.object_store) {
+    sink_ = storage::object_sink(p.object_store->create(storage::object_data_name(p.rank, p.save_id), file_size_));
+  } else {
+    sink_ = io::file_sink(io::safe_join(p.paths.staging, plan::rank_file_path(p.rank)), /*try_direct=*/false);
+  }
 }
 
 StreamedSave::~StreamedSave() {
@@ -96,7 +101,8 @@ StreamedSave::~StreamedSave() {
 
 void StreamedSave::discard() noexcept {
   if (!prepared_ || !prepared_->claim) return;  // finalize_save discarded it already
-  file_ = io::File();                           // closed before its directory goes
+  if (sink_) sink_->abort();                    // closed before its directory goes
+  sink_.reset();
   prepared_->writer->discard();
   prepared_->claim.reset();
 }
@@ -106,8 +112,16 @@ void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64
     throw UsageError(fmt::format("streamed save: bytes [{}, {}) of tensor {} arrive out of order or past its end",
                                  offset, offset + n, index));
   }
-  file_.pwrite_all(data, n, offsets_[index] + offset);
+  sink_->write_at(offsets_[index] + offset, static_cast<const uint8_t*>(data), n);
   written_[index] += n;
+  if (written_[index] == lengths_[index]) {
+    // The padding to the next item, written: an object's part is sent only
+    // once every byte of it arrived.
+    static const std::vector<uint8_t> zeros(io::File::kDirectAlignment, 0);
+    const uint64_t end = offsets_[index] + lengths_[index];
+    const uint64_t padding = align_up(end, io::File::kDirectAlignment) - end;
+    if (padding > 0) sink_->write_at(end, zeros.data(), padding);
+  }
   if (!checksums_.empty() && checksums_[index]) {
     checksums_[index]->update(static_cast<const uint8_t*>(data), n);
     // Done now, not at commit: a tensor's unfinished hash state is 576
@@ -133,10 +147,7 @@ SaveReport StreamedSave::commit() {
         for (size_t i = 0; i < keys_.size(); ++i) {
           written.items.push_back({offsets_[i], lengths_[i], std::move(blocks_[i])});  // none for an empty tensor
         }
-        if (file_.is_open()) {
-          file_.sync();
-          file_.close();
-        }
+        if (sink_) sink_->finish(file_size_);
         return RankWritten{encode_file_written(prepared_->rank, written), keys_.size(), payload_};
       },
       *comm_);

@@ -12,7 +12,7 @@
 
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/communicator.h"
-#include "io/file.h"
+#include "io/byte_sink.h"
 
 namespace distckpt::api {
 
@@ -52,7 +52,7 @@ class StreamedSave {
   std::vector<std::vector<uint64_t>> blocks_;               // per tensor, once written
   uint64_t payload_ = 0;
   uint64_t file_size_ = 0;
-  io::File file_;
+  std::unique_ptr<io::ByteSink> sink_;  // the data file (or object); none without tensors
   bool committed_ = false;
 };
 

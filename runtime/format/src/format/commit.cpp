@@ -126,13 +126,9 @@ std::optional<std::string> foreign_writer_of(std::string_view text) {
   return foreign_writer(doc);
 }
 
-std::optional<std::string> read_marker(const std::string& dir) {
-  const std::string path = commit_path(dir);
-  if (!io::exists(path)) return std::nullopt;
-  return io::read_file_inside(dir, path, kMaxCommitFileBytes);
-}
-
 }  // namespace
+
+uint64_t max_commit_marker_bytes() { return kMaxCommitFileBytes; }
 
 CheckpointConfig parse_commit_marker(std::string_view text, const std::string& origin) {
   if (text.size() > kMaxCommitFileBytes) {
@@ -186,28 +182,37 @@ CheckpointConfig parse_commit_marker(std::string_view text, const std::string& o
   return config;
 }
 
-std::optional<CheckpointConfig> maybe_load_config(const std::string& dir) {
-  const std::optional<std::string> text = read_marker(dir);
+std::optional<CheckpointConfig> config_of_marker(std::string_view text, const std::string& origin) {
   // Like Megatron's for its own markers: another tool's checkpoint (a Megatron
-  // torch_dist one, say) is not a distckpt checkpoint; checkpoint_writer names the tool.
-  if (!text || foreign_writer_of(*text)) return std::nullopt;
-  return parse_commit_marker(*text, commit_path(dir));
+  // torch_dist one, say) is not a distckpt checkpoint; writer_of_marker names the tool.
+  if (foreign_writer_of(text)) return std::nullopt;
+  return parse_commit_marker(text, origin);
 }
 
-std::optional<std::string> checkpoint_writer(const std::string& dir) {
-  const std::optional<std::string> text = read_marker(dir);
-  if (!text) return std::nullopt;
-  if (std::optional<std::string> foreign = foreign_writer_of(*text)) return foreign;
-  parse_commit_marker(*text, commit_path(dir));  // a damaged marker of ours is reported, not guessed at
+std::string writer_of_marker(std::string_view text, const std::string& origin) {
+  if (std::optional<std::string> foreign = foreign_writer_of(text)) return *foreign;
+  parse_commit_marker(text, origin);  // a damaged marker of ours is reported, not guessed at
   return std::string(kFormatName);
 }
 
-// Like Megatron's: a damaged marker is reported (it throws), not taken for
-// "no checkpoint here", so a save never silently overwrites it (nor another
-// tool's checkpoint: a save refuses any non-empty directory without ours).
-bool is_distributed_checkpoint(const std::string& dir) { return maybe_load_config(dir).has_value(); }
+CheckpointConfig commit_config(int world_size, RecordedFile metadata, RecordedFile common) {
+  CheckpointConfig config;
+  config.metadata = std::move(metadata);
+  config.common = std::move(common);
+  config.format = kFormatName;
+  config.version = static_cast<int>(kFormatVersion);
+  config.sharded_backend = kBackendName;
+  config.common_backend = kBackendName;
+  config.world_size = world_size;
+  config.created_by = std::string("distckpt ") + DISTCKPT_VERSION;
+  return config;
+}
 
 void write_commit_marker(const std::string& dir, const CheckpointConfig& config) {
+  io::write_file_atomic(commit_path(dir), encode_commit_marker(config));
+}
+
+std::string encode_commit_marker(const CheckpointConfig& config) {
   if (config.world_size < 1) {
     throw UsageError(
         fmt::format("write_commit_marker: world_size {} is not valid (must be at least 1)", config.world_size));
@@ -229,7 +234,7 @@ void write_commit_marker(const std::string& dir, const CheckpointConfig& config)
     doc["metadata"] = recorded_json(*config.metadata);
     doc["common"] = recorded_json(*config.common);
   }
-  io::write_file_atomic(commit_path(dir), doc.dump(2) + "\n");
+  return doc.dump(2) + "\n";
 }
 
 RecordedFile record_file(const std::string& path, std::string_view bytes) {

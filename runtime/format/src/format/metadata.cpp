@@ -519,29 +519,4 @@ void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded
   }
 }
 
-void check_files(const CheckpointMetadata& metadata, const std::string& dir) {
-  // Each file must be a regular file inside the checkpoint (a FIFO or a
-  // device would make a read block or return other bytes; a link out of it
-  // would read another file) with exactly the recorded size.
-  const auto check_one = [&](const std::string& relative, std::optional<uint64_t> expected_size) {
-    const std::string path = io::safe_join(dir, relative);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      const int err = errno;
-      if (err == ENOENT) throw missing_listed_file(path);
-      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata cannot be used: {}; the "
-                                        "checkpoint is incomplete or was moved partially",
-                                        path, std::strerror(err)),
-                            path);
-    }
-    io::check_inside(dir, path);
-    if (!S_ISREG(st.st_mode)) {
-      throw CorruptionError(fmt::format("checkpoint file {} listed in the metadata is not a regular file", path), path);
-    }
-    if (expected_size) check_file_size(path, static_cast<uint64_t>(st.st_size), *expected_size);
-  };
-  for (const auto& f : metadata.files) check_one(f.path, f.size);
-  if (!metadata.common_file.empty()) check_one(metadata.common_file, std::nullopt);
-}
-
 }  // namespace distckpt

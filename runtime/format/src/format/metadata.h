@@ -49,7 +49,5 @@ CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& or
 CorruptionError missing_listed_file(const std::string& path);
 // CorruptionError naming `path` unless it has the `recorded` size.
 void check_file_size(const std::string& path, uint64_t actual, uint64_t recorded);
-// Checks every record against the actual data files (sizes, path safety).
-void check_files(const CheckpointMetadata& metadata, const std::string& dir);
 
 }  // namespace distckpt

@@ -30,7 +30,13 @@ uint64_t slice_size(const FileWriteOptions& o, uint64_t pool_capacity) {
 
 FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::shared_ptr<BufferPool> pool,
                            FileWriteOptions options)
-    : path_(std::move(path)), items_(std::move(items)), pool_(std::move(pool)), options_(options) {
+    : FileWriteJob(
+          path, [path](bool direct_ok) { return file_sink(path, direct_ok); }, std::move(items), std::move(pool),
+          options) {}
+
+FileWriteJob::FileWriteJob(std::string name, SinkFactory open_sink, std::vector<WriteItem> items,
+                           std::shared_ptr<BufferPool> pool, FileWriteOptions options)
+    : path_(std::move(name)), items_(std::move(items)), pool_(std::move(pool)), options_(options) {
   if (options_.threads < 1) throw UsageError(fmt::format("io_threads must be at least 1 (got {})", options_.threads));
   const uint64_t slice = slice_size(options_, pool_->capacity_bytes());
   uint64_t at = 0;
@@ -53,8 +59,7 @@ FileWriteJob::FileWriteJob(std::string path, std::vector<WriteItem> items, std::
     synced_ = true;  // nothing to write, no file
     return;
   }
-  file_ = File(path_, File::Mode::kCreateTruncate);
-  if (options_.direct_io && slice % File::kDirectAlignment == 0) file_.try_enable_direct();
+  sink_ = open_sink(options_.direct_io && slice % File::kDirectAlignment == 0);
   start();
 }
 
@@ -68,6 +73,7 @@ void FileWriteJob::start() {
 FileWriteJob::~FileWriteJob() {
   cancel();
   for (std::thread& t : threads_) t.join();
+  if (sink_ && !synced_) sink_->abort();
 }
 
 void FileWriteJob::cancel() {
@@ -96,7 +102,7 @@ void FileWriteJob::write(const Staged& staged) {
     }
   }
   // Padding up to the next aligned offset is where the next item starts.
-  file_.pwrite_all(staged.buffer.data(), align_up(s.bytes, File::kDirectAlignment), w.byte_offset + s.offset);
+  sink_->write_at(w.byte_offset + s.offset, staged.buffer.data(), align_up(s.bytes, File::kDirectAlignment));
 }
 
 void FileWriteJob::run() {
@@ -139,9 +145,8 @@ void FileWriteJob::run() {
       if (written_ == slices_.size() && !syncing_) {
         syncing_ = true;
         lock.unlock();
-        file_.sync();
-        result_.direct = file_.is_direct();
-        file_.close();
+        sink_->finish(result_.file_size);
+        result_.direct = sink_->direct();
         lock.lock();
         synced_ = true;
         progress_.notify_all();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "io/buffer_pool.h"
+#include "io/byte_sink.h"
 #include "io/file.h"
 
 namespace distckpt::io {
@@ -59,6 +60,12 @@ class FileWriteJob {
  public:
   // Creates the file (none when `items` is empty) and starts the threads.
   FileWriteJob(std::string path, std::vector<WriteItem> items, std::shared_ptr<BufferPool> pool,
+               FileWriteOptions options);
+  // The same into the sink `open_sink` makes (an object of a backend); its
+  // argument says whether O_DIRECT would suit the slices. `name` is for
+  // messages. Unfinished, the sink is aborted.
+  using SinkFactory = std::function<std::unique_ptr<ByteSink>(bool direct_ok)>;
+  FileWriteJob(std::string name, SinkFactory open_sink, std::vector<WriteItem> items, std::shared_ptr<BufferPool> pool,
                FileWriteOptions options);
   // Cancels what is left and joins the threads; never throws. A file that was
   // not finished stays behind, incomplete: the caller owns its directory.
@@ -99,7 +106,7 @@ class FileWriteJob {
   std::vector<WriteItem> items_;
   std::shared_ptr<BufferPool> pool_;
   FileWriteOptions options_;
-  File file_;
+  std::unique_ptr<ByteSink> sink_;
   std::vector<Slice> slices_;
   FileWritten result_;
   uint64_t payload_ = 0;

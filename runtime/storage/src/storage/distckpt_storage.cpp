@@ -4,13 +4,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "distckpt/core/errors.h"
 #include "format/commit.h"
 #include "format/common_state.h"
 #include "format/metadata.h"
-#include "io/file.h"
+#include "storage/commit_marker.h"
 
 namespace distckpt::storage {
 namespace {
@@ -19,41 +21,63 @@ namespace {
 // larger file is refused before it is read.
 constexpr uint64_t kMaxFlatBufferBytes = (uint64_t{1} << 31) - 1;
 
-// Whether `dir` is a root of iter_* checkpoints (CheckpointManager's layout)
-// rather than a checkpoint.
-bool holds_iterations(const std::string& dir) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    if (entry.path().filename().string().rfind("iter_", 0) == 0) return true;
+// A file the metadata (or the marker) lists: a missing one means an
+// incomplete checkpoint.
+std::string read_listed(Backend& backend, const std::string& name, uint64_t max_bytes) {
+  try {
+    return backend.read_small(name, max_bytes);
+  } catch (const IoError& e) {
+    if (e.error_number() == ENOENT) throw missing_listed_file(backend.describe(name));
+    throw;
   }
-  return false;
 }
 
 }  // namespace
 
-DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool check_every_file) : dir_(std::move(dir)) {
-  std::optional<CheckpointConfig> config = maybe_load_config(dir_);
+void check_listed_files(const CheckpointMetadata& metadata, Backend& backend) {
+  // Each file must be a regular object inside the checkpoint (a FIFO or a
+  // device would make a read block or return other bytes; a link out of it
+  // would read another file) with exactly the recorded size.
+  std::vector<std::string> names;
+  names.reserve(metadata.files.size() + 1);
+  for (const FileRecord& f : metadata.files) names.push_back(f.path);
+  if (!metadata.common_file.empty()) names.push_back(metadata.common_file);
+  const std::vector<std::optional<uint64_t>> sizes = backend.sizes_of(names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!sizes[i]) throw missing_listed_file(backend.describe(names[i]));
+    if (i < metadata.files.size()) check_file_size(backend.describe(names[i]), *sizes[i], metadata.files[i].size);
+  }
+}
+
+DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_checksums, bool check_every_file)
+    : backend_(std::move(backend)) {
+  const std::optional<std::string> marker = read_commit_marker(*backend_);
+  std::optional<CheckpointConfig> config =
+      marker ? config_of_marker(*marker, backend_->describe(kCommitFile)) : std::nullopt;
+  const std::string& where = backend_->location();
   if (!config) {
-    if (const std::optional<std::string> writer = checkpoint_writer(dir_)) {
-      throw CheckpointError(fmt::format("{}/{}: was written by '{}', not distckpt; load it with the tool that wrote it",
-                                        dir_, kCommitFile, *writer),
-                            io::safe_join(dir_, kCommitFile));
+    if (marker) {
+      throw CheckpointError(
+          fmt::format("{}: was written by '{}', not distckpt; load it with the tool that wrote it",
+                      backend_->describe(kCommitFile), writer_of_marker(*marker, backend_->describe(kCommitFile))),
+          backend_->describe(kCommitFile));
     }
-    if (!io::exists(dir_)) throw CheckpointError(fmt::format("'{}' does not exist", dir_), dir_);
+    if (!backend_->root_exists()) throw CheckpointError(fmt::format("'{}' does not exist", where), where);
     throw CheckpointError(
         fmt::format(
             "'{}' holds no committed distckpt checkpoint ({} is missing): the save never finished or the path is "
             "wrong{}",
-            dir_, kCommitFile,
-            holds_iterations(dir_)
-                ? fmt::format("; it holds iter_* checkpoints: pass one of them (`distckpt ls {}` lists them)", dir_)
+            where, kCommitFile,
+            !backend_->list("iter_", 1).empty()
+                ? fmt::format("; it holds iter_* checkpoints: pass one of them (`distckpt ls {}` lists them)", where)
                 : ""),
-        dir_);
+        where);
   }
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
-  const std::string path = io::safe_join(dir_, config_.metadata ? config_.metadata->path : kMetadataFile);
-  const std::string bytes = io::read_file_inside(dir_, path, kMaxFlatBufferBytes);
+  const std::string name = config_.metadata ? config_.metadata->path : kMetadataFile;
+  const std::string path = backend_->describe(name);
+  const std::string bytes = read_listed(*backend_, name, kMaxFlatBufferBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
   metadata_ = decode_metadata(bytes, path);
   if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
@@ -71,21 +95,15 @@ DistckptStorage::DistckptStorage(std::string dir, bool verify_checksums, bool ch
                     path, metadata_.common_file, config_.common->path),
         path);
   }
-  if (check_every_file) check_files(metadata_, dir_);
-  ranges_ = std::make_unique<FileRanges>(dir_, metadata_, verify_checksums);
+  if (check_every_file) check_listed_files(metadata_, *backend_);
+  ranges_ = std::make_unique<FileRanges>(backend_, metadata_, verify_checksums);
 }
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
-  path = io::safe_join(dir_, metadata_.common_file);
-  io::File file;
-  try {
-    file = io::open_inside(dir_, path);
-  } catch (const IoError& e) {
-    if (e.error_number() == ENOENT) throw missing_listed_file(path);  // as check_files says it
-    throw;
-  }
+  path = backend_->describe(metadata_.common_file);
   std::string bytes =
-      io::read_all(file, std::min(config_.common ? config_.common->bytes : file.size(), kMaxFlatBufferBytes));
+      read_listed(*backend_, metadata_.common_file,
+                  std::min(config_.common ? config_.common->bytes : kMaxFlatBufferBytes, kMaxFlatBufferBytes));
   if (config_.common) check_recorded_file(*config_.common, bytes, path);
   return bytes;
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "distckpt/format/checkpoint_config.h"
+#include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_reader.h"
 #include "format/metadata.h"
 #include "storage/file_ranges.h"
@@ -17,9 +18,10 @@ namespace distckpt::storage {
 
 class DistckptStorage final : public FileBackedStorage {
  public:
-  // Throws CheckpointError if `dir` holds no committed checkpoint and
-  // CorruptionError if its metadata or files are inconsistent.
-  explicit DistckptStorage(std::string dir, bool verify_checksums = true, bool check_every_file = true);
+  // Throws CheckpointError if the backend's root holds no committed
+  // checkpoint and CorruptionError if its metadata or files are inconsistent.
+  explicit DistckptStorage(std::shared_ptr<Backend> backend, bool verify_checksums = true,
+                           bool check_every_file = true);
 
   // What only this format records (layout, plan hashes, world size).
   const CheckpointMetadata& metadata() const { return metadata_; }
@@ -27,7 +29,7 @@ class DistckptStorage final : public FileBackedStorage {
   const CheckpointConfig& config() const { return config_; }
 
   StorageFormat format() const override { return StorageFormat::kDistckpt; }
-  const std::string& location() const override { return dir_; }
+  const std::string& location() const override { return backend_->location(); }
   const StorageIndex& index() const override { return metadata_; }
   Value read_common_state() const override;
   std::optional<Value> read_content_metadata() const override;
@@ -37,9 +39,14 @@ class DistckptStorage final : public FileBackedStorage {
   // common.fb's bytes, checked against the commit marker; empty without one.
   std::string common_bytes(std::string& path) const;
 
-  std::string dir_;
+  std::shared_ptr<Backend> backend_;
   CheckpointConfig config_;
   CheckpointMetadata metadata_;
 };
+
+// Every data file and the common state file the metadata lists: present,
+// regular, inside the checkpoint, of the recorded size (CorruptionError
+// naming the first that is not).
+void check_listed_files(const CheckpointMetadata& metadata, Backend& backend);
 
 }  // namespace distckpt::storage

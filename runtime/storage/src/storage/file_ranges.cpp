@@ -32,11 +32,11 @@ class BlockChecker {
     const bool checked = !checksums.empty();
     const uint64_t block = checked ? index_.checksum_block_size : kUncheckedPiece;
     try {
-      const io::File f = ranges_.open_uncached(file);
+      const std::unique_ptr<ObjectReader> f = ranges_.open_uncached(file);
       for (uint64_t i = 0; i * block < length; ++i) {
         const uint64_t s = i * block, n = std::min(block, length - s);
         buffer_.resize(n);
-        f.pread_all(buffer_.data(), n, offset + s);
+        f->read(offset + s, n, buffer_.data());
         report_.bytes_checked += n;
         if (checked) {
           ++report_.blocks_checked;
@@ -93,32 +93,27 @@ thread_local CachedBlock cached_block;
 
 }  // namespace
 
-FileRanges::FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links)
-    : id_(next_ranges_id++), dir_(std::move(dir)), index_(index), verify_(verify_checksums), links_(links) {}
+FileRanges::FileRanges(std::shared_ptr<Backend> backend, const StorageIndex& index, bool verify_checksums)
+    : id_(next_ranges_id++), backend_(std::move(backend)), index_(index), verify_(verify_checksums) {}
 
-io::File FileRanges::open(const std::string& dir, const std::string& path, Links links) {
-  return links == Links::kInside ? io::open_inside(dir, path) : io::File(path, io::File::Mode::kRead);
-}
-
-io::File FileRanges::open_uncached(uint32_t index) const {
+std::unique_ptr<ObjectReader> FileRanges::open_uncached(uint32_t index) const {
   const FileRecord& record = index_.files.at(index);
-  const std::string path = io::safe_join(dir_, record.path);
-  io::File opened;
+  std::unique_ptr<ObjectReader> opened;
   try {
-    opened = open(dir_, path, links_);  // a regular file (io::File), inside `dir_` as `links_` says
+    opened = backend_->open(record.path);  // a regular file or object, inside the checkpoint
   } catch (const IoError& e) {
     // A file the index lists that is not there: the checkpoint is incomplete,
     // as the coordinator's check of every file (check_files) says too.
-    if (e.error_number() == ENOENT) throw missing_listed_file(path);
+    if (e.error_number() == ENOENT) throw missing_listed_file(backend_->describe(record.path));
     throw;
   }
-  // Its size is checked here, on the file opened: a rank checks the files it
-  // reads, not every file of the checkpoint (StorageOptions::check_every_file).
-  check_file_size(path, opened.size(), record.size);
+  // Its size is checked here, on the object opened: a rank checks the files
+  // it reads, not every file of the checkpoint (StorageOptions::check_every_file).
+  check_file_size(backend_->describe(record.path), opened->size(), record.size);
   return opened;
 }
 
-std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
+std::shared_ptr<ObjectReader> FileRanges::file(uint32_t index) {
   std::lock_guard<std::mutex> lock(files_mutex_);
   for (auto it = open_files_.begin(); it != open_files_.end(); ++it) {
     if (it->first == index) {
@@ -128,7 +123,7 @@ std::shared_ptr<io::File> FileRanges::file(uint32_t index) {
   }
   // A file evicted here stays open until the threads reading it are done.
   if (open_files_.size() >= kMaxOpenFiles) open_files_.pop_back();
-  open_files_.emplace_front(index, std::make_shared<io::File>(open_uncached(index)));
+  open_files_.emplace_front(index, std::shared_ptr<ObjectReader>(open_uncached(index)));
   return open_files_.front().second;
 }
 
@@ -140,16 +135,16 @@ void FileRanges::check_block(uint64_t digest, uint32_t file_index, uint64_t base
   throw CorruptionError(
       fmt::format("checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify "
                   "{}` and load an intact copy",
-                  what, index_.files[file_index].path, base + s, base + e, dir_),
-      io::safe_join(dir_, index_.files[file_index].path));
+                  what, index_.files[file_index].path, base + s, base + e, backend_->location()),
+      backend_->describe(index_.files[file_index].path));
 }
 
 void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
                       uint64_t begin, uint64_t end, uint8_t* out, const std::string& what) {
-  const std::shared_ptr<io::File> handle = file(file_index);
-  const io::File& f = *handle;
+  const std::shared_ptr<ObjectReader> handle = file(file_index);
+  const ObjectReader& f = *handle;
   if (!verify_ || checksums.empty()) {
-    f.pread_all(out, end - begin, base + begin);
+    f.read(base + begin, end - begin, out);
     bytes_read_ += end - begin;
     return;
   }
@@ -167,7 +162,7 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
       // A whole block: read straight into `out` and verified at once, while
       // its bytes are still in the CPU's cache (a second pass over a long
       // run would fetch them from memory again).
-      f.pread_all(out + (block_begin - begin), block_end - block_begin, base + block_begin);
+      f.read(base + block_begin, block_end - block_begin, out + (block_begin - begin));
       bytes_read_ += block_end - block_begin;
       verify_block(out + (block_begin - begin), index);
       pos = block_end;
@@ -179,7 +174,7 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
         c.bytes.size() != block_end - block_begin) {
       c.ranges = 0;
       c.bytes.resize(block_end - block_begin);
-      f.pread_all(c.bytes.data(), block_end - block_begin, base + block_begin);
+      f.read(base + block_begin, block_end - block_begin, c.bytes.data());
       bytes_read_ += block_end - block_begin;
       verify_block(c.bytes.data(), index);
       c = CachedBlock{id_, file_index, base + block_begin, std::move(c.bytes)};
@@ -207,7 +202,7 @@ void FileRanges::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, con
                                    tensor.key, chunk, runs[i].offset, runs[i].bytes, next));
     }
   }
-  const std::shared_ptr<io::File> handle = file(c.file);
+  const std::shared_ptr<ObjectReader> handle = file(c.file);
   const bool verify = verify_ && !c.block_checksums.empty();
   // Windows: each checksum block the runs touch, whole; unverified, the span in pieces.
   const uint64_t window = verify ? index_.checksum_block_size : kUncheckedPiece;
@@ -235,8 +230,7 @@ void FileRanges::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, con
         done = 0;
       }
     }
-    std::vector<struct iovec> filled = iov;  // preadv_all consumes its list
-    handle->preadv_all(filled, c.byte_offset + wb);
+    handle->readv(iov, c.byte_offset + wb);
     bytes_read_ += we - wb;
     if (verify) {
       io::StreamingHash hash;

@@ -1,7 +1,7 @@
-// The files of one checkpoint as byte ranges: opened on demand (a bounded
-// number at once), read with every checksum block they touch verified, and
-// re-read whole for verification. Shared by the storage formats, which
-// differ only in how they find the ranges.
+// The objects of one checkpoint as byte ranges: opened on demand through
+// its backend (a bounded number at once), read with every checksum block
+// they touch verified, and re-read whole for verification. Shared by the
+// storage formats, which differ only in how they find the ranges.
 #pragma once
 
 #include <atomic>
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "distckpt/format/storage_index.h"
+#include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_reader.h"
-#include "io/file.h"
 
 namespace distckpt::storage {
 
@@ -23,16 +23,13 @@ class FileRanges {
  public:
   static constexpr size_t kMaxOpenFiles = 64;
 
-  // Whether a file may resolve outside `dir`: a checkpoint's files may not
-  // (io::open_inside); the one file a user names may be a link anywhere.
-  enum class Links { kInside, kAnywhere };
-  // `index` (its files and checksum block size) must outlive this object.
-  FileRanges(std::string dir, const StorageIndex& index, bool verify_checksums, Links links = Links::kInside);
+  // `index` (its files and checksum block size) must outlive this object;
+  // its file records name objects of `backend`.
+  FileRanges(std::shared_ptr<Backend> backend, const StorageIndex& index, bool verify_checksums);
 
-  const std::string& dir() const { return dir_; }
-  io::File open_uncached(uint32_t file) const;  // a new descriptor, checked as `links` says
-  // `path`, a file of `dir`, opened for reading as `links` allows.
-  static io::File open(const std::string& dir, const std::string& path, Links links);
+  Backend& backend() const { return *backend_; }
+  // File `file` of the index, opened anew and its size checked.
+  std::unique_ptr<ObjectReader> open_uncached(uint32_t file) const;
   // Bytes [begin, end) of the range [base, base + length) of `file` into
   // `out`, verifying every checksum block of the range that they overlap
   // (blocks are counted from `base`; none when `checksums` is empty). A block
@@ -53,18 +50,17 @@ class FileRanges {
   void verify_all(VerifyReport& report, const VerifyProgress& progress);
 
  private:
-  std::shared_ptr<io::File> file(uint32_t index);  // from the bounded set of open files
+  std::shared_ptr<ObjectReader> file(uint32_t index);  // from the bounded set of open files
   // Throws CorruptionError naming the block unless `digest` is checksum `index` of the range.
   void check_block(uint64_t digest, uint32_t file_index, uint64_t base, uint64_t length,
                    const std::vector<uint64_t>& checksums, uint64_t index, const std::string& what) const;
 
   const uint64_t id_;  // tells this object's cached block from an earlier one's at the same address
-  std::string dir_;
+  std::shared_ptr<Backend> backend_;
   const StorageIndex& index_;
   bool verify_;
-  Links links_;
   std::mutex files_mutex_;
-  std::list<std::pair<uint32_t, std::shared_ptr<io::File>>> open_files_;  // most recently used first
+  std::list<std::pair<uint32_t, std::shared_ptr<ObjectReader>>> open_files_;  // most recently used first
   std::atomic<uint64_t> bytes_read_{0};
 };
 

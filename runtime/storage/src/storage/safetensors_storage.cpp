@@ -1,19 +1,15 @@
 #include "storage/safetensors_storage.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <set>
 
 #include "distckpt/core/errors.h"
 #include "format/safetensors.h"
-#include "io/file.h"
 
 namespace distckpt::storage {
 namespace {
@@ -24,82 +20,84 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<std::string> names_ending(const std::string& dir, const std::string& suffix) {
+// The objects at the top of the backend's root named "*suffix", sorted.
+std::vector<std::string> names_ending(Backend& backend, const std::string& suffix) {
   std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = ::readdir(d)) {
-    if (ends_with(e->d_name, suffix)) out.emplace_back(e->d_name);
+  for (const StoredObject& o : backend.list("", 0, /*below=*/false)) {
+    if (ends_with(o.name, suffix)) out.push_back(o.name);
   }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
   return out;
 }
 
-// A regular file of `dir`, opened; inside it (a symlink is followed only
-// within the checkpoint) unless `links` allows it anywhere.
-io::File open_file(const std::string& dir, const std::string& name, FileRanges::Links links) {
-  const std::string path = io::safe_join(dir, name);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(err)), path);
+// A file the index or the directory names, for reading.
+std::unique_ptr<ObjectReader> open_file(Backend& backend, const std::string& name) {
+  try {
+    return backend.open(name);
+  } catch (const IoError& e) {
+    if (e.error_number() != ENOENT) throw;
+    const std::string path = backend.describe(name);
+    throw CorruptionError(fmt::format("{}: {}; the safetensors files are incomplete", path, std::strerror(ENOENT)),
+                          path);
   }
-  if (!S_ISREG(st.st_mode)) throw CorruptionError(fmt::format("{} is not a regular file", path), path);
-  return FileRanges::open(dir, path, links);
 }
 
 }  // namespace
 
 bool is_safetensors_name(const std::string& path) { return ends_with(path, safetensors::kFileSuffix); }
 
-bool holds_safetensors(const std::string& dir) {
-  return !names_ending(dir, safetensors::kIndexSuffix).empty() || !names_ending(dir, safetensors::kFileSuffix).empty();
+bool holds_safetensors(Backend& backend) {
+  return !names_ending(backend, safetensors::kIndexSuffix).empty() ||
+         !names_ending(backend, safetensors::kFileSuffix).empty();
 }
 
-SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path) {
+SafetensorsStorage::SafetensorsStorage(std::shared_ptr<Backend> backend, const std::string& file)
+    : backend_(std::move(backend)), location_(file.empty() ? backend_->location() : backend_->describe(file)) {
   std::vector<std::string> files;
   std::optional<safetensors::Index> index;
-  if (!io::is_dir(path)) {
-    const std::filesystem::path file(path);
-    dir_ = file.has_parent_path() ? file.parent_path().string() : ".";
-    files.push_back(file.filename().string());
-    links_ = FileRanges::Links::kAnywhere;  // the file the user named, which may be a link
+  const std::string& where = backend_->location();
+  if (!file.empty()) {
+    files.push_back(file);
   } else {
-    dir_ = path;
-    const std::vector<std::string> indexes = names_ending(dir_, safetensors::kIndexSuffix);
+    const std::vector<std::string> indexes = names_ending(*backend_, safetensors::kIndexSuffix);
     if (indexes.size() > 1) {
       throw CheckpointError(
           fmt::format("'{}' holds {} safetensors indexes ({}, ...); pass the one to load with its "
                       "shards in a directory of their own",
-                      dir_, indexes.size(), indexes[0]));
+                      where, indexes.size(), indexes[0]));
     }
     if (indexes.size() == 1) {
       index_file_ = indexes[0];
-      const std::string index_path = io::safe_join(dir_, index_file_);
-      index = safetensors::parse_index(io::read_all(open_file(dir_, index_file_, links_), kMaxIndexBytes), index_path);
+      const std::unique_ptr<ObjectReader> reader = open_file(*backend_, index_file_);
+      if (reader->size() > kMaxIndexBytes) {
+        throw CorruptionError(fmt::format("{} has {} bytes, more than an index may have ({})",
+                                          backend_->describe(index_file_), reader->size(), kMaxIndexBytes),
+                              backend_->describe(index_file_));
+      }
+      std::string text(reader->size(), '\0');
+      reader->read(0, text.size(), reinterpret_cast<uint8_t*>(text.data()));
+      index = safetensors::parse_index(text, backend_->describe(index_file_));
       std::set<std::string> unique;
-      for (const auto& [name, file] : index->weight_map) unique.insert(file);
+      for (const auto& [name, shard] : index->weight_map) unique.insert(shard);
       files.assign(unique.begin(), unique.end());
     } else {
-      files = names_ending(dir_, safetensors::kFileSuffix);
+      files = names_ending(*backend_, safetensors::kFileSuffix);
       if (files.size() != 1) {
         throw CheckpointError(
             files.empty()
                 ? fmt::format("'{}' holds no checkpoint: no metadata.json, no safetensors index, no .safetensors file",
-                              dir_)
+                              where)
                 : fmt::format("'{}' holds several .safetensors files but no index saying which tensor is where; add "
                               "its model.safetensors.index.json or pass one file",
-                              dir_));
+                              where));
       }
     }
   }
   // The tensors each file must hold, by the index.
   std::map<std::string, std::vector<std::string>> expected;
   if (index) {
-    for (const auto& [name, file] : index->weight_map) expected[file].push_back(name);
+    for (const auto& [name, shard] : index->weight_map) expected[shard].push_back(name);
   }
-  for (const std::string& file : files) add_file(file, index ? &expected[file] : nullptr);
+  for (const std::string& f : files) add_file(f, index ? &expected[f] : nullptr);
   std::sort(index_.tensors.begin(), index_.tensors.end(),
             [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
   for (size_t i = 1; i < index_.tensors.size(); ++i) {
@@ -109,18 +107,18 @@ SafetensorsStorage::SafetensorsStorage(const std::string& path) : location_(path
                                         index_.files[index_.tensors[i].chunks[0].file].path));
     }
   }
-  ranges_ = std::make_unique<FileRanges>(dir_, index_, true, links_);
+  ranges_ = std::make_unique<FileRanges>(backend_, index_, true);
 }
 
 void SafetensorsStorage::add_file(const std::string& name, const std::vector<std::string>* expected) {
-  const std::string path = io::safe_join(dir_, name);
-  const io::File f = open_file(dir_, name, links_);
-  const uint64_t size = f.size();
+  const std::string path = backend_->describe(name);
+  const std::unique_ptr<ObjectReader> f = open_file(*backend_, name);
+  const uint64_t size = f->size();
   uint8_t prefix[safetensors::kPrefixBytes] = {};
-  if (size >= sizeof prefix) f.pread_all(prefix, sizeof prefix, 0);
+  if (size >= sizeof prefix) f->read(0, sizeof prefix, prefix);
   const uint64_t header_bytes = safetensors::header_length(prefix, size, path);
   std::string json(header_bytes, '\0');
-  f.pread_all(json.data(), header_bytes, safetensors::kPrefixBytes);
+  f->read(safetensors::kPrefixBytes, header_bytes, reinterpret_cast<uint8_t*>(json.data()));
   const safetensors::Header header = safetensors::parse_header(json, size, path);
 
   if (expected != nullptr) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_reader.h"
 #include "storage/file_ranges.h"
 
@@ -17,11 +18,11 @@ namespace distckpt::storage {
 
 class SafetensorsStorage final : public FileBackedStorage {
  public:
-  // `path`: a .safetensors file, or a directory holding one index (and its
-  // shards) or exactly one .safetensors file. CheckpointError when it holds
-  // neither; CorruptionError (naming the file and tensor) for a damaged
-  // header or index.
-  explicit SafetensorsStorage(const std::string& path);
+  // `file`: one .safetensors object of `backend`; "" for the backend's root
+  // holding one index (and its shards) or exactly one .safetensors file.
+  // CheckpointError when it holds neither; CorruptionError (naming the file
+  // and tensor) for a damaged header or index.
+  SafetensorsStorage(std::shared_ptr<Backend> backend, const std::string& file);
 
   StorageFormat format() const override { return StorageFormat::kSafetensors; }
   const std::string& location() const override { return location_; }
@@ -40,17 +41,16 @@ class SafetensorsStorage final : public FileBackedStorage {
  private:
   void add_file(const std::string& name, const std::vector<std::string>* expected);
 
+  std::shared_ptr<Backend> backend_;
   std::string location_;
-  std::string dir_;
   std::string index_file_;
-  FileRanges::Links links_ = FileRanges::Links::kInside;
   StorageIndex index_;
   Value common_ = Value::dict();
   Value content_ = Value::dict();
 };
 
-// Whether `dir` looks like safetensors (an index, or .safetensors files).
-bool holds_safetensors(const std::string& dir);
+// Whether the backend's root looks like safetensors (an index, or .safetensors files).
+bool holds_safetensors(Backend& backend);
 // Whether `path` is named like a safetensors file ("*.safetensors").
 bool is_safetensors_name(const std::string& path);
 

@@ -3,13 +3,18 @@
 // header and shards as the export) at their full size in the staging
 // directory; each rank then reads that layout back from the headers and
 // pwrites its pieces, row run by row run, at their places in the
-// consolidated tensors. No rank holds more than its own pieces.
+// consolidated tensors. No rank holds more than its own pieces. On an
+// object store the ranks write their runs into objects of their own, which
+// the coordinator assembles (storage/safetensors_object_save.h).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
@@ -18,6 +23,8 @@
 #include "format/safetensors.h"
 #include "io/file.h"
 #include "io/staging.h"
+#include "storage/posix_backend.h"
+#include "storage/safetensors_object_save.h"
 #include "storage/safetensors_storage.h"
 #include "storage/safetensors_writer.h"
 
@@ -69,14 +76,20 @@ void for_each_run(const Box& cut, const Box& from, const Box& to, const Run& run
 
 class SafetensorsStorageWriter final : public StorageWriter {
  public:
-  SafetensorsStorageWriter(const std::string& dir, SafetensorsWriteOptions options)
-      : paths_(io::staging_paths(dir)), options_(std::move(options)) {}
+  SafetensorsStorageWriter(const std::string& dir, SafetensorsWriteOptions options) : options_(std::move(options)) {
+    if (is_object_store(dir)) {
+      store_ = open_backend(dir);
+      paths_.target = dir;
+    } else {
+      paths_ = io::staging_paths(dir);
+    }
+  }
 
   StorageFormat format() const override { return StorageFormat::kSafetensors; }
   const std::string& location() const override { return paths_.target; }
 
   void claim() override {
-    if (io::exists(paths_.target)) {
+    if (store_ ? store_->root_exists() : io::exists(paths_.target)) {
       throw CheckpointError(
           fmt::format("'{}' already exists; a safetensors save never replaces files: remove it or save into another "
                       "directory (nothing was written)",
@@ -98,12 +111,48 @@ class SafetensorsStorageWriter final : public StorageWriter {
     writer_ = std::make_unique<storage::SafetensorsWriter>(paths_.target, entries_for(contents.tensors),
                                                            options_.max_shard_bytes, metadata_of(contents.common),
                                                            /*lock_held=*/true);  // by the save's claim
+    if (store_) storage::publish_safetensors_layout(*store_, *writer_);
   }
 
   std::string write(std::vector<SavePiece> pieces) override {
     if (pieces.empty()) return {};
-    const storage::SafetensorsStorage layout(paths_.staging);  // the coordinator's headers
-    std::map<std::string, io::File> files;                     // by relative path, opened once
+    // Where each tensor's bytes go, and how they get there: into the shared
+    // files of the staging directory, or (an object store) into this rank's
+    // own object of runs, which the coordinator assembles.
+    std::function<std::pair<size_t, uint64_t>(const std::string&)> locate;
+    std::function<void(size_t, uint64_t, const uint8_t*, uint64_t)> put;
+    std::optional<storage::SafetensorsLayout> placed;
+    std::optional<storage::SafetensorsRuns> runs;
+    std::unique_ptr<storage::SafetensorsStorage> layout;
+    std::vector<io::File> files;                 // by index, opened once
+    std::map<std::string, size_t> file_numbers;  // by relative path
+    if (store_) {
+      placed = storage::read_safetensors_layout(*store_);
+      runs.emplace(*store_);
+      locate = [&](const std::string& name) -> std::pair<size_t, uint64_t> {
+        const auto it = placed->tensors.find(name);
+        if (it == placed->tensors.end()) {
+          throw UsageError(fmt::format("'{}' is missing from the staged safetensors layout", name));
+        }
+        return {it->second.file, it->second.begin};
+      };
+      put = [&](size_t file, uint64_t offset, const uint8_t* data, uint64_t n) { runs->add(file, offset, data, n); };
+    } else {
+      layout = std::make_unique<storage::SafetensorsStorage>(std::make_shared<storage::PosixBackend>(paths_.staging),
+                                                             "");  // the coordinator's headers
+      locate = [&](const std::string& name) -> std::pair<size_t, uint64_t> {
+        const TensorRecord* record = layout->index().find_tensor(name);
+        if (!record) throw UsageError(fmt::format("'{}' is missing from the staged safetensors files", name));
+        const ChunkRecord& chunk = record->chunks.at(0);
+        const std::string& path = layout->index().files.at(chunk.file).path;
+        const auto [it, added] = file_numbers.emplace(path, files.size());
+        if (added) files.emplace_back(io::safe_join(paths_.staging, path), io::File::Mode::kUpdate);
+        return {it->second, chunk.byte_offset};
+      };
+      put = [&](size_t file, uint64_t offset, const uint8_t* data, uint64_t n) {
+        files[file].pwrite_all(data, n, offset);
+      };
+    }
     std::unordered_map<std::string, std::vector<Target>> routes;
     if (options_.mapping) {
       for (const MappedName& n : options_.mapping->expand()) routes[n.key].push_back({n.external, n.region});
@@ -127,39 +176,42 @@ class SafetensorsStorageWriter final : public StorageWriter {
         units.push_back({piece.box, 0});
       }
       for (const Target& target : targets) {
-        const TensorRecord* record = layout.index().find_tensor(target.name);
-        if (!record) throw UsageError(fmt::format("'{}' is missing from the staged safetensors files", target.name));
-        const ChunkRecord& chunk = record->chunks.at(0);
-        const std::string& path = layout.index().files.at(chunk.file).path;
-        auto file = files.find(path);
-        if (file == files.end()) {
-          file = files.emplace(path, io::File(io::safe_join(paths_.staging, path), io::File::Mode::kUpdate)).first;
-        }
+        const auto [file, byte_offset] = locate(target.name);
         for (const FlatPiece& unit : units) {
           const std::optional<Box> cut = intersect(unit.box, target.region);
           if (!cut) continue;
-          for_each_run(*cut, unit.box, target.region, [&](int64_t src, int64_t dst, int64_t n) {
-            file->second.pwrite_all(bytes + (unit.flat_start + src) * element, n * element,
-                                    chunk.byte_offset + dst * element);
-          });
+          for_each_run(*cut, unit.box, target.region,
+                       [&, f = file, at = byte_offset](int64_t src, int64_t dst, int64_t n) {
+                         put(f, at + dst * element, bytes + (unit.flat_start + src) * element, n * element);
+                       });
         }
       }
     }
-    for (auto& [path, file] : files) {
+    if (runs) return runs->finish();
+    for (io::File& file : files) {
       file.sync();  // this rank's writes durable on a shared file system too
       file.close();
     }
     return {};
   }
 
-  void commit(const std::vector<std::string>&) override {
+  void commit(const std::vector<std::string>& written) override {
     if (!writer_) throw UsageError("a safetensors save was committed before it was prepared");
-    writer_->commit();
+    if (store_) {
+      storage::assemble_safetensors(*store_, *writer_, written);
+      storage::remove_safetensors_staging(*store_);
+    } else {
+      writer_->commit();
+    }
     writer_.reset();
   }
 
   void discard() noexcept override {
-    writer_.reset();  // removes its staging directory
+    writer_.reset();  // removes its staging directory (its objects)
+    if (store_) {
+      storage::remove_safetensors_staging(*store_);
+      return;
+    }
     try {
       io::remove_tree(paths_.staging);
     } catch (...) {  // the original error matters more
@@ -228,6 +280,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
   }
 
   io::StagingPaths paths_;
+  std::unique_ptr<Backend> store_;  // an object store's, else none
   SafetensorsWriteOptions options_;
   std::unique_ptr<storage::SafetensorsWriter> writer_;  // coordinator, from prepare to commit
 };

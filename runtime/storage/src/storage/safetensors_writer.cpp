@@ -38,8 +38,14 @@ void sort_for_safetensors(std::vector<safetensors::Entry>& tensors) {
 SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safetensors::Entry> tensors,
                                      uint64_t max_shard_bytes, std::map<std::string, std::string> metadata,
                                      bool lock_held)
-    : paths_(io::staging_paths(dir)), tensors_(std::move(tensors)) {
-  if (!io::holds_nothing(paths_.target)) {  // a dangling link too: the commit would not replace it
+    : tensors_(std::move(tensors)) {
+  if (is_object_store(dir)) {
+    store_ = open_backend(dir);
+    paths_.target = dir;
+  } else {
+    paths_ = io::staging_paths(dir);
+  }
+  if (store_ ? store_->root_exists() : !io::holds_nothing(paths_.target)) {  // a dangling link too
     throw CheckpointError(
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)",
                     paths_.target),
@@ -60,12 +66,14 @@ SafetensorsWriter::SafetensorsWriter(const std::string& dir, std::vector<safeten
     in_shard += n;
     bytes_ += n;
   }
-  if (!lock_held) {
-    io::make_dirs(paths_.parent);  // as the staging directory below always did
-    lock_ = std::make_unique<io::StagingLock>(paths_);
+  if (!store_) {
+    if (!lock_held) {
+      io::make_dirs(paths_.parent);  // as the staging directory below always did
+      lock_ = std::make_unique<io::StagingLock>(paths_);
+    }
+    io::remove_tree(paths_.staging);  // left by a crashed earlier run
+    io::make_dirs(paths_.staging);
   }
-  io::remove_tree(paths_.staging);  // left by a crashed earlier run
-  io::make_dirs(paths_.staging);
   try {
     lay_out(shards, metadata);
   } catch (...) {
@@ -84,19 +92,30 @@ void SafetensorsWriter::lay_out(std::vector<std::vector<safetensors::Entry>>& sh
                                  ? "model.safetensors"
                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     const std::string header = safetensors::encode_header(shards[s], metadata);
-    io::File& f = files_.emplace_back(paths_.staging + "/" + name, io::File::Mode::kCreateTruncate);
-    f.pwrite_all(header.data(), header.size(), 0);
-    // Full size now: other ranks writing into the staging files read their
-    // layout from the headers, and a header's offsets must fit its file.
-    f.resize(shards[s].empty() ? header.size() : shards[s].back().end);
+    const uint64_t size = shards[s].empty() ? header.size() : shards[s].back().end;
+    layout_.push_back({name, header, size});
+    if (store_) {
+      objects_.push_back(store_->create(name, size));
+      objects_.back()->write(0, reinterpret_cast<const uint8_t*>(header.data()), header.size());
+    } else {
+      io::File& f = files_.emplace_back(paths_.staging + "/" + name, io::File::Mode::kCreateTruncate);
+      f.pwrite_all(header.data(), header.size(), 0);
+      // Full size now: other ranks writing into the staging files read their
+      // layout from the headers, and a header's offsets must fit its file.
+      f.resize(size);
+    }
     for (safetensors::Entry& e : shards[s]) {
       index.weight_map[e.name] = name;
       tensors_.push_back(std::move(e));
       file_of_.push_back(s);
     }
   }
-  if (shards.size() > 1)
+  if (shards.size() <= 1) return;
+  if (store_) {
+    index_json_ = safetensors::encode_index(index);  // published last, at commit
+  } else {
     io::write_file_atomic(paths_.staging + "/model.safetensors.index.json", safetensors::encode_index(index));
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -105,6 +124,15 @@ SafetensorsWriter::~SafetensorsWriter() {
 
 void SafetensorsWriter::discard() noexcept {
   files_.clear();
+  if (store_) {
+    try {
+      for (const std::unique_ptr<ObjectWriter>& o : objects_) o->abort();
+      for (const File& f : layout_) store_->remove(f.name);  // those already completed
+    } catch (...) {                                          // the original error matters more
+    }
+    objects_.clear();
+    return;
+  }
   try {
     io::remove_tree(paths_.staging);
   } catch (...) {  // the staging name is reused, and cleared, next time
@@ -117,10 +145,33 @@ void SafetensorsWriter::write(size_t index, uint64_t offset, const void* data, u
     throw UsageError(
         fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name, e.end - e.begin));
   }
-  files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);
+  if (store_) {
+    objects_[file_of_[index]]->write(e.begin + offset, static_cast<const uint8_t*>(data), n);
+  } else {
+    files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);
+  }
+}
+
+void SafetensorsWriter::write_file(size_t file, uint64_t offset, const void* data, uint64_t n) {
+  const File& f = layout_.at(file);
+  if (offset < f.header.size() || offset > f.size || n > f.size - offset) {
+    throw UsageError(
+        fmt::format("write of {} bytes at {} is outside the tensors of '{}' ({} bytes)", n, offset, f.name, f.size));
+  }
+  if (store_) {
+    objects_[file]->write(offset, static_cast<const uint8_t*>(data), n);
+  } else {
+    files_[file].pwrite_all(data, n, offset);
+  }
 }
 
 void SafetensorsWriter::commit() {
+  if (store_) {
+    for (size_t f = 0; f < objects_.size(); ++f) objects_[f]->finish(layout_[f].size);
+    if (!index_json_.empty()) store_->publish("model.safetensors.index.json", index_json_, /*if_absent=*/true);
+    committed_ = true;
+    return;
+  }
   for (io::File& f : files_) {
     f.sync();
     f.close();

@@ -4,7 +4,10 @@
 // compact JSON header padded to 8 bytes), so the same tensors always give
 // the same bytes. Tensor bytes may come in any order and in pieces (pwrite
 // at known offsets): memory stays bounded by what the caller buffers. The
-// files appear under `dir` only at commit(), all at once.
+// files appear under `dir` only at commit(), all at once. On an object
+// store (`dir` is s3://...), each file is an object written in parts as its
+// bytes arrive (best in order: a part is held until it is full), and the
+// index is published last.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/storage/backend.h"
 #include "format/safetensors.h"
 #include "io/file.h"
 #include "io/staging.h"
@@ -34,9 +38,19 @@ class SafetensorsWriter {
   const std::vector<safetensors::Entry>& tensors() const { return tensors_; }
   // Bytes [offset, offset + n) of tensor `index` (of tensors()).
   void write(size_t index, uint64_t offset, const void* data, uint64_t n);
-  // Makes every file durable, then renames the staging directory to `dir`.
+  // The files as laid out: name, header bytes (from offset 0) and size.
+  struct File {
+    std::string name;
+    std::string header;
+    uint64_t size = 0;
+  };
+  const std::vector<File>& layout() const { return layout_; }
+  // Bytes [offset, offset + n) of file `file` (of layout()), past its header.
+  void write_file(size_t file, uint64_t offset, const void* data, uint64_t n);
+  // Makes every file durable, then renames the staging directory to `dir`
+  // (an object store: completes every object, then publishes the index).
   void commit();
-  size_t files() const { return files_.size(); }
+  size_t files() const { return store_ ? objects_.size() : files_.size(); }
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -47,6 +61,11 @@ class SafetensorsWriter {
 
   io::StagingPaths paths_;
   std::unique_ptr<io::StagingLock> lock_;  // released after discard()
+  // On an object store: the backend, each file's object and the index.
+  std::unique_ptr<Backend> store_;
+  std::vector<File> layout_;
+  std::vector<std::unique_ptr<ObjectWriter>> objects_;
+  std::string index_json_;
   std::vector<safetensors::Entry> tensors_;
   std::vector<size_t> file_of_;  // per tensor
   std::vector<io::File> files_;

@@ -14,6 +14,7 @@
 #include "distckpt/core/errors.h"
 #include "format/torch_pickle.h"
 #include "io/file.h"
+#include "storage/locate.h"
 #include "storage/torch_file_writer.h"
 
 namespace distckpt::storage {
@@ -149,38 +150,52 @@ constexpr uint64_t kTensorBytesSlack = uint64_t{64} << 20;
 
 }  // namespace
 
-bool is_torch_file(const std::string& path) {
-  if (!io::is_regular_file(path)) return false;
-  io::File f(path, io::File::Mode::kRead);
-  char head[sizeof kZipSignature] = {};
+bool is_torch_file(const ObjectReader& f) {
+  uint8_t head[sizeof kZipSignature] = {};
   if (f.size() < sizeof head) return false;
-  f.pread_all(head, sizeof head, 0);
+  f.read(0, sizeof head, head);
   return std::memcmp(head, kZipSignature, sizeof head) == 0;
 }
 
-bool is_legacy_torch_file(const std::string& path) {
+bool is_torch_file(const std::string& location) {
+  const Located at = locate(location);
+  return !at.file.empty() && is_torch_file(*at.backend->open(at.file));
+}
+
+bool is_legacy_torch_file(const ObjectReader& f) {
   // Its first pickle op after the protocol (and, from protocol 4, a frame
   // header) is the legacy format's magic number as a 10-byte LONG1.
   static constexpr unsigned char kMagic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-  if (!io::is_regular_file(path)) return false;
-  io::File f(path, io::File::Mode::kRead);
   unsigned char head[32] = {};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), sizeof head));
-  f.pread_all(head, n, 0);
+  f.read(0, n, head);
   if (n < sizeof kMagic + 2 || head[0] != 0x80) return false;
   return std::search(head, head + n, kMagic, kMagic + sizeof kMagic) != head + n;
 }
 
-TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(path, io::File::Mode::kRead) {
-  const std::string context = fmt::format("'{}' cannot be read as a torch.save file", path);
+namespace {
+
+std::unique_ptr<ObjectReader> open_single_file(const std::string& location) {
+  const Located at = locate(location);
+  if (at.file.empty()) throw CheckpointError(fmt::format("'{}' is not a file", location), location);
+  return at.backend->open(at.file);
+}
+
+}  // namespace
+
+TorchFileReader::TorchFileReader(const std::string& location) : TorchFileReader(open_single_file(location), location) {}
+
+TorchFileReader::TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location)
+    : path_(std::move(location)), file_(std::move(file)) {
+  const std::string context = fmt::format("'{}' cannot be read as a torch.save file", path_);
   index_ = std::make_unique<zip::Index>(
       [this](void* data, size_t n, uint64_t offset) {
-        if (offset > file_.size() || file_.size() - offset < n) {
+        if (offset > file_->size() || file_->size() - offset < n) {
           throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path_, n, offset), path_);
         }
-        file_.pread_all(data, n, offset);
+        file_->read(offset, n, static_cast<uint8_t*>(data));
       },
-      file_.size(), context);
+      file_->size(), context);
   // torch.save puts every record in one folder, named after the file it was first saved as.
   const std::vector<zip::Entry>& entries = index_->entries();
   const size_t slash = entries.empty() ? std::string::npos : entries[0].name.find('/');
@@ -190,7 +205,7 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
 
   if (const zip::Entry* order = record("byteorder")) {
     std::string value(order->size > 16 ? 0 : order->size, '\0');
-    if (!value.empty()) file_.pread_all(value.data(), value.size(), order->data_offset);
+    if (!value.empty()) file_->read(order->data_offset, value.size(), reinterpret_cast<uint8_t*>(value.data()));
     if (value != "little") {
       throw CheckpointError(
           fmt::format("{}: it was written on a big-endian machine ('byteorder' is '{}')", context, value.substr(0, 16)),
@@ -240,12 +255,12 @@ TorchFileReader::TorchFileReader(const std::string& path) : path_(path), file_(p
     }
     tensor_bytes += static_cast<uint64_t>(layout.numel()) * layout.element_size();  // each within its record
   }
-  if (tensor_bytes > kTensorBytesPerFileByte * file_.size() + kTensorBytesSlack) {
+  if (tensor_bytes > kTensorBytesPerFileByte * file_->size() + kTensorBytesSlack) {
     throw CheckpointError(
         fmt::format(
             "'{}': its tensors add up to {} bytes, more than {} times the file's {} bytes (many names for the same "
             "storage); refused",
-            path_, tensor_bytes, kTensorBytesPerFileByte, file_.size()),
+            path_, tensor_bytes, kTensorBytesPerFileByte, file_->size()),
         path_);
   }
   for (auto& [name, layout] : found) {
@@ -269,7 +284,7 @@ void TorchFileReader::read_bytes(const zip::Entry& record, uint64_t begin, uint6
   auto* out = static_cast<char*>(data);
   for (uint64_t done = 0; done < n;) {
     const uint64_t piece = std::min(kPiece, n - done);
-    file_.pread_all(out + done, piece, record.data_offset + begin + done);
+    file_->read(record.data_offset + begin + done, piece, reinterpret_cast<uint8_t*>(out + done));
     if (crc) crc->update(out + done, piece);
     done += piece;
   }

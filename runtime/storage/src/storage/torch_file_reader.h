@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_reader.h"
 #include "format/zip_archive.h"
-#include "io/file.h"
 
 namespace distckpt::storage {
 
@@ -26,11 +26,13 @@ struct TorchFileContents {
   StateDict common;      // everything else, nested as in the file
 };
 
-// A regular file that starts like a zip archive (what torch.save writes).
-bool is_torch_file(const std::string& path);
+// An object that starts like a zip archive (what torch.save writes).
+bool is_torch_file(const ObjectReader& file);
 // A file torch.save wrote in its legacy format (before PyTorch 1.6, or with
 // _use_new_zipfile_serialization=False): a bare pickle stream, unread here.
-bool is_legacy_torch_file(const std::string& path);
+bool is_legacy_torch_file(const ObjectReader& file);
+// is_torch_file of the single file `location` names (false for anything else).
+bool is_torch_file(const std::string& location);
 
 // A torch.save file opened for reading: its pickle is read and checked at
 // once, tensor bytes on demand, straight from the file into their
@@ -40,7 +42,10 @@ bool is_legacy_torch_file(const std::string& path);
 // plain values, or for a file that stands for far more than it holds.
 class TorchFileReader {
  public:
-  explicit TorchFileReader(const std::string& path);
+  // `file` is the object `location` names (for messages).
+  TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location);
+  // The single file `location` names (a path, or an s3:// URL of one object).
+  explicit TorchFileReader(const std::string& location);
   ~TorchFileReader();
   TorchFileReader(const TorchFileReader&) = delete;
   TorchFileReader& operator=(const TorchFileReader&) = delete;
@@ -75,6 +80,7 @@ class TorchFileReader {
   // CorruptionError unless `data` (all of `record`'s bytes) matches its CRC-32.
   void check_record(const zip::Entry& record, const void* data) const;
   const std::string& path() const { return path_; }
+  uint64_t file_size() const { return file_->size(); }
 
   // Re-reads every record of the archive (those no tensor uses too) against
   // its CRC-32, one problem line per damaged or unreadable record.
@@ -99,7 +105,7 @@ class TorchFileReader {
   void clamp_bools(const at::Tensor& t) const;
 
   std::string path_;
-  io::File file_;
+  std::unique_ptr<ObjectReader> file_;
   std::unique_ptr<zip::Index> index_;
   std::vector<Storage> storages_;
   std::vector<Tensor> tensors_;

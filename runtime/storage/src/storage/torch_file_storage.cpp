@@ -5,15 +5,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 
 #include "distckpt/core/errors.h"
 
 namespace distckpt::storage {
 
-TorchFileStorage::TorchFileStorage(const std::string& path) : reader_(path) {
-  const std::filesystem::path file(path);
-  index_.files.push_back(FileRecord{file.filename().string(), io::file_size(path), 0});
+TorchFileStorage::TorchFileStorage(std::shared_ptr<Backend> backend, const std::string& file)
+    : reader_(backend->open(file), backend->describe(file)) {
+  index_.files.push_back(FileRecord{file, reader_.file_size(), 0});
   for (size_t i = 0; i < reader_.tensors().size(); ++i) {
     const auto& [name, layout] = reader_.tensors()[i];
     TensorRecord t;
@@ -37,9 +36,7 @@ TorchFileStorage::TorchFileStorage(const std::string& path) : reader_(path) {
   }
   std::sort(index_.tensors.begin(), index_.tensors.end(),  // names are unique (the reader checks)
             [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
-  const std::string dir = file.has_parent_path() ? file.parent_path().string() : ".";
-  // The file is the one the user named, not a name read from a checkpoint.
-  ranges_ = std::make_unique<FileRanges>(dir, index_, /*verify_checksums=*/false, FileRanges::Links::kAnywhere);
+  ranges_ = std::make_unique<FileRanges>(std::move(backend), index_, /*verify_checksums=*/false);
 }
 
 std::shared_ptr<const at::Tensor> TorchFileStorage::strided_values(size_t i) {

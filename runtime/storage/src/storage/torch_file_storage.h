@@ -28,7 +28,8 @@ class TorchFileStorage final : public FileBackedStorage {
  public:
   // CheckpointError for a file that is no state dict; CorruptionError for a
   // damaged archive or pickle.
-  explicit TorchFileStorage(const std::string& path);
+  // `file` of `backend`.
+  TorchFileStorage(std::shared_ptr<Backend> backend, const std::string& file);
 
   StorageFormat format() const override { return StorageFormat::kTorch; }
   const std::string& location() const override { return reader_.path(); }

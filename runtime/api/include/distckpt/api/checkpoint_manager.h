@@ -1,5 +1,6 @@
-// Global checkpoints of a training run under one root directory, the way
-// Megatron lays them out: ROOT/iter_0000100 per saved iteration and
+// Global checkpoints of a training run under one root directory (or object
+// store prefix: s3://bucket/run), the way Megatron lays them out:
+// ROOT/iter_0000100 per saved iteration and
 // ROOT/latest_checkpointed_iteration.txt naming the newest committed one.
 //
 //   CheckpointManager manager(root, /*keep_last=*/3);
@@ -12,11 +13,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "distckpt/api/checkpoint.h"
+#include "distckpt/storage/backend.h"
 
 namespace distckpt {
 
@@ -90,6 +93,7 @@ class CheckpointManager {
 
  private:
   void prune(int64_t kept_iteration) const;
+  std::unique_ptr<Backend> root_backend() const;
   // Rank 0's list of iterations load_latest tries, newest first.
   std::vector<int64_t> load_candidates() const;
 

@@ -1,5 +1,6 @@
-// What a checkpoint directory says about itself: its commit marker
-// (metadata.json) parsed, like Megatron's maybe_load_config.
+// What a checkpoint says about itself: its commit marker (metadata.json),
+// parsed like Megatron's maybe_load_config (distckpt/storage/storage_reader.h
+// reads it from any location).
 #pragma once
 
 #include <cstdint>
@@ -33,16 +34,5 @@ struct CheckpointConfig {
   std::optional<RecordedFile> metadata;
   std::optional<RecordedFile> common;
 };
-
-// Parses DIR/metadata.json; nullopt when the directory has none (not a
-// committed checkpoint) or has one another program wrote (a Megatron
-// torch_dist checkpoint, say). Throws CorruptionError for a damaged marker
-// and CheckpointError for one written by a newer distckpt.
-std::optional<CheckpointConfig> maybe_load_config(const std::string& dir);
-bool is_distributed_checkpoint(const std::string& dir);
-// Which program committed DIR: "distckpt", the other tool's name as its
-// marker gives it ("torch_dist"), or nullopt without a marker. Throws
-// CorruptionError for a damaged marker of ours.
-std::optional<std::string> checkpoint_writer(const std::string& dir);
 
 }  // namespace distckpt

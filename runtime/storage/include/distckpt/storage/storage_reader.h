@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "distckpt/core/state_dict.h"
+#include "distckpt/format/checkpoint_config.h"
 #include "distckpt/format/name_mapping.h"
 #include "distckpt/format/storage_index.h"
 
@@ -110,6 +111,20 @@ struct StorageOptions {
   // parallel file system).
   bool check_every_file = true;
 };
+
+// The commit marker of the distckpt checkpoint at LOCATION (a directory or
+// an s3:// prefix) parsed; nullopt when there is none (not a committed
+// checkpoint) or one another program wrote (a Megatron torch_dist
+// checkpoint, say). Throws CorruptionError for a damaged marker and
+// CheckpointError for one written by a newer distckpt.
+std::optional<CheckpointConfig> maybe_load_config(const std::string& location);
+// Like Megatron's: a damaged marker is reported (it throws), not taken for
+// "no checkpoint here", so a save never silently overwrites it.
+bool is_distributed_checkpoint(const std::string& location);
+// Which program committed LOCATION: "distckpt", the other tool's name as its
+// marker gives it ("torch_dist"), or nullopt without a marker. Throws
+// CorruptionError for a damaged marker of ours.
+std::optional<std::string> checkpoint_writer(const std::string& location);
 
 // What `path` holds; CheckpointError saying what was found when it is no
 // checkpoint of a known format.
