@@ -187,6 +187,30 @@ TEST_F(S3Checkpoints, OfTwoSavesCommittingOnePrefixExactlyOneWins) {
   EXPECT_THROW(storage::claim_object_prefix(*backend, false), CheckpointError);
 }
 
+// Objects of one part exactly, of several, and of a part and a byte: each
+// reads back as written (a full first part goes to upload at once; the
+// object must still be that upload, not a PUT of what is left).
+TEST_F(S3Checkpoints, ObjectsAroundThePartSizeReadBackExactly) {
+  setenv("DISTCKPT_S3_PART_MB", "5", 1);
+  const std::unique_ptr<Backend> backend = open_backend(fresh_prefix("parts"));
+  unsetenv("DISTCKPT_S3_PART_MB");
+  const uint64_t part = uint64_t{5} << 20;
+  for (const uint64_t size : {part - 1, part, part + 1, 3 * part}) {
+    std::vector<uint8_t> bytes(size);
+    for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    const std::string name = "object-" + std::to_string(size);
+    const std::unique_ptr<ObjectWriter> writer = backend->create(name, size);
+    for (uint64_t at = 0; at < size; at += 1 << 20) {
+      writer->write(at, bytes.data() + at, std::min<uint64_t>(1 << 20, size - at));
+    }
+    writer->finish(size);
+    std::vector<uint8_t> back(size);
+    backend->open(name)->read(0, size, back.data());
+    EXPECT_TRUE(back == bytes) << size;
+  }
+  EXPECT_TRUE(client().list_multipart_uploads(key_of(backend->location()) + "/").empty());
+}
+
 // Tensors only (safetensors holds no objects): rows of `w`, columns of `v`.
 StateDict tensors_only(int rank, int world) {
   StateDict sd = Value::dict();

@@ -70,6 +70,7 @@ void remove_checkpoint(const std::string& path) {
     const std::unique_ptr<Backend> backend = open_backend(path);
     backend->remove(kCommitFile);
     for (const StoredObject& o : backend->list("")) backend->remove(o.name);
+    backend->abort_unfinished("");  // uploads a killed save left
     return;
   }
   io::remove_tree(path + "/" + kCommitFile);

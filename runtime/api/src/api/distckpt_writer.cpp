@@ -92,9 +92,11 @@ void DistckptWriter::commit(const std::vector<std::string>& written) {
   for (FileRecord& f : metadata.files) f.path = storage::object_data_name(f.writer_rank, save_.save_id);
   storage::commit_objects(*save_.object_store, std::move(metadata), save_.common_state, save_.options.overwrite,
                           save_.save_id);
+  committed_ = true;  // a failure after this (the agreement) must not remove what the marker names
 }
 
 void DistckptWriter::discard() noexcept {
+  if (committed_) return;
   if (save_.object_store) {
     storage::discard_objects(*save_.object_store, save_.save_id);
   } else {

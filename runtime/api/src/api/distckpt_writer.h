@@ -35,6 +35,7 @@ class DistckptWriter final : public StorageWriter {
 
  private:
   PreparedSave& save_;
+  bool committed_ = false;
 };
 
 // Starts writing this rank's data file of `save` (a file in the staging

@@ -114,7 +114,7 @@ void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64
   }
   sink_->write_at(offsets_[index] + offset, static_cast<const uint8_t*>(data), n);
   written_[index] += n;
-  if (written_[index] == lengths_[index]) {
+  if (n > 0 && written_[index] == lengths_[index]) {
     // The padding to the next item, written: an object's part is sent only
     // once every byte of it arrived.
     static const std::vector<uint8_t> zeros(io::File::kDirectAlignment, 0);
@@ -126,7 +126,7 @@ void StreamedSave::write(size_t index, uint64_t offset, const void* data, uint64
     checksums_[index]->update(static_cast<const uint8_t*>(data), n);
     // Done now, not at commit: a tensor's unfinished hash state is 576
     // bytes, held for every small tensor otherwise.
-    if (written_[index] == lengths_[index]) {
+    if (n > 0 && written_[index] == lengths_[index]) {
       blocks_[index] = checksums_[index]->finish();
       checksums_[index].reset();
     }

@@ -101,8 +101,12 @@ void FileWriteJob::write(const Staged& staged) {
       w.block_checksums[(s.offset + off) / block] = xxh3(staged.buffer.data() + off, std::min(block, s.bytes - off));
     }
   }
-  // Padding up to the next aligned offset is where the next item starts.
-  sink_->write_at(w.byte_offset + s.offset, staged.buffer.data(), align_up(s.bytes, File::kDirectAlignment));
+  // The item's last slice also writes the zeros up to the next aligned
+  // offset, where the next item starts; an inner slice ends where the next
+  // begins (slices hold whole checksum blocks, which need not be aligned).
+  const bool last = s.offset + s.bytes == w.byte_length;
+  sink_->write_at(w.byte_offset + s.offset, staged.buffer.data(),
+                  last ? align_up(s.bytes, File::kDirectAlignment) : s.bytes);
 }
 
 void FileWriteJob::run() {

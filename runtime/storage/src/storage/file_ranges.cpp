@@ -33,19 +33,24 @@ class BlockChecker {
     const uint64_t block = checked ? index_.checksum_block_size : kUncheckedPiece;
     try {
       const std::unique_ptr<ObjectReader> f = ranges_.open_uncached(file);
-      for (uint64_t i = 0; i * block < length; ++i) {
-        const uint64_t s = i * block, n = std::min(block, length - s);
+      // Several blocks per read where requests are costly (an object store).
+      const uint64_t per_read = std::max<uint64_t>(1, f->preferred_read_bytes() / block);
+      for (uint64_t i = 0; i * block < length; i += per_read) {
+        const uint64_t s = i * block, n = std::min(block * per_read, length - s);
         buffer_.resize(n);
         f->read(offset + s, n, buffer_.data());
-        report_.bytes_checked += n;
-        if (checked) {
-          ++report_.blocks_checked;
-          if (io::xxh3(buffer_.data(), n) != checksums[i]) {
-            report_.problems.push_back(
-                fmt::format("checksum mismatch: {} (file '{}', bytes {}..{})", what, name, offset + s, offset + s + n));
+        for (uint64_t b = 0; b < n; b += block) {
+          const uint64_t m = std::min(block, n - b);
+          report_.bytes_checked += m;
+          if (checked) {
+            ++report_.blocks_checked;
+            if (io::xxh3(buffer_.data() + b, m) != checksums[i + b / block]) {
+              report_.problems.push_back(fmt::format("checksum mismatch: {} (file '{}', bytes {}..{})", what, name,
+                                                     offset + s + b, offset + s + b + m));
+            }
           }
+          tick();
         }
-        tick();
       }
     } catch (const Error& e) {
       report_.problems.push_back(fmt::format("cannot read {}: {}", what, e.what()));
@@ -159,13 +164,20 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
     const uint64_t block_begin = index * block;
     const uint64_t block_end = std::min(block_begin + block, length);
     if (block_begin >= begin && block_end <= end) {
-      // A whole block: read straight into `out` and verified at once, while
-      // its bytes are still in the CPU's cache (a second pass over a long
-      // run would fetch them from memory again).
-      f.read(base + block_begin, block_end - block_begin, out + (block_begin - begin));
-      bytes_read_ += block_end - block_begin;
-      verify_block(out + (block_begin - begin), index);
-      pos = block_end;
+      // Whole blocks: read straight into `out` and verified at once, while
+      // their bytes are still in the CPU's cache (a second pass over a long
+      // run would fetch them from memory again): one block per read, or as
+      // many as one request should carry where requests are costly.
+      uint64_t run_end = block_end;
+      while (run_end < end && run_end - block_begin < f.preferred_read_bytes()) {
+        const uint64_t next = std::min(run_end + block, length);
+        if (next > end) break;
+        run_end = next;
+      }
+      f.read(base + block_begin, run_end - block_begin, out + (block_begin - begin));
+      bytes_read_ += run_end - block_begin;
+      for (uint64_t b = block_begin; b < run_end; b += block) verify_block(out + (b - begin), b / block);
+      pos = run_end;
       continue;
     }
     // A block only partly needed: read it whole into the cache, verify, copy the needed part.

@@ -111,15 +111,28 @@ void commit_objects(Backend& backend, CheckpointMetadata metadata, const std::st
 }
 
 void discard_objects(Backend& backend, uint64_t save_id) noexcept {
-  try {
-    backend.abort_unfinished(data_folder(save_id));
+  const auto step = [&](const auto& what) {
+    try {
+      what();
+    } catch (const std::exception& e) {
+      log_message(LogLevel::kWarning, fmt::format("removing the objects of a failed save under '{}' failed: {}",
+                                                  backend.location(), e.what()));
+    }
+  };
+  // A marker that names this save's metadata means it did commit (its
+  // answer was lost): nothing of it may go.
+  bool committed = false;
+  step([&] {
+    const std::optional<std::string> marker = read_commit_marker(backend);
+    committed = marker && marker->find(metadata_name(save_id)) != std::string::npos;
+  });
+  if (committed) return;
+  step([&] { backend.abort_unfinished(data_folder(save_id)); });
+  step([&] {
     for (const StoredObject& o : backend.list(data_folder(save_id))) backend.remove(o.name);
-    backend.remove(metadata_name(save_id));
-    backend.remove(common_name(save_id));
-  } catch (const std::exception& e) {
-    log_message(LogLevel::kWarning, fmt::format("removing the objects of a failed save under '{}' failed: {}",
-                                                backend.location(), e.what()));
-  }
+  });
+  step([&] { backend.remove(metadata_name(save_id)); });
+  step([&] { backend.remove(common_name(save_id)); });
 }
 
 }  // namespace distckpt::storage

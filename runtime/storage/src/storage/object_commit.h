@@ -1,6 +1,6 @@
 // How a distckpt checkpoint is committed where nothing can be renamed (an
 // object store). Every object a save writes carries the save's id in its
-// name (data/rank_00000.<id>.bin, metadata.<id>.fb, common.<id>.fb), so two
+// name (data/<id>/rank_00000.bin, metadata.<id>.fb, common.<id>.fb), so two
 // saves of one prefix never write the same object; the commit marker
 // (metadata.json) names the metadata object and is written last:
 //
@@ -40,7 +40,8 @@ void commit_objects(Backend& backend, CheckpointMetadata metadata, const std::st
                     uint64_t save_id);
 
 // Coordinator, after a failure anywhere: removes every object of save
-// `save_id` and aborts its multipart uploads. Never throws.
+// `save_id` and aborts its multipart uploads, unless the marker names the
+// save (it committed; the failure came after). Never throws.
 void discard_objects(Backend& backend, uint64_t save_id) noexcept;
 
 }  // namespace distckpt::storage

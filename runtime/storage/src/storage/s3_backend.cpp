@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -68,19 +69,26 @@ class BoundedTasks {
     std::unique_lock<std::mutex> lock(mutex_);
     room_.wait(lock, [&] { return running_ < limit_; });
     if (error_) std::rethrow_exception(error_);
+    join_finished(lock);
     ++running_;
-    threads_.emplace_back([this, task = std::move(task)] {
-      std::exception_ptr error;
-      try {
-        task();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (error && !error_) error_ = error;
-      --running_;
-      room_.notify_all();
-    });
+    try {
+      threads_.emplace_back([this, task = std::move(task)] {
+        std::exception_ptr error;
+        try {
+          task();
+        } catch (...) {
+          error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (error && !error_) error_ = error;
+        finished_.push_back(std::this_thread::get_id());
+        --running_;
+        room_.notify_all();
+      });
+    } catch (...) {
+      --running_;  // no thread started
+      throw;
+    }
   }
   void wait() {
     drain();
@@ -92,16 +100,36 @@ class BoundedTasks {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       threads.swap(threads_);
+      finished_.clear();
     }
     for (std::thread& t : threads) t.join();
   }
 
  private:
+  // Joins the threads whose task is over (at most `limit_` stay alive, so a
+  // long object does not pile up a thread per part).
+  void join_finished(std::unique_lock<std::mutex>& lock) {
+    if (finished_.empty()) return;
+    std::vector<std::thread> done;
+    for (const std::thread::id id : finished_) {
+      const auto it =
+          std::find_if(threads_.begin(), threads_.end(), [&](const std::thread& t) { return t.get_id() == id; });
+      if (it == threads_.end()) continue;
+      done.push_back(std::move(*it));
+      threads_.erase(it);
+    }
+    finished_.clear();
+    lock.unlock();
+    for (std::thread& t : done) t.join();  // each is past its last use of this object
+    lock.lock();
+  }
+
   const int limit_;
   std::mutex mutex_;
   std::condition_variable room_;
   int running_ = 0;
   std::vector<std::thread> threads_;
+  std::vector<std::thread::id> finished_;  // of threads_, their task over
   std::exception_ptr error_;
 };
 
@@ -113,6 +141,8 @@ class S3Reader final : public ObjectReader {
   S3Reader(std::shared_ptr<s3::Client> client, std::string key, uint64_t size)
       : client_(std::move(client)), key_(std::move(key)), size_(size) {}
   uint64_t size() const override { return size_; }
+  // Long enough to be split into concurrency_ GETs of kSplitReadBytes.
+  uint64_t preferred_read_bytes() const override { return kSplitReadBytes * static_cast<uint64_t>(concurrency_); }
   void read(uint64_t offset, uint64_t length, uint8_t* out) const override {
     if (offset > size_ || size_ - offset < length) {
       throw CorruptionError(fmt::format("{}: {} bytes at {} pass its end ({} bytes)",
@@ -176,6 +206,7 @@ class S3Writer final : public ObjectWriter {
       if (!full.empty()) {
         auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(full));
         const int number = static_cast<int>(index + 1);
+        dispatched_ = true;
         uploads_.run([this, number, bytes] { upload(number, bytes->data(), bytes->size()); });
       }
       offset += n;
@@ -185,8 +216,9 @@ class S3Writer final : public ObjectWriter {
   }
 
   void finish(uint64_t size) override {
+    uploads_.wait();  // every full part uploaded (or the first failure raised)
     const uint64_t parts = (size + part_size_ - 1) / part_size_;
-    if (upload_id_.empty() && parts <= 1) {
+    if (!dispatched_ && parts <= 1) {
       // One PUT: nothing was uploaded yet, and the object fits a part.
       std::vector<uint8_t> bytes(size, 0);
       auto it = open_.find(0);
@@ -270,6 +302,7 @@ class S3Writer final : public ObjectWriter {
   std::map<uint64_t, Part> open_;
   std::vector<s3::CompletedPart> completed_;
   bool done_ = false;
+  std::atomic<bool> dispatched_{false};           // a full part went to upload: this is a multipart upload
   BoundedTasks uploads_{concurrency_from_env()};  // last: joined first
 };
 

@@ -160,6 +160,7 @@ void assemble_safetensors(Backend& backend, SafetensorsWriter& writer, const std
       while (next < runs.size() && runs[next].file == f && runs[next].offset + runs[next].length <= w_end) ++next;
     }
     while (next < runs.size() && runs[next].file == f) ++next;
+    writer.finish_file(f);  // its last part goes now, not at the end
   }
   writer.commit();
 }

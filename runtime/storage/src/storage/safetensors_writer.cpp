@@ -95,8 +95,7 @@ void SafetensorsWriter::lay_out(std::vector<std::vector<safetensors::Entry>>& sh
     const uint64_t size = shards[s].empty() ? header.size() : shards[s].back().end;
     layout_.push_back({name, header, size});
     if (store_) {
-      objects_.push_back(store_->create(name, size));
-      objects_.back()->write(0, reinterpret_cast<const uint8_t*>(header.data()), header.size());
+      objects_.emplace_back();  // created at its first write: only the files being written hold parts
     } else {
       io::File& f = files_.emplace_back(paths_.staging + "/" + name, io::File::Mode::kCreateTruncate);
       f.pwrite_all(header.data(), header.size(), 0);
@@ -126,7 +125,9 @@ void SafetensorsWriter::discard() noexcept {
   files_.clear();
   if (store_) {
     try {
-      for (const std::unique_ptr<ObjectWriter>& o : objects_) o->abort();
+      for (const std::unique_ptr<ObjectWriter>& o : objects_) {
+        if (o) o->abort();
+      }
       for (const File& f : layout_) store_->remove(f.name);  // those already completed
     } catch (...) {                                          // the original error matters more
     }
@@ -146,10 +147,32 @@ void SafetensorsWriter::write(size_t index, uint64_t offset, const void* data, u
         fmt::format("write of {} bytes at {} is outside tensor '{}' ({} bytes)", n, offset, e.name, e.end - e.begin));
   }
   if (store_) {
-    objects_[file_of_[index]]->write(e.begin + offset, static_cast<const uint8_t*>(data), n);
+    object(file_of_[index]).write(e.begin + offset, static_cast<const uint8_t*>(data), n);
   } else {
     files_[file_of_[index]].pwrite_all(data, n, e.begin + offset);
   }
+}
+
+ObjectWriter& SafetensorsWriter::object(size_t file) {
+  if (finished_.size() <= file) finished_.resize(layout_.size(), false);
+  if (finished_[file]) {
+    throw UsageError(fmt::format("'{}' was written after it was finished", layout_[file].name));
+  }
+  std::unique_ptr<ObjectWriter>& o = objects_.at(file);
+  if (!o) {
+    o = store_->create(layout_[file].name, layout_[file].size);
+    o->write(0, reinterpret_cast<const uint8_t*>(layout_[file].header.data()), layout_[file].header.size());
+  }
+  return *o;
+}
+
+void SafetensorsWriter::finish_file(size_t file) {
+  if (!store_) return;  // the files are made durable at commit
+  if (finished_.size() <= file) finished_.resize(layout_.size(), false);
+  if (finished_[file]) return;
+  object(file).finish(layout_[file].size);
+  objects_[file].reset();
+  finished_[file] = true;
 }
 
 void SafetensorsWriter::write_file(size_t file, uint64_t offset, const void* data, uint64_t n) {
@@ -159,7 +182,7 @@ void SafetensorsWriter::write_file(size_t file, uint64_t offset, const void* dat
         fmt::format("write of {} bytes at {} is outside the tensors of '{}' ({} bytes)", n, offset, f.name, f.size));
   }
   if (store_) {
-    objects_[file]->write(offset, static_cast<const uint8_t*>(data), n);
+    object(file).write(offset, static_cast<const uint8_t*>(data), n);
   } else {
     files_[file].pwrite_all(data, n, offset);
   }
@@ -167,8 +190,13 @@ void SafetensorsWriter::write_file(size_t file, uint64_t offset, const void* dat
 
 void SafetensorsWriter::commit() {
   if (store_) {
-    for (size_t f = 0; f < objects_.size(); ++f) objects_[f]->finish(layout_[f].size);
-    if (!index_json_.empty()) store_->publish("model.safetensors.index.json", index_json_, /*if_absent=*/true);
+    for (size_t f = 0; f < objects_.size(); ++f) finish_file(f);
+    if (!index_json_.empty() && !store_->publish("model.safetensors.index.json", index_json_, /*if_absent=*/true)) {
+      throw CheckpointError(
+          fmt::format("another save wrote '{}' while this one was writing; give each save its own "
+                      "prefix",
+                      store_->describe("model.safetensors.index.json")));
+    }
     committed_ = true;
     return;
   }

@@ -47,6 +47,9 @@ class SafetensorsWriter {
   const std::vector<File>& layout() const { return layout_; }
   // Bytes [offset, offset + n) of file `file` (of layout()), past its header.
   void write_file(size_t file, uint64_t offset, const void* data, uint64_t n);
+  // On an object store: file `file` is complete now (its object finished,
+  // its memory released) rather than at commit. Elsewhere nothing.
+  void finish_file(size_t file);
   // Makes every file durable, then renames the staging directory to `dir`
   // (an object store: completes every object, then publishes the index).
   void commit();
@@ -64,7 +67,9 @@ class SafetensorsWriter {
   // On an object store: the backend, each file's object and the index.
   std::unique_ptr<Backend> store_;
   std::vector<File> layout_;
-  std::vector<std::unique_ptr<ObjectWriter>> objects_;
+  std::vector<std::unique_ptr<ObjectWriter>> objects_;  // null until written, and once finished
+  std::vector<bool> finished_;
+  ObjectWriter& object(size_t file);  // created, header written, at first use
   std::string index_json_;
   std::vector<safetensors::Entry> tensors_;
   std::vector<size_t> file_of_;  // per tensor

@@ -39,6 +39,10 @@ class ObjectReader {
   virtual void read(uint64_t offset, uint64_t length, uint8_t* out) const = 0;
   // Consecutive bytes from `offset` into the buffers of `iov`, in order.
   virtual void readv(const std::vector<struct iovec>& iov, uint64_t offset) const;
+  // Reads of at least this many bytes cost little more per byte than longer
+  // ones (an object store's request overhead); readers of long ranges ask
+  // for this much at once. 0: any size is as cheap (a local file).
+  virtual uint64_t preferred_read_bytes() const { return 0; }
 };
 
 // One object being written: every byte of [0, size) once, at any offset, in
