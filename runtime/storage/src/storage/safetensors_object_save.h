@@ -11,7 +11,9 @@
 //                completes the files, publishes the index, removes the rest
 //
 // Every byte passes through the coordinator once more than in a directory;
-// its memory is two windows of 16 MiB whatever the model's size.
+// its memory is two windows of 16 MiB and the parts of the one file being
+// assembled (its object is created at its first window and finished after
+// its last), whatever the model's size.
 #pragma once
 
 #include <cstdint>
