@@ -112,6 +112,12 @@ TEST_F(S3Cli, ConvertsLocalToS3AndBackWithEqualDigests) {
     ASSERT_EQ(r.exit_code, 0) << from << " -> " << to << ": " << r.output;
     EXPECT_EQ(model_digest(to), expected) << to;
   }
+  // A torch.save file read straight from the bucket (written locally, copied up).
+  if (run_command("command -v aws >/dev/null").exit_code == 0) {
+    ASSERT_EQ(cli(fmt::format("convert {} {} --to torch", s3("c"), local("t.pt"))).exit_code, 0);
+    ASSERT_EQ(run(fmt::format("aws s3 cp {} {}", local("t.pt"), s3("t.pt"))).exit_code, 0);
+    EXPECT_EQ(model_digest(s3("t.pt")), expected);
+  }
   const CommandResult taken = cli(fmt::format("convert {} {} --to distckpt", local("a"), s3("c")));
   EXPECT_NE(taken.exit_code, 0);
   EXPECT_THAT(taken.output, HasSubstr("already exists"));
