@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,10 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -260,4 +263,16 @@ std::vector<std::string> FaultProxy::faults() const {
     if (!line.empty()) lines.push_back(line);
   }
   return lines;
+}
+
+std::string random_bytes(size_t size, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::string bytes(size, '\0');
+  for (char& c : bytes) c = static_cast<char>(random());
+  return bytes;
+}
+
+std::string s3_test_keys(const std::string& tag) {
+  static std::atomic<int> runs{0};  // a test repeated in one process (--gtest_repeat) starts afresh
+  return tag + testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + std::to_string(++runs) + "-";
 }

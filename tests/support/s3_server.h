@@ -79,6 +79,13 @@ class MotoServer {
   std::unique_ptr<ChildProcess> process_;
 };
 
+// `size` pseudo-random bytes, the same for the same seed.
+std::string random_bytes(size_t size, uint32_t seed);
+// The start of keys of the running test's own ("TAG<test name>-N-"), so that
+// tests share one server; no '/', which moto's signature check cannot take
+// in a ListObjectsV2 prefix.
+std::string s3_test_keys(const std::string& tag);
+
 // Skip the test, in one line, where moto_server is not installed.
 #define DISTCKPT_REQUIRE_MOTO(server)        \
   MotoServer* server = MotoServer::shared(); \

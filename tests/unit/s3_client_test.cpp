@@ -28,20 +28,7 @@ using distckpt::UsageError;
 
 constexpr size_t kMiB = 1 << 20;
 
-std::string random_bytes(size_t size, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::string bytes(size, '\0');
-  for (char& c : bytes) c = static_cast<char>(random());
-  return bytes;
-}
-
-// Keys of their own for each test, so that tests share one server; no '/',
-// which moto's signature check cannot take in a ListObjectsV2 prefix.
-std::string unique_prefix() {
-  static std::atomic<int> runs{0};  // a test repeated in one process (--gtest_repeat) starts afresh
-  return std::string("client-") + testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
-         std::to_string(++runs) + "-";
-}
+std::string unique_prefix() { return s3_test_keys("client-"); }
 
 // The errno of the IoError `f` raises (-1 for anything else).
 template <typename F>

@@ -27,18 +27,7 @@ using distckpt::UsageError;
 
 constexpr size_t kMiB = 1 << 20;
 
-std::string random_bytes(size_t size, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::string bytes(size, '\0');
-  for (char& c : bytes) c = static_cast<char>(random());
-  return bytes;
-}
-
-std::string unique_prefix() {
-  static std::atomic<int> runs{0};  // a test repeated in one process (--gtest_repeat) starts afresh
-  return std::string("faults-") + testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
-         std::to_string(++runs) + "-";
-}
+std::string unique_prefix() { return s3_test_keys("faults-"); }
 
 // How many of the proxy's fault lines start with `action`.
 size_t count_of(const std::vector<std::string>& faults, const std::string& action) {
