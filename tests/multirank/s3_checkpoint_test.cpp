@@ -19,6 +19,8 @@
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint_manager.h"
 #include "distckpt/storage/backend.h"
