@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     // flushing for seconds after the guest's fsync returned, and bills that
     // to whatever writes next.
     SaveOptions as_safetensors;
-    as_safetensors.format = StorageFormat::kSafetensors;
+    as_safetensors.format = StorageFormat::safetensors();
     const auto settle = [&] {
       comm->barrier();
       if (rank == 0) std::this_thread::sleep_for(std::chrono::duration<double>(settle_s));

@@ -37,11 +37,11 @@
 #include <map>
 #include <string>
 
-#include "api/messages.h"
 #include "format/metadata.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
+#include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 
 namespace {
@@ -230,12 +230,12 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
   // rank: every announcement decoded (prepare_save), its own plan routed.
   {
     const std::vector<std::string> announced(static_cast<size_t>(ranks),
-                                             api::encode_plan_announcement({0x1234, 0x99, 0x77, 0}));
+                                             plan::encode_plan_announcement({0x1234, 0x99, 0x77, 0}));
     const plan::LocalPlan own = rank_plan(0, tensors);
     steps.push_back(timed("rank", 0, bytes_of(announced), [&] {
       uint64_t sum = 0;
       for (size_t r = 0; r < announced.size(); ++r) {
-        sum += api::decode_plan_announcement(announced[r], "rank").structure_hash;
+        sum += plan::decode_plan_announcement(announced[r], "rank").structure_hash;
       }
       const std::vector<std::string> routed = plan::route_local_plan(own, ranks);
       if (sum == 0 || routed.empty()) std::abort();

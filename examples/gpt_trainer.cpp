@@ -150,7 +150,7 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     // objects or common values, even where a conversion carried optimizer
     // tensors along): training starts over from them at iteration 0.
     const StorageFormat source = detect_storage_format(a.load_dir);
-    const bool weights_source = !a.load_mapping.empty() || source != StorageFormat::kDistckpt;
+    const bool weights_source = !a.load_mapping.empty() || source != StorageFormat::distckpt();
     if (!a.load_mapping.empty()) {
       options.mapping = find_mapping(layout.save_options().name_mappings, a.load_mapping, "the layout schema");
     }
@@ -158,7 +158,7 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       request = weights_only(request);
       if (comm.rank() == 0) {
         fmt::print("{} holds weights only ({}): starting at iteration 0 with fresh optimizer state\n", a.load_dir,
-                   storage_format_name(source));
+                   source.name());
       }
     } else if constexpr (kStateful) {
       merge(request, layout_optimizer.load_request(optimizer));
@@ -232,8 +232,9 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     SaveOptions options = layout.save_options();
     options.overwrite = a.overwrite;
     if (!a.save_mapping.empty()) {
-      options.format = StorageFormat::kSafetensors;
-      options.safetensors.mapping = find_mapping(options.name_mappings, a.save_mapping, "the layout schema");
+      SafetensorsWriteOptions knobs;
+      knobs.mapping = find_mapping(options.name_mappings, a.save_mapping, "the layout schema");
+      options.format = safetensors_format(std::move(knobs));
     }
     save(sd, a.save_dir, comm, options);
   }

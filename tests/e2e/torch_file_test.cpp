@@ -109,7 +109,7 @@ TEST_F(TorchFile, FilesStandingForMoreThanTheyHoldOrNamingOneThingTwiceAreRefuse
   sd["w"] = ShardedTensor::from_rank_offsets("w", at::empty({2}), {});
   const auto one = make_single_process_communicator();
   SaveOptions as_torch;
-  as_torch.format = StorageFormat::kTorch;
+  as_torch.format = StorageFormat::torch();
   EXPECT_TRUE(throws_with<UsageError>([&] { save(sd, file("saved"), *one, as_torch); },
                                       "write a torch.save file from a checkpoint with convert_to_torch"));
 }

@@ -9,17 +9,16 @@
 #include <string>
 #include <string_view>
 
-#include "api/messages.h"
 #include "distckpt/core/errors.h"
 #include "local/messages.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
+#include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 
 namespace {
 
-namespace api = distckpt::api;
 namespace local = distckpt::local;
 namespace plan = distckpt::plan;
 
@@ -35,28 +34,28 @@ void run(uint8_t which, std::string_view m) {
   switch (which % 19) {
     case 0:
       return round_trip(
-          m, [&](std::string_view b) { return api::decode_plan_announcement(b, from); },
-          [](const api::PlanAnnouncement& a) { return api::encode_plan_announcement(a); });
+          m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },
+          [](const plan::PlanAnnouncement& a) { return plan::encode_plan_announcement(a); });
     case 1:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_decision(b, from); },
           [](const plan::PlanDecision& d) { return plan::encode_plan_decision(d); });
     case 2:
       return round_trip(
-          m, [&](std::string_view b) { return api::decode_save_progress(b, from); },
-          [](uint64_t done) { return api::encode_save_progress(done); });
+          m, [&](std::string_view b) { return plan::decode_save_progress(b, from); },
+          [](uint64_t done) { return plan::encode_save_progress(done); });
     case 3:
       return round_trip(
           m,
           [&](std::string_view b) {
-            const std::vector<std::string> keys = api::decode_requested_keys(b, from);
+            const std::vector<std::string> keys = plan::decode_requested_keys(b, from);
             return std::set<std::string>(keys.begin(), keys.end());
           },
-          [](const std::set<std::string>& keys) { return api::encode_requested_keys(keys); });
+          [](const std::set<std::string>& keys) { return plan::encode_requested_keys(keys); });
     case 4:
       return round_trip(
-          m, [&](std::string_view b) { return api::decode_host_name(b, from); },
-          [](const std::string& name) { return api::encode_host_name(name); });
+          m, [&](std::string_view b) { return plan::decode_host_name(b, from); },
+          [](const std::string& name) { return plan::encode_host_name(name); });
     case 5:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_local_plan(b, from); },
@@ -109,14 +108,14 @@ void run(uint8_t which, std::string_view m) {
           [&](const plan::LocalPlan& p) { return plan::encode_plan_part(p, items); });
     }
     case 17: {
-      const api::ReadPlanMessage read_plan = api::decode_read_plan(m, from);
-      const auto rounds = [](const api::ReadPlanMessage& p) {
+      const plan::ReadPlanMessage read_plan = plan::decode_read_plan(m, from);
+      const auto rounds = [](const plan::ReadPlanMessage& p) {
         return std::vector<std::string>(p.rounds.begin(), p.rounds.end());
       };
       for (std::string_view needs : read_plan.rounds) plan::decode_needs(std::string(needs), from);
-      const std::string encoded = api::encode_read_plan(read_plan.host, rounds(read_plan));
-      const api::ReadPlanMessage again = api::decode_read_plan(encoded, from);
-      if (api::encode_read_plan(again.host, rounds(again)) != encoded) std::abort();
+      const std::string encoded = plan::encode_read_plan(read_plan.host, rounds(read_plan));
+      const plan::ReadPlanMessage again = plan::decode_read_plan(encoded, from);
+      if (plan::encode_read_plan(again.host, rounds(again)) != encoded) std::abort();
       return;
     }
     default:

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "api/messages.h"
 #include "local/messages.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
+#include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 
 namespace {
@@ -26,14 +26,13 @@ void write_seed(const std::string& dir, uint8_t which, const std::string& name, 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   const std::string dir = argv[1];
-  namespace api = distckpt::api;
   namespace local = distckpt::local;
   namespace plan = distckpt::plan;
 
-  write_seed(dir, 0, "plan_announcement", api::encode_plan_announcement({0x1234abcd, 0x99}));
-  write_seed(dir, 2, "save_progress", api::encode_save_progress(1 << 20));
-  write_seed(dir, 3, "requested_keys", api::encode_requested_keys({"decoder.layers.fc1.weight", "embedding"}));
-  write_seed(dir, 4, "host_name", api::encode_host_name("node-17"));
+  write_seed(dir, 0, "plan_announcement", plan::encode_plan_announcement({0x1234abcd, 0x99}));
+  write_seed(dir, 2, "save_progress", plan::encode_save_progress(1 << 20));
+  write_seed(dir, 3, "requested_keys", plan::encode_requested_keys({"decoder.layers.fc1.weight", "embedding"}));
+  write_seed(dir, 4, "host_name", plan::encode_host_name("node-17"));
 
   plan::LocalPlan p;
   p.rank = 1;
@@ -87,7 +86,7 @@ int main(int argc, char** argv) {
   write_seed(dir, 15, "writer_choices", plan::encode_writer_choices({{7, 2}, {5, 1}}));
   write_seed(dir, 16, "plan_part", plan::encode_plan_part(p, {2, 4, 9}));
   write_seed(dir, 17, "read_plan",
-             api::encode_read_plan("node-3", {plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}}),
-                                              plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
+             plan::encode_read_plan("node-3", {plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}}),
+                                               plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
   return 0;
 }

@@ -12,10 +12,10 @@
 #include <string>
 #include <tuple>
 
-#include "api/save_items.h"
 #include "core/device_event.h"
 #include "distckpt/distckpt.h"
 #include "io/buffer_pool.h"
+#include "storage/write_items.h"
 #include "support/process.h"
 #include "support/ranks.h"
 
@@ -183,7 +183,7 @@ TEST(GpuSaveLoad, SynchronousSaveCopiesDeviceShardsThroughTheWriteBuffersOnly) {
   TempDir dir("gpu-sync-save");
   save(sd, dir.file("ckpt"), *comm);
   // The device path wrote through the pinned buffers, within their bound.
-  const std::shared_ptr<io::BufferPool>& pool = api::pinned_sync_write_pool();
+  const std::shared_ptr<io::BufferPool>& pool = storage::pinned_sync_write_pool();
   EXPECT_GT(pool->peak_allocated_bytes(), 0u);
   EXPECT_LE(pool->peak_allocated_bytes(), pool->capacity_bytes());
   StateDict request;

@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/distckpt.h"
 #include "io/file.h"
+#include "load/checkpoint_reader.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
@@ -119,7 +119,7 @@ TEST(FileIntegrity, EachRankChecksTheFilesItReadsAndTheCoordinatorChecksThemAll)
 
   StorageOptions lazy;
   lazy.check_every_file = false;
-  api::CheckpointReader reader(open_storage(dir, lazy));  // opens: rank 1's file is not looked at
+  loading::CheckpointReader reader(open_storage(dir, lazy));  // opens: rank 1's file is not looked at
   const TensorRecord& t = reader.tensor("t");
   at::Tensor top = at::empty({4, 2});
   reader.read_region(t, Box{{0, 0}, {4, 2}}, top);  // rows 0-3: rank 0's file

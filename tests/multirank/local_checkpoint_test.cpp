@@ -8,9 +8,9 @@
 
 #include <filesystem>
 
-#include "distckpt/api/async.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/local/local_checkpoint_manager.h"
+#include "distckpt/save/async.h"
 #include "io/file.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"

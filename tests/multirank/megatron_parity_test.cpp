@@ -219,7 +219,7 @@ TEST(MegatronParity, ContentMetadataIsSavedAndReadAlone) {
     EXPECT_TRUE(throws_with<UsageError>([&] { save(sd, tmp.path() + "/scalar", comm, options); },
                                         "SaveOptions::content_metadata must be a dict, not a int"));
     options.content_metadata = content;
-    options.format = StorageFormat::kSafetensors;
+    options.format = StorageFormat::safetensors();
     EXPECT_TRUE(throws_with<UsageError>([&] { save(sd, tmp.path() + "/st", comm, options); },
                                         "a safetensors save has no place for it"));
   });

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "api/checkpoint_reader.h"
+#include "load/checkpoint_reader.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 
@@ -27,14 +27,14 @@ TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
   const at::Tensor g = save_big(dir);
   const Box two_rows{{300, 0}, {2, 1024}};  // 8 KiB inside block 1
   {
-    api::CheckpointReader reader(dir, /*verify_checksums=*/false);
+    loading::CheckpointReader reader(dir, /*verify_checksums=*/false);
     at::Tensor out = at::empty({2, 1024});
     reader.read_region(reader.tensor("big"), two_rows, out);
     EXPECT_TRUE(at::equal(out, g.narrow(0, 300, 2)));
     EXPECT_EQ(reader.bytes_read(), 2u * 1024 * 4);
   }
   {
-    api::CheckpointReader reader(dir);
+    loading::CheckpointReader reader(dir);
     at::Tensor out = at::empty({2, 1024});
     reader.read_region(reader.tensor("big"), two_rows, out);
     EXPECT_TRUE(at::equal(out, g.narrow(0, 300, 2)));
@@ -42,7 +42,7 @@ TEST(ReadAmount, SmallRegionsReadOnlyTheirBytesOrTheirChecksumBlocks) {
   }
   {
     // A column strip touches every row: all four blocks, each read once.
-    api::CheckpointReader reader(dir);
+    loading::CheckpointReader reader(dir);
     at::Tensor out = at::empty({1024, 16});
     reader.read_region(reader.tensor("big"), Box{{0, 512}, {1024, 16}}, out);
     EXPECT_TRUE(at::equal(out, g.narrow(1, 512, 16)));
@@ -66,28 +66,28 @@ TEST(ReadAmount, ScatteredRunsReadEachTouchedBlockOnceAndVerifyTheBytesBetween) 
     return runs;
   };
   {
-    api::CheckpointReader reader(dir);
+    loading::CheckpointReader reader(dir);
     at::Tensor out = at::zeros({1024, 16});
     reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 0, 1024));
     EXPECT_TRUE(at::equal(out, g.narrow(1, 512, 16)));
     EXPECT_EQ(reader.bytes_read(), uint64_t{4} << 20);
   }
   {
-    api::CheckpointReader reader(dir, /*verify_checksums=*/false);
+    loading::CheckpointReader reader(dir, /*verify_checksums=*/false);
     at::Tensor out = at::zeros({300, 16});
     reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 100, 300));
     EXPECT_TRUE(at::equal(out, g.narrow(0, 100, 300).narrow(1, 512, 16)));
     EXPECT_EQ(reader.bytes_read(), uint64_t{299 * 1024 + 16} * 4);  // the runs' span
   }
   {
-    api::CheckpointReader reader(dir);
+    loading::CheckpointReader reader(dir);
     at::Tensor out = at::zeros({1024, 16});
     std::vector<ByteRun> runs = strip_runs(out, 0, 1024);
     runs[7].bytes = 5000;  // into the next run
     EXPECT_THROW(reader.read_chunk_runs(reader.tensor("big"), 0, runs), Error);
   }
   flip_byte(dir + "/data/rank_00000.bin", 3 * 4096 + 8);  // row 3, column 2: outside the strip
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   at::Tensor out = at::zeros({1024, 16});
   EXPECT_THROW(reader.read_chunk_runs(reader.tensor("big"), 0, strip_runs(out, 0, 1024)), CorruptionError);
 }

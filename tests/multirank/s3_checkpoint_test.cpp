@@ -9,6 +9,7 @@
 // Signatures are checked against moto in s3_client_test.cpp and against
 // AWS's and botocore's vectors in s3_sigv4_test.cpp.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,10 +20,8 @@
 #include <random>
 #include <thread>
 
-#include <fmt/format.h>
-
-#include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint_manager.h"
+#include "distckpt/save/async.h"
 #include "distckpt/storage/backend.h"
 #include "format/commit.h"
 #include "multirank/checkpoint_fixtures.h"
@@ -230,8 +229,9 @@ TEST_F(S3Checkpoints, SafetensorsSavedByTheRanksEqualTheLocalFilesByteForByte) {
   const std::string url = fresh_prefix("safetensors");
   run_ranks(4, [&](Communicator& comm) {
     SaveOptions options;
-    options.format = StorageFormat::kSafetensors;
-    options.safetensors.max_shard_bytes = uint64_t{12} << 20;  // two files, the first over one window
+    SafetensorsWriteOptions knobs;
+    knobs.max_shard_bytes = uint64_t{12} << 20;  // two files, the first over one window
+    options.format = safetensors_format(knobs);
     save(tensors_only(comm.rank(), 4), url, comm, options);
     save(tensors_only(comm.rank(), 4), tmp.path() + "/local", comm, options);
   });

@@ -10,9 +10,9 @@
 #include <map>
 #include <utility>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/distckpt.h"
 #include "format/safetensors.h"
+#include "load/checkpoint_reader.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 #include "support/throws_with.h"
@@ -60,7 +60,7 @@ TEST(SafetensorsLoad, PlainTensorsMetadataAndCommonStateFromOneFile) {
     EXPECT_EQ(meta.at("model.layers.0.mlp.weight").as_sharded_tensor().dtype, at::kBFloat16);
     EXPECT_FALSE(load_common_state_dict(path).contains("format"));  // it describes the files
     EXPECT_EQ(load_content_metadata(path)->at("format").as_string(), "pt");
-    EXPECT_EQ(detect_storage_format(path), StorageFormat::kSafetensors);
+    EXPECT_EQ(detect_storage_format(path), StorageFormat::safetensors());
   }
 }
 
@@ -147,7 +147,7 @@ TEST(SafetensorsLoad, LoadsThroughAStorageTheCallerOpened) {
   TempDir tmp("st-storage");
   write_safetensors(tmp.path() + "/weights.safetensors", model_tensors());
   const std::unique_ptr<StorageReader> storage = open_storage(tmp.path());
-  EXPECT_EQ(storage->format(), StorageFormat::kSafetensors);
+  EXPECT_EQ(storage->format(), StorageFormat::safetensors());
   EXPECT_EQ(storage->index().tensors.size(), 4u);
   run_ranks(1, [&](Communicator& comm) {
     StateDict sd = Value::dict();
@@ -229,7 +229,7 @@ TEST(SafetensorsConvert, ApiRoundTripFromTwoRanksStreamsLargeTensors) {
   EXPECT_EQ(report.files, 3u);  // [step], [big] (a file of its own), [embed, mlp, norm]: widest dtype first
   EXPECT_EQ(report.bytes, uint64_t{3072 * 4096 * 4 + 64 * 32 * 4 + 48 * 64 * 2 + 32 * 2 + 8});
   EXPECT_LE(report.peak_buffer, 4 * options.window_bytes);  // read, its copy, one written, one waiting
-  EXPECT_EQ(detect_storage_format(hf), StorageFormat::kSafetensors);
+  EXPECT_EQ(detect_storage_format(hf), StorageFormat::safetensors());
   EXPECT_TRUE(at::equal(load_plain_tensors(hf).at("big").as_tensor(), big));
 
   convert_to_distckpt(hf, back);

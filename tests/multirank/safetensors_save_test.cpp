@@ -101,8 +101,9 @@ TEST(SafetensorsSave, FourRanksWriteTheFilesTheExportWrites) {
   run_ranks(4, [&](Communicator& comm) {
     save(sharded_state(comm.rank()), ckpt, comm);
     SaveOptions options;
-    options.format = StorageFormat::kSafetensors;
-    options.safetensors.max_shard_bytes = 8000;  // three files
+    SafetensorsWriteOptions knobs;
+    knobs.max_shard_bytes = 8000;  // three files
+    options.format = safetensors_format(knobs);
     reports[static_cast<size_t>(comm.rank())] = save(sharded_state(comm.rank()), direct, comm, options);
   });
   ConvertOptions convert;
@@ -141,8 +142,9 @@ TEST(SafetensorsSave, ByteIdenticalToTheExportOfTheSameState) {
     sd.as_dict().erase("note");  // the export writes no common values
     save(sd, ckpt, comm);
     SaveOptions options;
-    options.format = StorageFormat::kSafetensors;
-    options.safetensors.max_shard_bytes = 8000;
+    SafetensorsWriteOptions knobs;
+    knobs.max_shard_bytes = 8000;
+    options.format = safetensors_format(knobs);
     save(sd, direct, comm, options);
   });
   ConvertOptions convert;
@@ -177,8 +179,9 @@ TEST(SafetensorsSave, UnderANameMappingWritesTheExternalTensors) {
     recorded.name_mappings = {test_mapping()};
     save(sd, ckpt, comm, recorded);
     SaveOptions options;
-    options.format = StorageFormat::kSafetensors;
-    options.safetensors.mapping = test_mapping();
+    SafetensorsWriteOptions knobs;
+    knobs.mapping = test_mapping();
+    options.format = safetensors_format(knobs);
     save(sd, direct, comm, options);
   });
   ConvertOptions convert;
@@ -208,7 +211,7 @@ TEST(SafetensorsSave, WhatSafetensorsCannotHoldIsRefusedAndNothingIsLeft) {
   TempDir tmp("st-save-bad");
   const std::string dir = tmp.path() + "/hf";
   SaveOptions options;
-  options.format = StorageFormat::kSafetensors;
+  options.format = StorageFormat::safetensors();
   auto refused = [&](const std::function<void(StateDict&)>& add, const std::string& message) {
     run_ranks(2, [&](Communicator& comm) {
       StateDict sd = Value::dict();

@@ -10,11 +10,11 @@
 #include <string>
 #include <tuple>
 
-#include "api/checkpoint_reader.h"
-#include "api/device_staging.h"
-#include "api/load_requests.h"
-#include "api/read_engine.h"
 #include "comm/agreement.h"
+#include "load/checkpoint_reader.h"
+#include "load/device_staging.h"
+#include "load/load_requests.h"
+#include "load/read_engine.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 
@@ -53,27 +53,27 @@ struct Staged {
 // chunk in the same round, so the chunk is read once and shared), then rows
 // [0, 16 r) of "v" (8 r rounds more).
 Staged staged_load(const std::string& dir, Communicator& comm, LoadExchange exchange) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   const int64_t cols = kShape[1] / kRanks, rows = 16 * comm.rank();
-  std::vector<api::TensorRead> reads;
+  std::vector<loading::TensorRead> reads;
   Staged out;
-  out.w = api::plan_tensor_reads(reader,
-                                 ShardedTensor::from_global_offset("w", at::zeros({kShape[0], cols}), kShape,
-                                                                   {0, comm.rank() * cols}, {comm.rank()}),
-                                 reads);
+  out.w = loading::plan_tensor_reads(reader,
+                                     ShardedTensor::from_global_offset("w", at::zeros({kShape[0], cols}), kShape,
+                                                                       {0, comm.rank() * cols}, {comm.rank()}),
+                                     reads);
   if (rows > 0) {
-    out.v = api::plan_tensor_reads(reader,
-                                   ShardedTensor::from_global_offset("v", at::zeros({rows, kExtra[1]}, at::kDouble),
-                                                                     kExtra, {0, 0}, {comm.rank()}),
-                                   reads);
+    out.v = loading::plan_tensor_reads(reader,
+                                       ShardedTensor::from_global_offset("v", at::zeros({rows, kExtra[1]}, at::kDouble),
+                                                                         kExtra, {0, 0}, {comm.rank()}),
+                                       reads);
   }
-  api::DeviceStaging staging(kStagingBytes, [](const at::Tensor&) { return true; });
-  std::vector<std::vector<api::TensorRead>> rounds = staging.plan_rounds(std::move(reads));
+  loading::DeviceStaging staging(kStagingBytes, [](const at::Tensor&) { return true; });
+  std::vector<std::vector<loading::TensorRead>> rounds = staging.plan_rounds(std::move(reads));
   out.rounds = rounds.size();
-  const api::ReadEngineOptions engine{exchange, 2, 4 << 10};
+  const loading::ReadEngineOptions engine{exchange, 2, 4 << 10};
   const std::vector<std::string> plans =
-      gather_agreed(comm, "plan the reads", [&] { return api::local_read_plan(rounds, comm, engine); });
-  agree_on_errors(comm, "read", api::execute_reads(reader, rounds, comm, engine, plans, staging));
+      gather_agreed(comm, "plan the reads", [&] { return loading::local_read_plan(rounds, comm, engine); });
+  agree_on_errors(comm, "read", loading::execute_reads(reader, rounds, comm, engine, plans, staging));
   out.peak_bytes = staging.peak_bytes();
   return out;
 }

@@ -20,11 +20,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/distckpt.h"
 #include "format/common_state.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "load/checkpoint_reader.h"
 
 namespace {
 
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const std::shared_ptr<Communicator> comm = communicator_from_env();
-  const StorageIndex md = api::CheckpointReader(pristine).index();
+  const StorageIndex md = loading::CheckpointReader(pristine).index();
   const StateDict question = request(md, comm->rank(), comm->size());
   const uint64_t reference = load_and_hash(question, pristine, *comm);
   const std::vector<std::string> files = files_of(pristine);

@@ -1,7 +1,7 @@
 // Reads into device tensors go through two host windows, a round at a time.
 // CPU destinations stand in for device ones here (a predicate stages them);
 // the GPU tests run the same code with CUDA destinations.
-#include "api/device_staging.h"
+#include "load/device_staging.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "distckpt/core/errors.h"
 
-namespace distckpt::api {
+namespace distckpt::loading {
 namespace {
 
 bool floats_only(const at::Tensor& dest) { return dest.scalar_type() == at::kFloat; }
@@ -108,4 +108,4 @@ TEST(DeviceStaging, RefusesABudgetWithoutRoomForTwoWindows) {
 }
 
 }  // namespace
-}  // namespace distckpt::api
+}  // namespace distckpt::loading

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "api/messages.h"
 #include "distckpt/core/errors.h"
 #include "local/messages.h"
+#include "plan/messages.h"
 #include "support/throws_with.h"
 
 namespace distckpt {
@@ -17,14 +17,14 @@ namespace {
 const std::string kGarbage = "definitely not a flatbuffer";
 
 TEST(WireMessages, ApiMessagesRoundTrip) {
-  const api::PlanAnnouncement a = api::decode_plan_announcement(api::encode_plan_announcement({7, 9}), "rank 1");
+  const plan::PlanAnnouncement a = plan::decode_plan_announcement(plan::encode_plan_announcement({7, 9}), "rank 1");
   EXPECT_EQ(a.structure_hash, 7u);
   EXPECT_EQ(a.cached_plan, 9u);
-  EXPECT_EQ(api::decode_save_progress(api::encode_save_progress(3), "rank 2"), 3u);
+  EXPECT_EQ(plan::decode_save_progress(plan::encode_save_progress(3), "rank 2"), 3u);
   const std::set<std::string> keys = {"a", std::string("with\0nul", 8), ""};
-  const std::vector<std::string> back = api::decode_requested_keys(api::encode_requested_keys(keys), "rank 3");
+  const std::vector<std::string> back = plan::decode_requested_keys(plan::encode_requested_keys(keys), "rank 3");
   EXPECT_EQ(std::set<std::string>(back.begin(), back.end()), keys);
-  EXPECT_EQ(api::decode_host_name(api::encode_host_name("node-7"), "rank 4"), "node-7");
+  EXPECT_EQ(plan::decode_host_name(plan::encode_host_name("node-7"), "rank 4"), "node-7");
 }
 
 TEST(WireMessages, LocalMessagesRoundTrip) {
@@ -49,11 +49,12 @@ TEST(WireMessages, LocalMessagesRoundTrip) {
 }
 
 TEST(WireMessages, MalformedBytesRaiseProtocolErrorNamingTheRank) {
-  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement(kGarbage, "rank 5"); },
+  EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_plan_announcement(kGarbage, "rank 5"); },
                                          "plan announcement from rank 5 is malformed"));
-  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_plan_announcement("", "rank 5"); }, "rank 5"));
-  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_save_progress(kGarbage.substr(0, 3), "rank 1"); }, "rank 1"));
-  EXPECT_TRUE(throws_with<ProtocolError>([] { api::decode_requested_keys(kGarbage, "rank 2"); }, "requested keys"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_plan_announcement("", "rank 5"); }, "rank 5"));
+  EXPECT_TRUE(
+      throws_with<ProtocolError>([] { plan::decode_save_progress(kGarbage.substr(0, 3), "rank 1"); }, "rank 1"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_requested_keys(kGarbage, "rank 2"); }, "requested keys"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_inventory(kGarbage, "rank 6"); }, "rank 6"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_copy_status(kGarbage, "rank 6"); }, "rank 6"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_shard_needs(kGarbage, "rank 7"); }, "shard needs"));

@@ -1,13 +1,11 @@
 // Umbrella header of the distckpt runtime.
 #pragma once
 
-#include "distckpt/api/async.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/api/checkpoint_manager.h"
 #include "distckpt/api/compare.h"
 #include "distckpt/api/convert.h"
 #include "distckpt/api/options.h"
-#include "distckpt/api/plan_cache.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/comm/process_group.h"
 #include "distckpt/core/dict_utils.h"
@@ -20,4 +18,8 @@
 #include "distckpt/format/checkpoint_config.h"
 #include "distckpt/local/local_checkpoint_manager.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
+#include "distckpt/save/async.h"
+#include "distckpt/save/plan_cache.h"
+#include "distckpt/storage/format_registry.h"
+#include "distckpt/storage/safetensors.h"
 #include "distckpt/storage/storage_reader.h"

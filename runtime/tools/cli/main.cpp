@@ -66,7 +66,7 @@ std::vector<std::string> common_keys(const distckpt::StorageReader& storage) {
 
 int inspect(const std::string& dir, bool as_json) {
   const std::unique_ptr<distckpt::StorageReader> storage =
-      distckpt::open_storage(dir, distckpt::StorageOptions{distckpt::StorageFormat::kAuto, false});
+      distckpt::open_storage(dir, distckpt::StorageOptions{distckpt::StorageFormat::detected(), false});
   const distckpt::StorageIndex& md = storage->index();
   // Only the distckpt format records who saved it and under which layout.
   const auto* ours = dynamic_cast<const distckpt::storage::DistckptStorage*>(storage.get());
@@ -74,7 +74,7 @@ int inspect(const std::string& dir, bool as_json) {
   if (as_json) {
     nlohmann::json j;
     j["dir"] = dir;
-    j["format"] = distckpt::storage_format_name(storage->format());
+    j["format"] = storage->format().name();
     if (ours != nullptr) {
       j["format_version"] = ours->metadata().format_version;
       j["world_size"] = ours->metadata().world_size;
@@ -115,7 +115,7 @@ int inspect(const std::string& dir, bool as_json) {
       fmt::print("  name mapping {} (convert --to safetensors --map {})\n", m.name(), m.name());
     }
   } else {
-    fmt::print("checkpoint {}\n  {}, {}, {} ({} bytes)\n", dir, distckpt::storage_format_name(storage->format()),
+    fmt::print("checkpoint {}\n  {}, {}, {} ({} bytes)\n", dir, storage->format().name(),
                count(md.files.size(), "file"), count(md.tensors.size(), "tensor"), total);
   }
   // Columns as wide as the longest key (keys come from files: control bytes escaped).
@@ -223,7 +223,7 @@ std::string mapping_name(const std::string& src, const std::string& map) {
   if (dot == std::string::npos) return map;
   const std::string layout = map.substr(0, dot);
   const std::unique_ptr<distckpt::StorageReader> storage =
-      distckpt::open_storage(src, distckpt::StorageOptions{distckpt::StorageFormat::kAuto, false});
+      distckpt::open_storage(src, distckpt::StorageOptions{distckpt::StorageFormat::detected(), false});
   const auto* ours = dynamic_cast<const distckpt::storage::DistckptStorage*>(storage.get());
   const std::string saved = ours == nullptr ? "" : ours->metadata().layout_name;
   if (saved != layout) {

@@ -5,7 +5,6 @@
 #include <memory>
 #include <optional>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/storage/backend.h"
@@ -13,6 +12,7 @@
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "load/checkpoint_reader.h"
 #include "storage/torch_file_reader.h"
 
 namespace distckpt {
@@ -33,7 +33,7 @@ bool has_uncommitted_save(const std::string& location) {
 
 // Every tensor's stored pieces must tile its global shape exactly once, as
 // the save checked before writing them.
-void check_tiling(api::CheckpointReader& reader, VerifyReport& report) {
+void check_tiling(loading::CheckpointReader& reader, VerifyReport& report) {
   for (const TensorRecord& t : reader.index().tensors) {
     try {
       reader.index_for(t);  // checks the tiling
@@ -67,14 +67,14 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
     report.status = report.problems.empty() ? VerifyReport::Status::kIntact : VerifyReport::Status::kCorrupt;
     return report;
   }
-  StorageFormat format = StorageFormat::kAuto;
+  StorageFormat format = StorageFormat::detected();
   try {
     format = detect_storage_format(path);
   } catch (const CheckpointError& e) {
     return stop(VerifyReport::Status::kNotACheckpoint, e.what());
   }
-  report.format = storage_format_name(format);
-  if (format == StorageFormat::kDistckpt) {
+  report.format = format.name();
+  if (format == StorageFormat::distckpt()) {
     // The marker first: without one, say whether a save of ours was cut short.
     std::optional<CheckpointConfig> config;
     try {
@@ -116,12 +116,12 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
     // Safetensors files that do not say which checkpoint they make (several
     // files or indexes, no index) are not one: nothing in them is damaged.
     return stop(
-        format == StorageFormat::kSafetensors ? VerifyReport::Status::kNotACheckpoint : VerifyReport::Status::kCorrupt,
+        format == StorageFormat::safetensors() ? VerifyReport::Status::kNotACheckpoint : VerifyReport::Status::kCorrupt,
         e.what());
   } catch (const Error& e) {
     return stop(VerifyReport::Status::kCorrupt, e.what());
   }
-  api::CheckpointReader reader(*storage);
+  loading::CheckpointReader reader(*storage);
   check_tiling(reader, report);
   storage->verify(report, progress);
   report.status = report.problems.empty() ? VerifyReport::Status::kIntact : VerifyReport::Status::kCorrupt;
@@ -135,11 +135,11 @@ std::string TensorDigest::line() const {
 }
 
 std::vector<TensorDigest> digest_checkpoint(const std::string& dir) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   std::vector<TensorDigest> out;
   for (const TensorRecord& record : reader.index().tensors) {
     io::StreamingHash hash;
-    api::read_in_windows(reader, record, kDigestWindowBytes, [&](int64_t, const at::Tensor& values) {
+    loading::read_in_windows(reader, record, kDigestWindowBytes, [&](int64_t, const at::Tensor& values) {
       hash.update(values.data_ptr(), static_cast<size_t>(values.nbytes()));
     });
     out.push_back(TensorDigest{record.key, stored_dtype_name(record), record.global_shape, hash.digest()});

@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <set>
 
-#include "api/checkpoint_reader.h"
-#include "api/load_requests.h"
-#include "api/quoted_list.h"
-#include "api/state_dict_split.h"
+#include "core/quoted_list.h"
+#include "core/state_dict_split.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
@@ -19,6 +17,8 @@
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "load/checkpoint_reader.h"
+#include "load/load_requests.h"
 #include "storage/distckpt_storage.h"
 #include "storage/posix_backend.h"
 
@@ -27,10 +27,10 @@ namespace {
 
 // For the readers every rank of a job may call: the data files are checked
 // as they are opened, not all of them by every rank (R x F checks).
-api::CheckpointReader per_rank_reader(const std::string& dir) {
+loading::CheckpointReader per_rank_reader(const std::string& dir) {
   StorageOptions options;
   options.check_every_file = false;
-  return api::CheckpointReader(open_storage(dir, options));
+  return loading::CheckpointReader(open_storage(dir, options));
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ std::optional<StateDict> load_content_metadata(const std::string& dir) {
 }
 
 StateDict load_tensors_metadata(const std::string& dir) {
-  const api::CheckpointReader reader = per_rank_reader(dir);
+  const loading::CheckpointReader reader = per_rank_reader(dir);
   StateDict out = Value::dict();
   std::vector<std::string> skipped;
   for (const TensorRecord& record : reader.index().tensors) {
@@ -63,17 +63,17 @@ StateDict load_tensors_metadata(const std::string& dir) {
     log_message(LogLevel::kWarning,
                 fmt::format("load_tensors_metadata('{}') leaves out {}: their dtypes have no type in this "
                             "build (`distckpt inspect` lists them)",
-                            dir, api::quoted_list(skipped)));
+                            dir, quoted_list(skipped)));
   }
   return out;
 }
 
 StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::string& dir) {
-  api::CheckpointReader reader = per_rank_reader(dir);
-  Value objects = extract_matching(api::apply_factories(sharded_state_dict), [](const Value& leaf) {
+  loading::CheckpointReader reader = per_rank_reader(dir);
+  Value objects = extract_matching(apply_factories(sharded_state_dict), [](const Value& leaf) {
                     return leaf.kind() == Kind::kShardedObject;
                   }).first;
-  for (Value* leaf : nested_values(objects)) *leaf = api::load_object(reader, leaf->as_sharded_object());
+  for (Value* leaf : nested_values(objects)) *leaf = loading::load_object(reader, leaf->as_sharded_object());
   return objects;
 }
 
@@ -86,14 +86,14 @@ ShardedObject object_of(const ObjectRecord& record) {
 }  // namespace
 
 StateDict load_plain_tensors(const std::string& dir) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   StateDict out = Value::dict();
   for (const TensorRecord& record : reader.index().tensors) out[record.key] = Value(reader.read_whole(record));
   return out;
 }
 
 StateDict load_plain_tensors(const std::string& dir, const TensorSelection& selection) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   const std::vector<TensorRecord>& tensors = reader.index().tensors;  // sorted by key
   std::set<std::string> keys;
   for (const std::string& key : selection.keys) keys.insert(reader.tensor_record(key).key);
@@ -113,19 +113,19 @@ StateDict load_plain_tensors(const std::string& dir, const TensorSelection& sele
 }
 
 at::Tensor load_plain_tensor(const std::string& dir, const std::string& key) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   return reader.read_whole(reader.tensor_record(key));
 }
 
 StateDict load_sharded_objects_metadata(const std::string& dir) {
-  const api::CheckpointReader reader(dir);
+  const loading::CheckpointReader reader(dir);
   StateDict out = Value::dict();
   for (const ObjectRecord& record : reader.index().objects) out[record.unique_key()] = Value(object_of(record));
   return out;
 }
 
 StateDict load_all_sharded_objects(const std::string& dir) {
-  api::CheckpointReader reader(dir);
+  loading::CheckpointReader reader(dir);
   StateDict out = Value::dict();
   for (const ObjectRecord& record : reader.index().objects) {
     ShardedObject object = object_of(record);

@@ -9,13 +9,13 @@
 #include <optional>
 #include <utility>
 
-#include "api/checkpoint_reader.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "io/file.h"
+#include "load/checkpoint_reader.h"
 #include "storage/torch_file_reader.h"
 
 namespace distckpt {
@@ -62,7 +62,7 @@ class TensorPairs {
 
  private:
   std::string dirs_[2];
-  std::optional<api::CheckpointReader> readers_[2];
+  std::optional<loading::CheckpointReader> readers_[2];
 };
 
 // Where two stored tensors with equal dtype names and shapes but different

@@ -18,8 +18,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/checkpoint_reader.h"
-#include "api/streamed_save.h"
 #include "distckpt/api/checkpoint.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/errors.h"
@@ -29,6 +27,8 @@
 #include "format/safetensors.h"
 #include "io/file.h"
 #include "io/threads.h"
+#include "load/checkpoint_reader.h"
+#include "save/streamed_save.h"
 #include "storage/safetensors_writer.h"
 #include "storage/torch_file_reader.h"
 #include "storage/torch_file_writer.h"
@@ -91,14 +91,14 @@ struct Export {
   Shape shape;  // as exported: the region's lengths without leading stacked axes
 };
 
-void check_convertible(const api::CheckpointReader& reader, const TensorRecord& t) {
+void check_convertible(const loading::CheckpointReader& reader, const TensorRecord& t) {
   if (t.unrepresentable) {
     throw CheckpointError(
         fmt::format("'{}' in '{}' cannot be converted: {}", t.key, reader.dir(), unrepresentable_reason(t)));
   }
 }
 
-std::vector<Export> every_tensor(api::CheckpointReader& reader) {
+std::vector<Export> every_tensor(loading::CheckpointReader& reader) {
   std::vector<Export> out;
   for (const TensorRecord& t : reader.index().tensors) {
     check_convertible(reader, t);
@@ -108,7 +108,7 @@ std::vector<Export> every_tensor(api::CheckpointReader& reader) {
 }
 
 // The external tensors of the mapping `name` recorded in the checkpoint.
-std::vector<Export> mapped(api::CheckpointReader& reader, const std::string& name) {
+std::vector<Export> mapped(loading::CheckpointReader& reader, const std::string& name) {
   const std::vector<NameMapping> recorded = reader.storage().name_mappings();
   const std::string where =
       fmt::format("checkpoint '{}'", reader.dir());  // named: no temporary beside a returned reference
@@ -312,15 +312,15 @@ class CheckpointSource : public TensorSource {
     }
   }
   std::optional<StateDict> content_metadata() override {
-    if (reader_.storage().format() != StorageFormat::kDistckpt) return std::nullopt;
+    if (reader_.storage().format() != StorageFormat::distckpt()) return std::nullopt;
     return reader_.storage().read_content_metadata();
   }
   void read(size_t i, const at::Tensor& scratch, const WindowFn& fn) override {
-    api::read_in_windows(reader_, *exports_[i].record, exports_[i].region, scratch.nbytes(), fn, scratch);
+    loading::read_in_windows(reader_, *exports_[i].record, exports_[i].region, scratch.nbytes(), fn, scratch);
   }
 
  private:
-  api::CheckpointReader reader_;
+  loading::CheckpointReader reader_;
   std::vector<Export> exports_;
 };
 
@@ -474,7 +474,7 @@ ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst
   }
   SaveOptions save_options;
   save_options.content_metadata = source->content_metadata();
-  api::StreamedSave save(state, dst, save_options);
+  saving::StreamedSave save(state, dst, save_options);
   std::vector<size_t> order;  // the data file's
   std::vector<at::ScalarType> dtypes;
   for (const std::string& key : save.keys()) {

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "api/save_items.h"
 #include "distckpt/api/options.h"
 #include "distckpt/core/errors.h"
 #include "format/local_state_codec.h"
 #include "io/checksum.h"
 #include "io/file.h"
 #include "io/file_write_job.h"
+#include "storage/write_items.h"
 
 namespace distckpt::local {
 namespace {
@@ -92,13 +92,13 @@ uint64_t write_local_file(const TensorAwareStateDict& state, int64_t iteration, 
       e.block_checksums.clear();
       const at::Tensor& t = state.tensors()[i];
       if (!e.held || !t.defined() || t.numel() == 0) continue;
-      items.push_back(api::tensor_write_item(t.detach()));
+      items.push_back(storage::tensor_write_item(t.detach()));
       record_of_item.push_back(i);
     }
     io::FileWriteOptions options;
     options.checksum_block = kBlock;
     options.threads = resolve_io_threads(0);
-    const io::FileWritten written = io::FileWriteJob(tmp, std::move(items), api::sync_write_pool(), options).wait();
+    const io::FileWritten written = io::FileWriteJob(tmp, std::move(items), storage::sync_write_pool(), options).wait();
     for (size_t k = 1; k < written.items.size(); ++k) {
       LocalTensorEntry& e = meta.tensors[record_of_item[k]];
       e.byte_offset = written.items[k].byte_offset;

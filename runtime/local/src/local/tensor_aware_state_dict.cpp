@@ -6,14 +6,14 @@
 #include <map>
 #include <optional>
 
-#include "api/access_integrity.h"
-#include "api/load_result.h"
-#include "api/state_dict_split.h"
-#include "api/strict_keys.h"
 #include "comm/agreement.h"
+#include "core/state_dict_split.h"
 #include "distckpt/core/errors.h"
 #include "format/local_state_codec.h"
 #include "io/checksum.h"
+#include "load/access_integrity.h"
+#include "load/load_result.h"
+#include "load/strict_keys.h"
 #include "local/messages.h"
 #include "local/shard_exchange.h"
 #include "plan/global_plan.h"
@@ -85,8 +85,8 @@ void check_loadable(const LocalState& state, Communicator& comm, const ToStateDi
   }
 }
 
-api::StoredKeys stored_keys(const LocalState& state, int rank) {
-  api::StoredKeys stored;
+loading::StoredKeys stored_keys(const LocalState& state, int rank) {
+  loading::StoredKeys stored;
   stored.where = fmt::format("the local checkpoint of rank {}", rank);
   for (const LocalTensorEntry& e : state.tensors) stored.tensors.insert(e.meta.key);
   for (const ShardedObject& o : state.objects) stored.add_object(o.key, o.unique_key());
@@ -94,12 +94,12 @@ api::StoredKeys stored_keys(const LocalState& state, int rank) {
 }
 
 // Strict handling, with the outcome agreed by every rank.
-api::KeyMismatch agreed_key_check(api::SplitStateDict& split, const api::StoredKeys& stored, Communicator& comm,
-                                  StrictHandling strict) {
-  api::KeyMismatch mismatch;
+loading::KeyMismatch agreed_key_check(SplitStateDict& split, const loading::StoredKeys& stored, Communicator& comm,
+                                      StrictHandling strict) {
+  loading::KeyMismatch mismatch;
   std::exception_ptr key_error;
   try {
-    mismatch = api::handle_key_mismatch(split.sharded, stored, comm, strict);
+    mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, strict);
   } catch (...) {
     key_error = std::current_exception();
   }
@@ -146,8 +146,8 @@ const LocalTensorEntry& matching_entry(const ShardedTensor& want, const LocalSta
   return state.tensors[index];
 }
 
-ShardRequests match_requests(const LocalState& state, const std::vector<at::Tensor>& tensors,
-                             api::SplitStateDict& split, const std::string& where, const at::Device& wire_device) {
+ShardRequests match_requests(const LocalState& state, const std::vector<at::Tensor>& tensors, SplitStateDict& split,
+                             const std::string& where, const at::Device& wire_device) {
   ShardRequests out;
   std::map<std::string, size_t> by_identity;
   for (size_t i = 0; i < state.tensors.size(); ++i) {
@@ -157,7 +157,7 @@ ShardRequests match_requests(const LocalState& state, const std::vector<at::Tens
   }
   std::map<std::string, const ShardedObject*> objects;
   for (const ShardedObject& o : state.objects) objects.emplace(o.unique_key(), &o);
-  for (Value* leaf : api::sharded_leaves(split.sharded)) {
+  for (Value* leaf : sharded_leaves(split.sharded)) {
     if (leaf->kind() == Kind::kShardedObject) {
       resolve_object(*leaf, objects, where);
       continue;
@@ -210,13 +210,13 @@ TensorAwareStateDict TensorAwareStateDict::from_state_dict(const StateDict& shar
   TensorAwareStateDict out;
   plan::LocalPlan local;
   run_agreed(comm, "build the tensor-aware state dict", [&] {
-    api::SplitStateDict split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    SplitStateDict split = split_state_dict(apply_factories(sharded_state_dict));
     out.state_.owner_rank = comm.rank();
     out.state_.world_size = comm.size();
     out.state_.algorithm = tensor_aware_algo_name(algo);
     out.state_.common = std::move(split.common);
     local.rank = comm.rank();
-    for (Value* leaf : api::sharded_leaves(split.sharded)) {
+    for (Value* leaf : sharded_leaves(split.sharded)) {
       if (leaf->kind() == Kind::kShardedObject) {
         const ShardedObject& o = leaf->as_sharded_object();
         o.validate_metadata_integrity();
@@ -370,18 +370,18 @@ TensorAwareStateDict TensorAwareStateDict::deserialize_hollow(std::string_view b
 
 LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
                                                const ToStateDictOptions& options) const {
-  api::SplitStateDict split;
-  api::StoredKeys stored;
+  SplitStateDict split;
+  loading::StoredKeys stored;
   TensorAwareAlgo algo = TensorAwareAlgo::kAtomic;
   run_agreed(comm, "prepare the tensor-aware state dict for loading", [&] {
     algo = options.algo.value_or(algorithm());
     check_not_hollow("to_state_dict");
     check_loadable(state_, comm, options);
-    split = api::split_state_dict(api::apply_factories(sharded_state_dict));
+    split = split_state_dict(apply_factories(sharded_state_dict));
     stored = stored_keys(state_, comm.rank());
   });
-  api::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict);
-  if (options.validate_access_integrity) api::validate_access_integrity(split.sharded, comm);
+  loading::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict);
+  if (options.validate_access_integrity) loading::validate_access_integrity(split.sharded, comm);
   ShardRequests requests;
   run_agreed(comm, "match the requested shards",
              [&] { requests = match_requests(state_, tensors_, split, stored.where, comm.tensor_device()); });
@@ -402,7 +402,7 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
     });
   }
   for (size_t i = 0; i < requests.needed.size(); ++i) *requests.needed_leaves[i] = Value(requests.needed[i].dest);
-  return api::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
+  return loading::assemble_load_result(state_.common, split, sharded_state_dict, std::move(mismatch), options.strict);
 }
 
 }  // namespace distckpt

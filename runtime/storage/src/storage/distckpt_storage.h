@@ -28,7 +28,7 @@ class DistckptStorage final : public FileBackedStorage {
   std::vector<NameMapping> name_mappings() const override { return metadata_.name_mappings; }
   const CheckpointConfig& config() const { return config_; }
 
-  StorageFormat format() const override { return StorageFormat::kDistckpt; }
+  StorageFormat format() const override { return StorageFormat::distckpt(); }
   const std::string& location() const override { return backend_->location(); }
   const StorageIndex& index() const override { return metadata_; }
   Value read_common_state() const override;

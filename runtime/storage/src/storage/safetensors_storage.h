@@ -24,7 +24,7 @@ class SafetensorsStorage final : public FileBackedStorage {
   // and tensor) for a damaged header or index.
   SafetensorsStorage(std::shared_ptr<Backend> backend, const std::string& file);
 
-  StorageFormat format() const override { return StorageFormat::kSafetensors; }
+  StorageFormat format() const override { return StorageFormat::safetensors(); }
   const std::string& location() const override { return location_; }
   const StorageIndex& index() const override { return index_; }
   // The string pairs of "__metadata__" are common values, but "format" (the

@@ -18,11 +18,13 @@
 
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
+#include "distckpt/storage/safetensors.h"
 #include "distckpt/storage/storage_writer.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "io/file.h"
 #include "io/staging.h"
+#include "storage/directory_commit.h"
 #include "storage/posix_backend.h"
 #include "storage/safetensors_object_save.h"
 #include "storage/safetensors_storage.h"
@@ -85,10 +87,14 @@ class SafetensorsStorageWriter final : public StorageWriter {
     }
   }
 
-  StorageFormat format() const override { return StorageFormat::kSafetensors; }
+  StorageFormat format() const override { return StorageFormat::safetensors(); }
   const std::string& location() const override { return paths_.target; }
 
   void claim() override {
+    // Held until commit or discard: a second save of this process (or, in a
+    // directory, of another) into the same target fails here, and never
+    // shares or removes this one's staging.
+    claim_ = std::make_unique<storage::InFlightClaim>(paths_, /*lock_directory=*/!store_);
     if (store_ ? store_->root_exists() : io::exists(paths_.target)) {
       throw CheckpointError(
           fmt::format("'{}' already exists; a safetensors save never replaces files: remove it or save into another "
@@ -204,18 +210,21 @@ class SafetensorsStorageWriter final : public StorageWriter {
       writer_->commit();
     }
     writer_.reset();
+    claim_.reset();
   }
 
   void discard() noexcept override {
-    writer_.reset();  // removes its staging directory (its objects)
+    writer_.reset();      // removes its staging directory (its objects)
+    if (!claim_) return;  // another save's staging is not ours to remove
     if (store_) {
       storage::remove_safetensors_staging(*store_);
-      return;
+    } else {
+      try {
+        io::remove_tree(paths_.staging);
+      } catch (...) {  // the original error matters more
+      }
     }
-    try {
-      io::remove_tree(paths_.staging);
-    } catch (...) {  // the original error matters more
-    }
+    claim_.reset();
   }
 
  private:
@@ -281,6 +290,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
 
   io::StagingPaths paths_;
   std::unique_ptr<Backend> store_;  // an object store's, else none
+  std::unique_ptr<storage::InFlightClaim> claim_;
   SafetensorsWriteOptions options_;
   std::unique_ptr<storage::SafetensorsWriter> writer_;  // coordinator, from prepare to commit
 };

@@ -31,7 +31,7 @@ class TorchFileStorage final : public FileBackedStorage {
   // `file` of `backend`.
   TorchFileStorage(std::shared_ptr<Backend> backend, const std::string& file);
 
-  StorageFormat format() const override { return StorageFormat::kTorch; }
+  StorageFormat format() const override { return StorageFormat::torch(); }
   const std::string& location() const override { return reader_.path(); }
   const StorageIndex& index() const override { return index_; }
   Value read_common_state() const override { return reader_.common(); }

@@ -1,5 +1,6 @@
-// The distckpt entry points: save a sharded state dict from every rank, load
-// it back under any other layout, and inspect checkpoints without a model.
+// The distckpt entry points: save (distckpt/save/save.h) a sharded state dict
+// from every rank, load it back under any other layout (distckpt/load/load.h),
+// and the offline tools below, which read checkpoints without a model.
 #pragma once
 
 #include <cstdint>
@@ -9,67 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/api/options.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/state_dict.h"
 #include "distckpt/format/storage_index.h"
+#include "distckpt/load/load.h"
+#include "distckpt/save/save.h"
 #include "distckpt/storage/storage_reader.h"
 #include "distckpt/storage/storage_writer.h"
 
 namespace distckpt {
-
-struct SaveReport {
-  bool plan_reused = false;    // planning skipped: every rank matched SaveOptions::plan_cache
-  uint64_t bytes_written = 0;  // payload bytes this rank wrote
-  size_t items_written = 0;    // tensor chunks and objects this rank wrote
-  bool direct_io = false;      // this rank's file was written with O_DIRECT
-};
-
-// Collective: every rank of `comm` calls it with its own sharded state dict.
-// Factories are applied, non-persistent entries dropped, common (non-sharded)
-// state saved once, by the coordinator (SaveOptions::coordinator_rank). Every stored shard is written exactly once, by
-// one of the ranks that hold it (SaveOptions::writers). The sharding is
-// validated across ranks before any byte is written. The checkpoint is
-// committed (metadata.json written) only after every rank's data is durable;
-// an error on any rank is raised on every rank and leaves `dir` untouched.
-SaveReport save(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                const SaveOptions& options = {});
-// The same into any storage: `writer` (the same kind on every rank, at the
-// same location) decides the format and where the bytes go; see
-// distckpt/storage/storage_writer.h. SaveOptions::format is not consulted.
-SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Communicator& comm,
-                const SaveOptions& options = {});
-
-// A dry run of save() in the distckpt format: the options and every rank's
-// plan validated as save() validates them (the common-state comparison
-// aside), and the index the checkpoint would have returned on every rank: keys,
-// stored dtypes (SaveOptions::transform applied), global shapes, the chunks
-// and the file (and writer rank) of each, byte lengths; offsets and checksums
-// stay 0, as only writing decides them. Collective; touches no storage, and
-// every rank builds the index itself (memory O(all chunks) on each).
-StorageIndex dry_run_save(const StateDict& sharded_state_dict, Communicator& comm, const SaveOptions& options = {});
-
-struct LoadResult {
-  StateDict state_dict;                   // common state merged with the loaded entries
-  std::set<std::string> missing_keys;     // stored but requested by no rank (*_ALL modes)
-  std::set<std::string> unexpected_keys;  // requested here but not stored
-  uint64_t bytes_read = 0;                // from storage by this rank (whole checksum blocks when verifying)
-};
-
-// Collective. `sharded_state_dict` describes what this rank wants, in any
-// layout: ShardedTensors are filled in place when they carry data (else
-// allocated), ShardedObjects come back as their bytes, factories are merged,
-// non-persistent values put back, and the common state merged in. With
-// LoadOptions::exchange (the default), a stored piece several ranks need is
-// read from storage once and sent to the others.
-// `dir` is a distckpt checkpoint or Hugging Face safetensors (a file, or a
-// directory with an index or one file): LoadOptions::format, detected by
-// default. Each rank reads only the stored bytes its shards overlap.
-LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
-                const LoadOptions& options = {});
-// The same from a storage the caller opened (e.g. its own StorageReader).
-LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Communicator& comm,
-                const LoadOptions& options = {});
 
 // The common (non-sharded) state the coordinator saved. No communication.
 StateDict load_common_state_dict(const std::string& dir);

@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/api/async.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/local/tensor_aware_state_dict.h"
+#include "distckpt/save/async.h"
 
 namespace distckpt {
 

@@ -1,10 +1,10 @@
 // Where a load gets its bytes. A StorageReader presents one checkpoint, in
 // whatever format, as a StorageIndex (tensors, their stored chunks and the
 // byte ranges that hold them) plus ranged reads; the load planner and the
-// read engine use nothing else. Three formats are built in: distckpt's own,
-// Hugging Face safetensors and torch.save files (read only). A third (an object store, another framework's
-// files) implements this interface and is passed to the loaders that take a
-// StorageReader; docs/STORAGE.md walks through what each method must do.
+// read engine use nothing else. Each registered format opens its own
+// (distckpt/storage/format_registry.h; built in: distckpt's own, Hugging Face
+// safetensors, torch.save files); docs/STORAGE.md walks through what each
+// method must do.
 #pragma once
 
 #include <cstdint>
@@ -18,16 +18,9 @@
 #include "distckpt/format/checkpoint_config.h"
 #include "distckpt/format/name_mapping.h"
 #include "distckpt/format/storage_index.h"
+#include "distckpt/storage/storage_format.h"
 
 namespace distckpt {
-
-enum class StorageFormat {
-  kAuto,         // decided from what the path holds
-  kDistckpt,     // a directory with metadata.json
-  kSafetensors,  // a .safetensors file, or a directory with an index or one such file
-  kTorch,        // a file torch.save wrote (read only: export one with convert_to_torch)
-};
-const char* storage_format_name(StorageFormat format);  // "auto", "distckpt", "safetensors", "torch"
 
 // What a verification found. kCorrupt covers anything a load would reject
 // (and an uncommitted save: a directory of ours without its commit marker);
@@ -37,7 +30,7 @@ struct VerifyReport {
   enum class Status { kIntact, kCorrupt, kNotACheckpoint };
   Status status = Status::kIntact;
   std::vector<std::string> problems;  // one line each: what, file, byte range
-  std::string format;                 // storage_format_name of what was found
+  std::string format;                 // the name of the format found
   int format_version = 0;             // distckpt only
   uint64_t files = 0;                 // files checked
   uint64_t bytes_checked = 0;         // stored bytes re-read (and hashed where checksums exist)
@@ -100,7 +93,7 @@ class StorageReader {
 };
 
 struct StorageOptions {
-  StorageFormat format = StorageFormat::kAuto;
+  StorageFormat format{};  // detected from what the location holds
   // Check every checksum block read (formats that record checksums).
   bool verify_checksums = true;
   // Check the kind, size and place of every data file when opening (the
@@ -126,8 +119,8 @@ bool is_distributed_checkpoint(const std::string& location);
 // CorruptionError for a damaged marker of ours.
 std::optional<std::string> checkpoint_writer(const std::string& location);
 
-// What `path` holds; CheckpointError saying what was found when it is no
-// checkpoint of a known format.
+// What `path` holds: the first registered format that recognises it;
+// CheckpointError saying what was found when none does.
 StorageFormat detect_storage_format(const std::string& path);
 // Opens the checkpoint at `path`. Throws CheckpointError when there is none
 // and CorruptionError when its metadata or files are inconsistent.

@@ -9,10 +9,10 @@
 //   coordinator  commit(results)            the checkpoint appears, all at once
 //   coordinator  discard()                  after a failure: nothing of this save stays
 //
-// Two formats are built in: distckpt's own (the default; its writer lives
-// with the save pipeline because its metadata is the save plan) and Hugging
-// Face safetensors (make_safetensors_writer). docs/STORAGE.md says what a
-// third (an object store) must do; the planner does not change.
+// Formats that saves write are registered (distckpt/storage/format_registry.h):
+// distckpt's own (the default; its metadata is the save plan, so save() makes
+// its writer) and Hugging Face safetensors (distckpt/storage/safetensors.h).
+// docs/STORAGE.md says what another must do; the planner does not change.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,7 +25,7 @@
 
 #include "distckpt/core/box.h"
 #include "distckpt/core/state_dict.h"
-#include "distckpt/format/name_mapping.h"
+#include "distckpt/storage/storage_format.h"
 #include "distckpt/storage/storage_reader.h"
 
 namespace distckpt {
@@ -82,22 +82,5 @@ class StorageWriter {
   // created; what was at location() before stays. Never throws.
   virtual void discard() noexcept = 0;
 };
-
-struct SafetensorsWriteOptions {
-  // The most tensor bytes per file (0: one model.safetensors); a larger
-  // tensor gets a file of its own. Shards come with model.safetensors.index.json.
-  uint64_t max_shard_bytes = 0;
-  // Write under this mapping's external names (the layout schema's
-  // `mapping llama`); each key's pieces land in the external tensors its
-  // regions cover. Keys the mapping does not name (optimizer state),
-  // sharded objects and common values are not written (warned).
-  std::optional<NameMapping> mapping;
-};
-
-// Writes a Hugging Face safetensors directory at `dir`, which must not exist.
-// The bytes are those convert_to_safetensors writes for the same tensors.
-// Without a mapping, common values must be strings (they become
-// "__metadata__"); sharded objects cannot be stored (an error at prepare).
-std::unique_ptr<StorageWriter> make_safetensors_writer(const std::string& dir, SafetensorsWriteOptions options = {});
 
 }  // namespace distckpt

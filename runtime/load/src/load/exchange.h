@@ -1,0 +1,38 @@
+// Fully parallel load, the exchange: each shared piece (plan/load_schedule.h)
+// not served within its host (api/host_exchange.h) is read by its reader in
+// slabs, and every other rank that needs part of it
+// receives exactly those elements, over the comm layer's exchange engine
+// (comm/exchange.h): one transfer per slab and needer, in schedule order.
+//
+// Every message carries a status word, so a reader that fails to read a slab
+// still sends (a failure) and nobody waits for bytes that never come; the
+// transfers run to the end and the caller agrees on the errors afterwards.
+// Extra memory: one slab and one message (point to point), or one round's
+// contributions from every rank (all-gather).
+#pragma once
+
+#include <exception>
+#include <vector>
+
+#include "comm/exchange.h"
+#include "distckpt/comm/communicator.h"
+#include "load/checkpoint_reader.h"
+#include "load/load_requests.h"
+#include "plan/load_schedule.h"
+
+namespace distckpt::loading {
+
+struct ExchangeContext {
+  CheckpointReader& reader;
+  Communicator& comm;
+  const plan::LoadSchedule& schedule;
+  const std::vector<std::vector<plan::PieceNeed>>& needs;  // every rank's, as all-gathered
+  const std::vector<TensorRead>& mine;                     // this rank's reads, in the order of needs[rank]
+  uint64_t batch_bytes;  // all-gather: a rank's contribution per round; on one host: a slot of shared memory
+};
+
+// Collective. Returns this rank's first read error (or a peer's malformed
+// status word); communication failures throw.
+std::exception_ptr exchange_shared_pieces(const ExchangeContext& context, comm::ExchangeMode mode);
+
+}  // namespace distckpt::loading

@@ -1,0 +1,371 @@
+#include "load/read_engine.h"
+
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/agreement.h"
+#include "distckpt/core/errors.h"
+#include "format/dtype.h"
+#include "io/threads.h"
+#include "load/exchange.h"
+#include "load/host_exchange.h"
+#include "load/slab_copy.h"
+#include "plan/messages.h"
+
+namespace distckpt::loading {
+namespace {
+
+using Task = std::function<void()>;
+
+// Runs tasks on a few threads; keeps the first error.
+class TaskRunner {
+ public:
+  TaskRunner(std::vector<Task> tasks, int threads) : tasks_(std::move(tasks)) {
+    const size_t n = std::min(tasks_.size(), static_cast<size_t>(std::max(threads, 1)));
+    io::start_threads(
+        threads_, n, [this] { run(); }, "reading the checkpoint");
+  }
+  ~TaskRunner() { join(); }
+  std::exception_ptr join() {
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    return error_;
+  }
+
+ private:
+  void run() {
+    at::NoGradGuard no_grad;  // thread-local: destinations are often parameters
+    for (size_t i = next_++; i < tasks_.size(); i = next_++) {
+      try {
+        tasks_[i]();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        next_ = tasks_.size();  // stop early: the load fails anyway
+      }
+    }
+  }
+  std::vector<Task> tasks_;
+  std::atomic<size_t> next_{0};
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
+// Whether `part`'s elements are one contiguous run of `piece`'s row-major bytes.
+bool dense_in(const Box& piece, const Box& part) {
+  size_t d = 0;
+  while (d < part.ndim() && part.length[d] == 1) ++d;  // leading single rows
+  if (d == part.ndim()) return true;
+  for (size_t e = d + 1; e < part.ndim(); ++e) {
+    if (part.length[e] != piece.length[e]) return false;  // every later axis whole
+  }
+  return true;
+}
+
+uint64_t first_element(const Box& piece, const Box& part) {
+  const Shape strides = contiguous_strides(piece.length);
+  uint64_t first = 0;
+  for (size_t d = 0; d < piece.ndim(); ++d)
+    first += static_cast<uint64_t>((part.offset[d] - piece.offset[d]) * strides[d]);
+  return first;
+}
+
+// Scattering runs shorter than this costs more than reading a slab and copying.
+constexpr uint64_t kMinScatterRunBytes = 512;
+
+// The byte runs (relative to the chunk) of reads[order[i..j)]'s parts of
+// `piece`, each into its contiguous destination, by offset. False when they
+// overlap (two parts of one element) or are too short to be worth it.
+bool scatter_runs(const plan::StoredPiece& piece, const std::vector<TensorRead>& reads,
+                  const std::vector<size_t>& order, size_t i, size_t j, uint64_t element, std::vector<ByteRun>& runs) {
+  const Shape strides = contiguous_strides(piece.box.length);
+  for (size_t k = i; k < j; ++k) {
+    const Box& part = reads[order[k]].need.part;
+    auto* out = static_cast<uint8_t*>(reads[order[k]].dest.data_ptr());
+    const size_t nd = part.ndim();
+    size_t axis = nd - 1;  // runs span `axis` and every axis after it, which the part covers whole
+    while (axis > 0 && part.length[axis] == piece.box.length[axis]) --axis;
+    uint64_t run = static_cast<uint64_t>(part.length[axis]);
+    for (size_t d = axis + 1; d < nd; ++d) run *= static_cast<uint64_t>(piece.box.length[d]);
+    if (run * element < kMinScatterRunBytes) return false;
+    uint64_t base = 0;  // the part's first element in the piece
+    for (size_t d = 0; d < nd; ++d) base += static_cast<uint64_t>((part.offset[d] - piece.box.offset[d]) * strides[d]);
+    std::vector<int64_t> index(axis, 0);  // over the axes before `axis`, last fastest
+    for (uint64_t n = 0, count = static_cast<uint64_t>(part.numel()) / run; n < count; ++n) {
+      uint64_t at = base;
+      for (size_t d = 0; d < axis; ++d) at += static_cast<uint64_t>(index[d] * strides[d]);
+      runs.push_back(ByteRun{piece.byte_in_chunk + at * element, run * element, out + n * run * element});
+      for (size_t d = axis; d-- > 0;) {
+        if (++index[d] < part.length[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const ByteRun& a, const ByteRun& b) { return a.offset < b.offset; });
+  for (size_t k = 1; k < runs.size(); ++k) {
+    if (runs[k - 1].offset + runs[k - 1].bytes > runs[k].offset) return false;
+  }
+  return true;
+}
+
+// Tasks reading the pieces this rank reads itself (shared_slot == -1).
+std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<TensorRead>& reads,
+                                const std::vector<int32_t>& shared_slot, uint64_t slab_bytes) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (shared_slot[i] < 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& x = reads[a].need;
+    const auto& y = reads[b].need;
+    return x.tensor != y.tensor ? x.tensor < y.tensor : x.piece < y.piece;
+  });
+  const StorageIndex& m = reader.index();
+  const uint64_t block = std::max<uint64_t>(m.checksum_block_size, 1);
+  const uint64_t step = std::max<uint64_t>(1, slab_bytes / block) * block;  // whole checksum blocks per task
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    const plan::PieceNeed& first = reads[order[i]].need;
+    while (j < order.size() && reads[order[j]].need.tensor == first.tensor && reads[order[j]].need.piece == first.piece)
+      ++j;
+    const TensorRecord& record = m.tensors[first.tensor];
+    const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
+    const uint64_t element = record.element_size();
+    bool as_stored = true, dense = true;  // every destination holds the stored bytes as they are / in one run
+    for (size_t k = i; k < j && as_stored; ++k) {
+      const TensorRead& r = reads[order[k]];
+      as_stored = r.dest.device().is_cpu() && r.dest.is_contiguous() && r.dest.scalar_type() == record.dtype;
+      dense = dense && dense_in(piece.box, r.need.part);
+    }
+    std::vector<ByteRun> runs;
+    if (as_stored && !dense && scatter_runs(piece, reads, order, i, j, element, runs)) {
+      // Strided parts read straight into their destinations, in tasks of whole checksum blocks.
+      for (size_t a = 0; a < runs.size();) {
+        const uint64_t limit = (runs[a].offset / step + 1) * step;
+        std::vector<ByteRun> task;
+        for (; a < runs.size() && runs[a].offset < limit; ++a) {
+          ByteRun run = runs[a];
+          if (run.offset + run.bytes > limit) {  // the rest starts the next task
+            run.bytes = limit - run.offset;
+            runs[a] = ByteRun{limit, runs[a].bytes - run.bytes, runs[a].out + run.bytes};
+            task.push_back(run);
+            break;
+          }
+          task.push_back(run);
+        }
+        tasks.push_back([&reader, &record, chunk = piece.chunk, task = std::move(task)] {
+          reader.read_chunk_runs(record, chunk, task);
+        });
+      }
+    } else if (as_stored && dense) {  // the stored bytes are the destination's bytes (else copies convert the dtype)
+      for (size_t k = i; k < j; ++k) {
+        const TensorRead& r = reads[order[k]];
+        const uint64_t begin = piece.byte_in_chunk + first_element(piece.box, r.need.part) * element;
+        const uint64_t end = begin + static_cast<uint64_t>(r.need.part.numel()) * element;
+        auto* out = static_cast<uint8_t*>(r.dest.data_ptr());
+        for (uint64_t b = begin; b < end;) {
+          const uint64_t e = std::min(end, (b / step + 1) * step);
+          tasks.push_back([&reader, &record, chunk = piece.chunk, b, e, dst = out + (b - begin), keep = r.dest] {
+            reader.read_chunk_bytes(record, chunk, b, e, dst);
+          });
+          b = e;
+        }
+      }
+    } else {  // read the rows the parts span once, in slabs, and copy every part out
+      std::vector<const TensorRead*> group;
+      for (size_t k = i; k < j; ++k) group.push_back(&reads[order[k]]);
+      tasks.push_back([&reader, &record, &piece, group, slab_bytes] {
+        std::vector<const Box*> parts;
+        for (const TensorRead* r : group) parts.push_back(&r->need.part);
+        const auto rows = plan::row_span(piece.box, parts);
+        thread_local std::vector<uint8_t> buffer;
+        for (const Box& slab : plan::cut_slabs(piece.box, rows.first, rows.second, record.element_size(), slab_bytes)) {
+          buffer.resize(static_cast<size_t>(slab.numel()) * record.element_size());
+          read_slab(reader, record, piece, slab, buffer.data());
+          for (const TensorRead* r : group) copy_slab_to_dest(buffer.data(), slab, record.dtype, r->need.part, r->dest);
+        }
+      });
+    }
+    i = j;
+  }
+  return tasks;
+}
+
+// Checks another rank's needs against the checkpoint this rank opened.
+void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& needs, int rank) {
+  const StorageIndex& m = reader.index();
+  for (const plan::PieceNeed& n : needs) {
+    const bool tensor_ok = n.tensor < m.tensors.size();
+    const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
+    if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
+        !contains((*pieces)[n.piece].box, n.part)) {
+      throw UsageError(
+          fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
+                      "rank; every rank must load the same checkpoint",
+                      rank, to_string(n.part)));
+    }
+  }
+}
+
+// Whether pieces several ranks need are read once and shared.
+bool shares(const ReadEngineOptions& options, const Communicator& comm) {
+  return options.exchange != LoadExchange::kNone && comm.size() > 1;
+}
+
+// Every rank's read plan, decoded once in the first round's agreement.
+struct SharedPlans {
+  std::vector<plan::ReadPlanMessage> by_rank;  // views into the gathered plans
+  std::vector<int> host_of_rank;               // kAuto: an index per host name
+  size_t rounds = 0;                           // the most any rank runs
+};
+
+void decode_plans(const std::vector<std::string>& plans, size_t ranks, LoadExchange exchange, SharedPlans& out) {
+  if (plans.size() != ranks) throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), ranks));
+  std::map<std::string, int> hosts;
+  for (size_t r = 0; r < plans.size(); ++r) {
+    out.by_rank.push_back(plan::decode_read_plan(plans[r], fmt::format("rank {}", r)));
+    const plan::ReadPlanMessage& m = out.by_rank.back();
+    if (exchange == LoadExchange::kAuto) {
+      out.host_of_rank.push_back(hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second);
+    }
+    out.rounds = std::max(out.rounds, m.rounds.size());
+  }
+}
+
+// Reads one round's pieces; with `shared`, pieces several ranks need are read
+// once and exchanged, after `prepare` and an agreement on the round's plan
+// (an `earlier` error of any rank fails the agreement on every rank, which
+// rethrows). Returns this rank's read error.
+std::exception_ptr read_round(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
+                              const ReadEngineOptions& options, const std::vector<std::string>& plans,
+                              SharedPlans* shared, size_t round, const std::exception_ptr& earlier,
+                              const std::function<void()>& prepare) {
+  const int me = shared ? comm.rank() : 0;
+  std::vector<std::vector<plan::PieceNeed>> needs(shared ? static_cast<size_t>(comm.size()) : 1);
+  for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
+  const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
+    const TensorRecord& record = reader.index().tensors.at(tensor);
+    return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
+  };
+  plan::LoadSchedule schedule;
+  const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
+  std::unique_ptr<HostExchange> host;
+  bool on_host = false;             // same_host pieces go through shared memory
+  std::vector<std::string> offers;  // every rank's shared-memory offer
+  if (shared) {
+    // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
+    // A later round's agreement also reports what failed in the round before it.
+    const std::string phase =
+        round == 0 ? "plan the fully parallel load" : fmt::format("read the tensors (staging round {})", round);
+    offers = gather_agreed(comm, phase, [&] {
+      if (earlier) std::rethrow_exception(earlier);
+      prepare();
+      if (round == 0) decode_plans(plans, needs.size(), options.exchange, *shared);
+      for (size_t r = 0; r < needs.size(); ++r) {
+        const plan::ReadPlanMessage& m = shared->by_rank[r];
+        if (static_cast<int>(r) == me || round >= m.rounds.size()) continue;
+        const std::string origin = fmt::format("rank {}", r);
+        needs[r] = plan::decode_needs(std::string(m.rounds[round]), origin);  // copied: FlatBuffers wants alignment
+        check_needs(reader, needs[r], static_cast<int>(r));
+      }
+      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, shared->host_of_rank);
+      host = std::make_unique<HostExchange>(context);
+      return host->offer();
+    });
+  } else {
+    prepare();
+    schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
+  }
+
+  // From here on a failure is this rank's read error, returned: it still
+  // joins the next agreement, which reports it on every rank.
+  std::exception_ptr error;
+  try {
+    // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
+    if (shared) on_host = host->set_up(offers);
+    // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
+    std::vector<int32_t> own = schedule.shared_slot[static_cast<size_t>(me)];
+    for (int32_t& slot : own) {
+      if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
+    }
+    TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
+    if (shared && !schedule.shared.empty()) {
+      // Messages first: ranks on other hosts wait for them.
+      // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
+      error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
+                                                  ? comm::ExchangeMode::kAllGather
+                                                  : comm::ExchangeMode::kPointToPoint);
+      std::exception_ptr host_error;
+      if (on_host) host->run(host_error);
+      if (!error) error = host_error;
+    }
+    const std::exception_ptr private_error = runner.join();
+    if (private_error) error = private_error;  // this rank's own read failure names the cause
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  return error;
+}
+
+}  // namespace
+
+std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
+                            const ReadEngineOptions& options) {
+  if (!shares(options, comm)) return {};
+  std::string host;
+  if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) == 0) host = name;
+  }
+  std::vector<std::string> round_needs;
+  std::vector<plan::PieceNeed> needs;
+  for (const std::vector<TensorRead>& reads : rounds) {
+    needs.clear();
+    for (const TensorRead& r : reads) needs.push_back(r.need);
+    round_needs.push_back(plan::encode_needs(comm.rank(), needs));
+  }
+  return plan::encode_read_plan(host, round_needs);
+}
+
+std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
+                                 Communicator& comm, const ReadEngineOptions& options,
+                                 const std::vector<std::string>& plans, DeviceStaging& staging) {
+  at::NoGradGuard no_grad;
+  const bool share = shares(options, comm);
+  SharedPlans shared;
+  std::vector<TensorRead> none;  // a round past this rank's last
+  std::exception_ptr error;
+  for (size_t k = 0; k < std::max<size_t>(1, share ? shared.rounds : rounds.size()); ++k) {
+    std::vector<TensorRead>& reads = k < rounds.size() ? rounds[k] : none;
+    try {
+      error = read_round(reader, reads, comm, options, plans, share ? &shared : nullptr, k, error,
+                         [&] { staging.stage(reads, k); });
+    } catch (...) {
+      // Shared: the agreement threw, on every rank alike (the failed rank
+      // rethrows what failed in its staging, copies or reads), so all stop.
+      return std::current_exception();
+    }
+    if (!error) {
+      try {
+        staging.deliver();
+      } catch (...) {
+        error = std::current_exception();  // the next round's agreement reports it
+      }
+    }
+    if (error && !share) return error;  // no other rank waits for this one's rounds
+  }
+  return error;
+}
+
+}  // namespace distckpt::loading

@@ -1,0 +1,45 @@
+// Executing a load's reads: pieces only this rank needs are read by a few
+// threads (straight into the destination when its bytes are the stored
+// bytes, else in slabs), while the main thread serves the pieces several
+// ranks need: within a host through shared memory (api/host_exchange.h),
+// across hosts as messages (api/exchange.h).
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "distckpt/comm/communicator.h"
+#include "distckpt/load/options.h"
+#include "load/checkpoint_reader.h"
+#include "load/device_staging.h"
+#include "load/load_requests.h"
+
+namespace distckpt::loading {
+
+struct ReadEngineOptions {
+  LoadExchange exchange = LoadExchange::kAuto;
+  int threads = 2;
+  uint64_t slab_bytes = uint64_t{8} << 20;
+};
+
+// What the other ranks need of this rank's reads to share pieces (its host
+// and its needs, round by round; empty when nothing is shared). Not
+// collective: load sends it with its agreement on planning, so one
+// collective carries both.
+std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
+                            const ReadEngineOptions& options);
+
+// Collective: fills every read's destination, round by round (`rounds` from
+// staging.plan_rounds): before a round, `staging` points its staged reads at
+// host memory; after it, copies them to their destinations. When pieces are
+// shared, every rank runs as many rounds as the rank with the most. `plans`
+// holds every rank's local_read_plan, by rank. Returns this rank's read error
+// (a missing or corrupt piece, a failed transfer; nullptr when none) without
+// agreeing on it: the caller folds it into its next agreement, which must
+// follow on every rank, so that one collective reports it everywhere.
+[[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
+                                               Communicator& comm, const ReadEngineOptions& options,
+                                               const std::vector<std::string>& plans, DeviceStaging& staging);
+
+}  // namespace distckpt::loading

@@ -1,0 +1,18 @@
+// The formats distckpt ships (distckpt, safetensors, torch) as registry
+// entries, and the registry's list for detection.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "distckpt/storage/format_registry.h"
+
+namespace distckpt::storage {
+
+// distckpt, safetensors, torch: the order detection asks them in.
+std::vector<std::shared_ptr<const Format>> builtin_formats();
+
+// Every registered format, in registration order (a snapshot).
+std::vector<std::shared_ptr<const Format>> formats_in_order();
+
+}  // namespace distckpt::storage
