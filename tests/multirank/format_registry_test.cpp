@@ -4,6 +4,7 @@
 // against the Backend interface, on an object store too), and a save's knobs
 // travel with its format.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
