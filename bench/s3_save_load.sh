@@ -16,7 +16,8 @@
 # (convert streams: every byte read, checksum-verified and written once;
 # the load direction writes to local disk like the CLI's download.) Prints
 # each time, the medians, the ratios (AWS CLI time / distckpt time: >= 1 is
-# distckpt faster) and the peak RSS of each distckpt command.
+# distckpt faster), the CPU seconds of client and server in REPS more saves
+# of each, and the peak RSS of each distckpt command.
 set -euo pipefail
 MIB=${1:-256} REPS=${2:-5} DIR=${3:-/tmp/bench-s3}
 BIN=${DISTCKPT_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
@@ -63,6 +64,19 @@ for ((r = 0; r < REPS; ++r)); do
   lo+=("$(seconds d_local)")
   drop "d-$r"; drop "a-$r"
 done
+# Where a save's time goes: CPU seconds of the client (user + system) and
+# of moto (its utime + stime before and after), one pair per save.
+moto_cpu() { awk '{ print ($14 + $15) / 100 }' "/proc/$MOTO/stat"; }
+cpu_split() {
+  local m0 t; m0=$(moto_cpu)
+  t=$( { TIMEFORMAT='%U %S'; time "$@" >/dev/null 2>&1; } 2>&1 )
+  printf '%.2f/%.2f' "$(echo "$t" | awk '{ print $1 + $2 }')" "$(echo "$(moto_cpu) - $m0" | bc -l)"
+}
+dc=() ac=()
+for ((r = 0; r < REPS; ++r)); do
+  dc+=("$(cpu_split d_save "c$r")"); ac+=("$(cpu_split a_save "c$r")")
+  drop "d-c$r"; drop "a-c$r"
+done
 m() { printf '%s\n' "$@" | median; }
 mds=$(m "${ds[@]}") mas=$(m "${as[@]}") mdl=$(m "${dl[@]}") mal=$(m "${al[@]}") mlo=$(m "${lo[@]}")
 rss() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
@@ -73,6 +87,7 @@ printf 'checkpoint: %s (%s bytes), %s repetitions, endpoint %s (moto_server, in 
 printf 'save s:  distckpt %s | aws %s\n' "${ds[*]}" "${as[*]}"
 printf 'load s:  distckpt %s | aws %s\n' "${dl[*]}" "${al[*]}"
 printf 'local s: distckpt %s\n' "${lo[*]}"
+printf 'save cpu s (client/moto): distckpt %s | aws %s\n' "${dc[*]}" "${ac[*]}"
 mib() { echo "$BYTES / 1048576 / $1" | bc -l; }
 printf 'median save: distckpt %.2f s (%.0f MiB/s), aws %.2f s (%.0f MiB/s): %.2fx the AWS CLI\n' \
   "$mds" "$(mib "$mds")" "$mas" "$(mib "$mas")" "$(echo "$mas / $mds" | bc -l)"
