@@ -1,5 +1,5 @@
 // A load whose device-bound reads exceed one staging window reads them in
-// rounds (api/device_staging.h). Ranks with fewer rounds join the rounds of
+// rounds (load/device_staging.h). Ranks with fewer rounds join the rounds of
 // the others, pieces several ranks need are still read once and shared, and
 // a failure in one rank's late round fails every rank instead of hanging.
 // CPU destinations stand in for CUDA ones: a predicate stages them all.

@@ -31,7 +31,7 @@ struct Outcome {
   std::vector<size_t> received_bytes;  // per rank, over the four steps
 };
 
-// The four all-to-alls of api/save_plan.cpp, by hand.
+// The four all-to-alls of save/save_plan.cpp, by hand.
 Outcome plan_partitioned(const std::vector<LocalPlan>& plans, WriterPolicy policy, int coordinator = 0,
                          bool check_access = true) {
   const int world = static_cast<int>(plans.size());

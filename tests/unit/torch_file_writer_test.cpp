@@ -1,5 +1,5 @@
 // The torch.save writer (storage/torch_file_writer.h) read back by the
-// reader (api/torch_file.h): tensors streamed in pieces, every dtype it
+// reader (storage/torch_file_reader.h): tensors streamed in pieces, every dtype it
 // names, empty tensors, common values; misuse refused and nothing left.
 // (Python's torch.load opens its files: tests/e2e/safetensors_interop_test.cpp.)
 #include "storage/torch_file_writer.h"

@@ -1,6 +1,6 @@
 // A POSIX shared-memory region (shm_open + mmap) that one process creates
 // and others on the same host map read-only: how ranks on one host hand each
-// other the stored bytes one of them read (api/host_exchange.h).
+// other the stored bytes one of them read (load/host_exchange.h).
 //
 // The name is random and created exclusively (mode 0600), so two jobs never
 // meet in one region. The creator unlinks the name as soon as the others have

@@ -93,7 +93,7 @@ class SlabExchange {
   void list_transfers() {
     for (size_t k = 0; k < c_.schedule.shared.size(); ++k) {
       const plan::SharedPiece& s = c_.schedule.shared[k];
-      if (s.same_host) continue;  // api/host_exchange.h
+      if (s.same_host) continue;  // load/host_exchange.h
       for (size_t i = 0; i < s.slabs.size(); ++i) {
         for (const Needer& n : s.needers) {
           if (n.rank != s.reader) continue;

@@ -1,5 +1,5 @@
 // Fully parallel load, the exchange: each shared piece (plan/load_schedule.h)
-// not served within its host (api/host_exchange.h) is read by its reader in
+// not served within its host (load/host_exchange.h) is read by its reader in
 // slabs, and every other rank that needs part of it
 // receives exactly those elements, over the comm layer's exchange engine
 // (comm/exchange.h): one transfer per slab and needer, in schedule order.

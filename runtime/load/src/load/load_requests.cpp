@@ -69,7 +69,7 @@ at::Tensor plan_tensor_reads(CheckpointReader& reader, const ShardedTensor& requ
   if (!data.defined()) {
     const Shape shape = request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;
     // Made on its CUDA device and read into through pinned host memory
-    // (api/device_staging.h); other devices get the tensor when it is read.
+    // (load/device_staging.h); other devices get the tensor when it is read.
     const at::Device device = request.device.is_cuda() ? request.device : at::Device(at::kCPU);
     data = at::empty(shape, at::TensorOptions().dtype(request.dtype).device(device));
   }

@@ -1,8 +1,8 @@
 // Executing a load's reads: pieces only this rank needs are read by a few
 // threads (straight into the destination when its bytes are the stored
 // bytes, else in slabs), while the main thread serves the pieces several
-// ranks need: within a host through shared memory (api/host_exchange.h),
-// across hosts as messages (api/exchange.h).
+// ranks need: within a host through shared memory (load/host_exchange.h),
+// across hosts as messages (load/exchange.h).
 #pragma once
 
 #include <exception>

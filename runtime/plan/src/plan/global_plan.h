@@ -5,7 +5,7 @@
 // holds a main replica is written exactly once, by one of the ranks that hold
 // it (any replica id). The choice is a pure function of the plans, so it
 // never needs a negotiation round, and it is cached while the structure of
-// the state dict is unchanged (api/plan_cache.h).
+// the state dict is unchanged (distckpt/save/plan_cache.h).
 #pragma once
 
 #include <cstdint>

@@ -41,7 +41,7 @@ std::string decode_host_name(std::string_view bytes, const std::string& origin);
 // What a rank tells the others when a load plans its reads: its host name
 // (empty: not asked) and its needs (plan::encode_needs) round by round (a
 // load whose device-bound reads exceed one staging window runs in rounds,
-// api/device_staging.h), in one message so that one collective carries all.
+// load/device_staging.h), in one message so that one collective carries all.
 struct ReadPlanMessage {
   std::string host;
   std::vector<std::string_view> rounds;  // views of the decoded bytes: each round's encoded needs

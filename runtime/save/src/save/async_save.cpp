@@ -129,7 +129,7 @@ AsyncCallsQueue::AsyncCallsQueue(Communicator& comm, AsyncQueueOptions options)
     : comm_(comm),
       options_(options),
       // Not pinned: device shards reach it already copied into pinned host
-      // tensors (api/device_copies.h), so pinning it too would only lock a
+      // tensors (io/device_copies.h), so pinning it too would only lock a
       // second copy of the state (and start CUDA in CPU-only jobs).
       pool_(io::BufferPool::create({options.staging_capacity_bytes, /*pinned=*/false})),
       plan_cache_(SavePlanCache::create()) {
