@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distckpt/storage/format_registry.h"
@@ -14,5 +15,9 @@ std::vector<std::shared_ptr<const Format>> builtin_formats();
 
 // Every registered format, in registration order (a snapshot).
 std::vector<std::shared_ptr<const Format>> formats_in_order();
+// The format registered as `name`; UsageError naming the registered ones otherwise.
+std::shared_ptr<const Format> registered_format(const std::string& name);
+// "distckpt, safetensors, torch": the names of `formats`, for messages.
+std::string format_names(const std::vector<std::shared_ptr<const Format>>& formats);
 
 }  // namespace distckpt::storage

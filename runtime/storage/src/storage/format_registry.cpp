@@ -26,12 +26,6 @@ Registry& registry() {
   return *r;
 }
 
-std::string names_of(const std::vector<std::shared_ptr<const Format>>& formats) {
-  std::string out;
-  for (const auto& f : formats) out += (out.empty() ? "" : ", ") + f->name();
-  return out;
-}
-
 }  // namespace
 
 std::unique_ptr<StorageWriter> Format::make_writer(const std::string& location, const StorageFormat&) const {
@@ -55,15 +49,7 @@ void register_format(std::shared_ptr<const Format> format) {
   r.formats.push_back(std::move(format));
 }
 
-const Format& find_format(const std::string& name) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& f : r.formats) {
-    if (f->name() == name) return *f;
-  }
-  throw UsageError(
-      fmt::format("no storage format is registered as '{}'; the registered ones: {}", name, names_of(r.formats)));
-}
+const Format& find_format(const std::string& name) { return *storage::registered_format(name); }
 
 std::vector<std::string> registered_formats() {
   Registry& r = registry();
@@ -79,6 +65,21 @@ std::vector<std::shared_ptr<const Format>> formats_in_order() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   return r.formats;
+}
+
+std::shared_ptr<const Format> registered_format(const std::string& name) {
+  const std::vector<std::shared_ptr<const Format>> formats = formats_in_order();
+  for (const auto& f : formats) {
+    if (f->name() == name) return f;
+  }
+  throw UsageError(
+      fmt::format("no storage format is registered as '{}'; the registered ones: {}", name, format_names(formats)));
+}
+
+std::string format_names(const std::vector<std::shared_ptr<const Format>>& formats) {
+  std::string out;
+  for (const auto& f : formats) out += (out.empty() ? "" : ", ") + f->name();
+  return out;
 }
 
 }  // namespace storage

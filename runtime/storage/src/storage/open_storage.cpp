@@ -32,24 +32,17 @@ std::shared_ptr<const Format> detect(const storage::Located& at) {
     if (format->detect(*at.backend, at.file)) return format;
   }
   if (!at.file.empty()) {
-    std::string names;
-    for (const auto& f : formats) names += (names.empty() ? "" : ", ") + f->name();
     const std::string where = at.backend->describe(at.file);
     throw CheckpointError(
         fmt::format("'{}' is a file no storage format recognises (a checkpoint directory or one file of these: {})",
-                    where, names),
+                    where, storage::format_names(formats)),
         where);
   }
   return formats.front();  // distckpt's: its error says what is missing
 }
 
 std::shared_ptr<const Format> chosen(const storage::Located& at, const StorageFormat& format) {
-  if (format.is_detected()) return detect(at);
-  for (const std::shared_ptr<const Format>& f : storage::formats_in_order()) {
-    if (f->name() == format.name()) return f;
-  }
-  find_format(format.name());  // throws, naming the registered formats
-  return nullptr;
+  return format.is_detected() ? detect(at) : storage::registered_format(format.name());
 }
 
 }  // namespace
