@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [TARGET] [SECONDS]   fuzz TARGET (default: each in turn) for SECONDS (default 60)
 #   scripts/fuzz.sh merge [TARGET]       minimise the seed corpus plus what runs found into tests/fuzz/corpus
 #   scripts/fuzz.sh total                totals of every run so far, per target
-# Targets: metadata common_state commit_marker local_file wire schema safetensors torch_pickle zip_archive.
+# Targets: metadata common_state commit_marker local_file wire schema safetensors torch_pickle zip_archive dcp_metadata.
 # A dictionary tests/fuzz/TARGET.dict is used when there is one.
 # Inputs found go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes/TARGET;
 # each run appends "target seconds executions crashes max_len" to build-fuzz/fuzz-runs.tsv.
@@ -20,7 +20,7 @@ if [ "${1:-}" = total ]; then
   exit 0
 fi
 [ -n "${FUZZ_NO_BUILD:-}" ] || bash scripts/install-deps.sh
-ALL=(metadata common_state commit_marker local_file wire schema safetensors torch_pickle zip_archive)
+ALL=(metadata common_state commit_marker local_file wire schema safetensors torch_pickle zip_archive dcp_metadata)
 
 mode=run
 if [ "${1:-}" = merge ]; then

@@ -118,13 +118,14 @@ uint64_t load_rows(const std::string& location, const at::Tensor& expected) {
 
 TEST(FormatRegistry, BuiltInFormatsAreRegisteredFirstAndFoundByName) {
   const std::vector<std::string> names = registered_formats();
-  ASSERT_GE(names.size(), 3u);
-  EXPECT_EQ(names[0], "distckpt");
-  EXPECT_EQ(names[1], "safetensors");
-  EXPECT_EQ(names[2], "torch");
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "dcp");  // by .metadata, before distckpt's metadata.json (which torch_dist carries too)
+  EXPECT_EQ(names[1], "distckpt");
+  EXPECT_EQ(names[2], "safetensors");
+  EXPECT_EQ(names[3], "torch");
   EXPECT_EQ(find_format("safetensors").name(), "safetensors");
   EXPECT_TRUE(throws_with<UsageError>([] { find_format("zarr"); },
-                                      "no storage format is registered as 'zarr'; the registered ones: distckpt, "
+                                      "no storage format is registered as 'zarr'; the registered ones: dcp, distckpt, "
                                       "safetensors, torch"));
   EXPECT_EQ(StorageFormat::detected().name(), "auto");
   EXPECT_TRUE(StorageFormat{}.is_detected());

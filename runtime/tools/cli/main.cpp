@@ -171,6 +171,9 @@ int verify(const std::string& dir, bool as_json) {
                report.files, report.bytes_checked);
   } else if (report.intact() && report.format == "torch") {
     fmt::print("{}: intact (torch.save, {} bytes re-read, every record's CRC-32 matches)\n", dir, report.bytes_checked);
+  } else if (report.intact() && report.format == "dcp") {
+    fmt::print("{}: intact (PyTorch DCP, {} files, {} bytes re-read, every item archive's CRC-32s match)\n", dir,
+               report.files, report.bytes_checked);
   } else if (report.intact()) {
     fmt::print("{}: intact (format version {}, {} files, {} bytes in {} blocks, every checksum matches)\n", dir,
                report.format_version, report.files, report.bytes_checked, report.blocks_checked);

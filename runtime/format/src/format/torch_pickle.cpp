@@ -27,13 +27,17 @@ Item value_item(T v) {
 
 class Machine {
  public:
-  Machine(std::string_view bytes, const StorageLoader& storage, const std::string& origin)
-      : in_(bytes), storage_(storage), origin_(origin) {}
+  // With `allowed`, a pickle of objects (unpickle_objects); without, a state dict's.
+  Machine(std::string_view bytes, const StorageLoader* storage, const GlobalAllowed* allowed, const std::string& origin)
+      : in_(bytes), storage_(storage), allowed_(allowed), origin_(origin) {}
 
   // Every container is recorded in `made_`: emptied when it goes (here on
   // an error, with the caller on success), cycles included.
   std::shared_ptr<Dict> dict() { return made_.dicts.emplace_back(std::make_shared<Dict>()); }
   std::shared_ptr<List> list(List l) { return made_.lists.emplace_back(std::make_shared<List>(std::move(l))); }
+  std::shared_ptr<Object> object(std::string name, std::vector<NodeRef> args) {
+    return made_.objects.emplace_back(std::make_shared<Object>(Object{std::move(name), std::move(args), nullptr}));
+  }
 
   Unpickled run() {
     made_.root = parse();
@@ -110,7 +114,14 @@ class Machine {
           stack_.push_back(value_item(std::string(take(le(1)))));
           break;
         case 0x8d:
+        case 0x8e:  // BINBYTES8: bytes are kept as strings of their bytes
           stack_.push_back(value_item(std::string(take(le(8)))));
+          break;
+        case 'B':
+          stack_.push_back(value_item(std::string(take(le(4)))));
+          break;
+        case 'C':
+          stack_.push_back(value_item(std::string(take(le(1)))));
           break;
         case 'q':
           memo_[le(1)] = top();
@@ -166,16 +177,17 @@ class Machine {
         }
         case 'c': {  // GLOBAL "module\nname\n"
           const std::string module = line(), name = line();
-          stack_.push_back(value_item(Global{copied(module + "." + name, "global names")}));
+          stack_.push_back(value_item(Global{global(module + "." + name)}));
           break;
         }
         case 0x93: {  // STACK_GLOBAL
           const std::string name = string_of(pop_node("a global's name"));
           const std::string module = string_of(pop_node("a global's module"));
-          stack_.push_back(value_item(Global{copied(module + "." + name, "global names")}));
+          stack_.push_back(value_item(Global{global(module + "." + name)}));
           break;
         }
         case 'Q':
+          if (!storage_) fail("a persistent id, which this pickle may not hold");
           stack_.push_back(persistent(pop_node("a persistent id")));
           break;
         case 'R': {
@@ -183,7 +195,19 @@ class Machine {
           NodeRef callable = pop_node("a callable");
           const auto* global = std::get_if<Global>(&callable->value);
           if (!global) fail("REDUCE of something that is not a global");
-          stack_.push_back(reduce(global->name, tuple_of(args)));
+          if (allowed_) {  // allowed where it was named: kept, not called
+            stack_.push_back(value_item(object(global->name, tuple_of(args))));
+          } else {
+            stack_.push_back(reduce(global->name, tuple_of(args)));
+          }
+          break;
+        }
+        case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
+          NodeRef args = pop_node("arguments");
+          NodeRef cls = pop_node("a class");
+          const auto* global = std::get_if<Global>(&cls->value);
+          if (!allowed_ || !global) fail("NEWOBJ (an instance of a class), which a state dict does not hold");
+          stack_.push_back(value_item(object(global->name, tuple_of(args))));
           break;
         }
         case 'b': {  // BUILD: tensors and OrderedDicts carry an empty state,
@@ -191,6 +215,13 @@ class Machine {
           // versions), which are no items of the dict: dropped.
           NodeRef state = pop_node("a state");
           if (stack_.empty() || stack_.back().mark) fail("BUILD without an object");
+          if (allowed_) {
+            const auto* made = std::get_if<std::shared_ptr<Object>>(&stack_.back().node->value);
+            if (made && !(*made)->state) {
+              (*made)->state = std::move(state);
+              break;
+            }
+          }
           const bool empty = std::holds_alternative<std::monostate>(state->value) ||
                              (std::holds_alternative<std::shared_ptr<Dict>>(state->value) &&
                               std::get<std::shared_ptr<Dict>>(state->value)->items.empty());
@@ -207,7 +238,15 @@ class Machine {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
+    if (allowed_) throw CheckpointError(fmt::format("{} at byte {}: {}", origin_, op_at_, what));
     throw CheckpointError(fmt::format("'{}': data.pkl at byte {}: {}", origin_, op_at_, what));
+  }
+
+  std::string global(std::string name) {
+    if (allowed_ && !(*allowed_)(name)) {
+      fail(fmt::format("global '{}', which this pickle may not name (nothing is imported)", name.substr(0, 256)));
+    }
+    return copied(std::move(name), "global names");
   }
 
   std::string_view take(uint64_t n) {
@@ -284,6 +323,8 @@ class Machine {
       k = *i;
     } else if (const auto* s = std::get_if<std::string>(&key->value)) {
       k = *s;
+    } else if (allowed_ && std::holds_alternative<std::shared_ptr<Object>>(key->value)) {
+      k = key;  // distinct objects are distinct keys
     } else {
       fail("a dict key that is neither a string nor an int");
     }
@@ -330,7 +371,7 @@ class Machine {
     if (numel < 0) fail("a negative storage size");
     auto& loaded = storages_[key];
     if (!loaded.defined()) {
-      loaded = storage_(key, *dtype, numel);
+      loaded = (*storage_)(key, *dtype, numel);
     } else if (loaded.scalar_type() != *dtype || loaded.numel() != numel) {
       fail(fmt::format("storage '{}' named twice with different types or sizes", key));
     }
@@ -346,11 +387,32 @@ class Machine {
       if (args.size() < 4) fail(fmt::format("{} with {} arguments", global, args.size()));
       return value_item(rebuild_tensor(args));
     }
+    if (global == "_codecs.encode") {  // bytes under protocol 2: encode(text, "latin1")
+      if (args.size() != 2 || string_of(args[1]) != "latin1") fail("_codecs.encode other than of latin-1 text");
+      return value_item(latin1(string_of(args[0])));
+    }
     if (global == "torch._utils._rebuild_parameter" || global == "torch._utils._rebuild_parameter_with_state") {
       if (args.empty() || !std::holds_alternative<at::Tensor>(args[0]->value)) fail("a parameter without its tensor");
       return value_item(std::get<at::Tensor>(args[0]->value));
     }
     fail(fmt::format("global '{}', which a state dict does not use (nothing is imported)", global));
+  }
+
+  // The bytes whose latin-1 text `utf8` is: every code point below 256.
+  std::string latin1(const std::string& utf8) const {
+    std::string out;
+    for (size_t i = 0; i < utf8.size(); ++i) {
+      const auto c = static_cast<uint8_t>(utf8[i]);
+      if (c < 0x80) {
+        out.push_back(static_cast<char>(c));
+      } else if ((c == 0xc2 || c == 0xc3) && i + 1 < utf8.size() &&
+                 (static_cast<uint8_t>(utf8[i + 1]) & 0xc0) == 0x80) {
+        out.push_back(static_cast<char>(((c & 0x03) << 6) | (static_cast<uint8_t>(utf8[++i]) & 0x3f)));
+      } else {
+        fail("latin-1 text with a character past U+00FF");
+      }
+    }
+    return out;
   }
 
   at::Tensor rebuild_tensor(const std::vector<NodeRef>& args) {
@@ -407,7 +469,8 @@ class Machine {
   std::string_view in_;
   size_t pos_ = 0, op_at_ = 0;
   uint64_t copied_bytes_ = 0;  // dict keys and global names
-  const StorageLoader& storage_;
+  const StorageLoader* storage_;
+  const GlobalAllowed* allowed_;
   const std::string& origin_;
   std::vector<Item> stack_;
   std::unordered_map<uint64_t, Item> memo_;
@@ -452,10 +515,18 @@ Unpickled::~Unpickled() {
     d->items.clear();
     d->positions.clear();
   }
+  for (const auto& o : objects) {
+    o->args.clear();
+    o->state.reset();
+  }
 }
 
 Unpickled unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin) {
-  return Machine(bytes, storage, origin).run();
+  return Machine(bytes, &storage, nullptr, origin).run();
+}
+
+Unpickled unpickle_objects(std::string_view bytes, const GlobalAllowed& allowed, const std::string& what) {
+  return Machine(bytes, nullptr, &allowed, what).run();
 }
 
 }  // namespace distckpt::torch_pickle

@@ -6,6 +6,12 @@
 // dicts (OrderedDict too), tensors (and parameters) over storages, which the
 // caller supplies. Any other global, opcode or malformed byte is an error
 // naming the file and the offset: nothing is ever executed or imported.
+//
+// Other pickles of known classes (PyTorch DCP's `.metadata`) are read with
+// an allow-list of global names: an object of an allowed class, made by
+// NEWOBJ or REDUCE, is kept as its class name, arguments and BUILD state for
+// the caller to interpret; any global off the list is refused where it is
+// named.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,7 +31,9 @@ namespace distckpt::torch_pickle {
 
 struct Node;
 using NodeRef = std::shared_ptr<Node>;
-using Key = std::variant<int64_t, std::string>;  // dict keys state dicts use
+// Dict keys: state dicts use ints and strings; objects (DCP's
+// MetadataIndex) key dicts only in pickles read with an allow-list.
+using Key = std::variant<int64_t, std::string, NodeRef>;
 
 struct List {
   std::vector<NodeRef> items;
@@ -40,6 +48,13 @@ struct Dict {
 struct Global {
   std::string name;  // "module.name"
 };
+// What an allowed class or function would have made: `name(*args)`, then
+// given BUILD's `state` (nullptr when none), all left for the caller.
+struct Object {
+  std::string name;
+  std::vector<NodeRef> args;
+  NodeRef state;
+};
 // A storage loaded for a persistent id: only tensors may use it.
 struct Storage {
   at::Tensor data;  // 1-D, the whole storage
@@ -49,7 +64,7 @@ struct Storage {
 // places (even from inside itself).
 struct Node {
   std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, std::shared_ptr<List>,
-               std::shared_ptr<Dict>, Global, Storage>
+               std::shared_ptr<Dict>, Global, Storage, std::shared_ptr<Object>>
       value;
 };
 
@@ -68,6 +83,7 @@ struct Unpickled {
   NodeRef root;
   std::vector<std::shared_ptr<List>> lists;
   std::vector<std::shared_ptr<Dict>> dicts;
+  std::vector<std::shared_ptr<Object>> objects;
 
   Unpickled() = default;
   Unpickled(Unpickled&&) = default;
@@ -78,5 +94,12 @@ struct Unpickled {
 // CheckpointError naming `origin` and the byte offset for anything outside
 // the subset above.
 Unpickled unpickle(std::string_view bytes, const StorageLoader& storage, const std::string& origin);
+
+// Whether a pickle may name the global "module.name".
+using GlobalAllowed = std::function<bool(const std::string& name)>;
+// A pickle of objects: every global must be `allowed`, and NEWOBJ or REDUCE
+// of one makes an Object; BUILD sets an Object's state. No persistent ids.
+// `what` names the pickle in errors ("'ck/.metadata'").
+Unpickled unpickle_objects(std::string_view bytes, const GlobalAllowed& allowed, const std::string& what);
 
 }  // namespace distckpt::torch_pickle

@@ -7,6 +7,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/storage/safetensors.h"
 #include "format/commit.h"
+#include "storage/dcp_storage.h"
 #include "storage/distckpt_storage.h"
 #include "storage/safetensors_storage.h"
 #include "storage/torch_file_reader.h"
@@ -91,10 +92,31 @@ class TorchFormat final : public Format {
   }
 };
 
+// PyTorch DCP (torch.distributed.checkpoint, Megatron's torch_dist): by its
+// `.metadata`, which DCP writes last. Asked before distckpt's, whose marker
+// file name (metadata.json) Megatron's torch_dist checkpoints carry too.
+class DcpFormat final : public Format {
+ public:
+  std::string name() const override { return "dcp"; }
+  bool detect(Backend& backend, const std::string& file) const override { return file.empty() && holds_dcp(backend); }
+  std::unique_ptr<StorageReader> open(std::shared_ptr<Backend> backend, const std::string& file,
+                                      const StorageOptions&) const override {
+    if (!file.empty()) {
+      const std::string where = backend->describe(file);
+      throw CheckpointError(
+          fmt::format("'{}' is a file; a PyTorch DCP checkpoint is the directory (or s3:// prefix) holding .metadata",
+                      where),
+          where);
+    }
+    return std::make_unique<DcpStorage>(std::move(backend));
+  }
+};
+
 }  // namespace
 
 std::vector<std::shared_ptr<const Format>> builtin_formats() {
-  return {std::make_shared<DistckptFormat>(), std::make_shared<SafetensorsFormat>(), std::make_shared<TorchFormat>()};
+  return {std::make_shared<DcpFormat>(), std::make_shared<DistckptFormat>(), std::make_shared<SafetensorsFormat>(),
+          std::make_shared<TorchFormat>()};
 }
 
 }  // namespace distckpt::storage

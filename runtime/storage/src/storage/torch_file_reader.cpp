@@ -185,7 +185,7 @@ std::unique_ptr<ObjectReader> open_single_file(const std::string& location) {
 
 TorchFileReader::TorchFileReader(const std::string& location) : TorchFileReader(open_single_file(location), location) {}
 
-TorchFileReader::TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location)
+TorchFileReader::TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location, Root root_kind)
     : path_(std::move(location)), file_(std::move(file)) {
   const std::string context = fmt::format("'{}' cannot be read as a torch.save file", path_);
   index_ = std::make_unique<zip::Index>(
@@ -237,9 +237,12 @@ TorchFileReader::TorchFileReader(std::unique_ptr<ObjectReader> file, std::string
   };
   const torch_pickle::Unpickled unpickled = torch_pickle::unpickle(pickle, describe, path_);
   const torch_pickle::NodeRef& root = unpickled.root;
-  if (!std::holds_alternative<std::shared_ptr<torch_pickle::Dict>>(root->value)) {
+  if (root_kind == Root::kDict && !std::holds_alternative<std::shared_ptr<torch_pickle::Dict>>(root->value)) {
     throw CheckpointError(fmt::format("'{}' holds no dict of tensors (torch.save(model.state_dict(), ...))", path_),
                           path_);
+  }
+  if (root_kind == Root::kTensor && !std::holds_alternative<at::Tensor>(root->value)) {
+    throw CheckpointError(fmt::format("'{}' holds no tensor", path_), path_);
   }
   NamedTensors found;
   std::optional<Value> common = Converter(path_, pickle.size()).take(*root, "", found, 0);
@@ -398,16 +401,35 @@ void TorchFileReader::read_in_windows(size_t i, const at::Tensor& scratch,
 }
 
 void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progress) const {
+  verify_zip_records(*file_, path_, report, progress);
+}
+
+void verify_zip_records(const ObjectReader& file, const std::string& path, VerifyReport& report,
+                        const VerifyProgress& progress) {
+  const zip::Index index(
+      [&](void* data, size_t n, uint64_t offset) {
+        if (offset > file.size() || file.size() - offset < n) {
+          throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path, n, offset), path);
+        }
+        file.read(offset, n, static_cast<uint8_t*>(data));
+      },
+      file.size(), fmt::format("'{}' cannot be read as a zip archive", path));
   uint64_t total = 0, done = 0;
-  for (const zip::Entry& e : index_->entries()) total += e.size;
+  for (const zip::Entry& e : index.entries()) total += e.size;
   ++report.files;
-  for (const zip::Entry& e : index_->entries()) {
+  std::vector<uint8_t> buffer;
+  for (const zip::Entry& e : index.entries()) {
     zip::Crc32 crc;
     try {
-      add_to_crc(e, 0, crc, [&](uint64_t n) {
+      buffer.resize(std::min<uint64_t>(e.size, uint64_t{8} << 20));
+      for (uint64_t at = 0; at < e.size;) {
+        const uint64_t n = std::min<uint64_t>(buffer.size(), e.size - at);
+        file.read(e.data_offset + at, n, buffer.data());
+        crc.update(buffer.data(), n);
+        at += n;
         done += n;
         if (progress) progress(done, total);
-      });
+      }
     } catch (const Error& error) {
       report.problems.push_back(fmt::format("record '{}': {}", e.name, error.what()));
       continue;
@@ -415,7 +437,7 @@ void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progres
     report.bytes_checked += e.size;
     if (crc.value() != e.crc32) {
       report.problems.push_back(
-          fmt::format("'{}': record '{}' (bytes [{}, {})) fails its CRC-32 (recorded {:08x}, read {:08x})", path_,
+          fmt::format("'{}': record '{}' (bytes [{}, {})) fails its CRC-32 (recorded {:08x}, read {:08x})", path,
                       e.name, e.data_offset, e.data_offset + e.size, e.crc32, crc.value()));
     }
   }

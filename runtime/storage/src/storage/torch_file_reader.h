@@ -42,8 +42,12 @@ bool is_torch_file(const std::string& location);
 // plain values, or for a file that stands for far more than it holds.
 class TorchFileReader {
  public:
+  // What the pickle's top value may be: a dict (torch.save(state_dict)),
+  // one tensor (its name is ""; a PyTorch DCP tensor item), or any value
+  // (a DCP bytes item: its plain values are common(), as the dict's are).
+  enum class Root { kDict, kTensor, kAny };
   // `file` is the object `location` names (for messages).
-  TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location);
+  TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location, Root root = Root::kDict);
   // The single file `location` names (a path, or an s3:// URL of one object).
   explicit TorchFileReader(const std::string& location);
   ~TorchFileReader();
@@ -112,6 +116,12 @@ class TorchFileReader {
   std::vector<size_t> tensor_storage_;  // index into storages_, or SIZE_MAX
   StateDict common_;
 };
+
+// Re-reads every record of the zip archive `file` (`path` in messages)
+// against its CRC-32, its pickle unread; one problem line per damaged or
+// unreadable record. CorruptionError for a damaged archive directory.
+void verify_zip_records(const ObjectReader& file, const std::string& path, VerifyReport& report,
+                        const VerifyProgress& progress);
 
 // Every tensor and the common values (TorchFileReader::read_all).
 TorchFileContents read_torch_file(const std::string& path);
