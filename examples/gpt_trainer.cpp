@@ -11,6 +11,7 @@
 //   distckpt digest A; distckpt digest B      # equal: same logical state
 //   ... --model moe --tp 2 --dp 4 --etp 1 --ep 4  # 8 ranks: experts over ep 4 x edp 2
 //   ... --load A --save HF --save-mapping llama  # Hugging Face files, from every rank
+//   ... --load A --save D --save-format dcp      # PyTorch DCP, which torch.distributed.checkpoint loads
 //   ... --steps 100 --async-save-every 10 --async-save-root R  # asynchronous saves while training
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
@@ -49,9 +50,10 @@ struct Args {
   std::string save_dir, load_dir;
   int64_t async_save_every = 0;  // asynchronous saves during training, every N steps, under async_save_root
   std::string async_save_root;
-  std::string load_mapping;            // --load reads another naming through this mapping of the schema
-  std::string load_exchange = "auto";  // how a piece several ranks need reaches them (LoadExchange)
-  std::string save_mapping;            // --save writes safetensors under this mapping of the schema
+  std::string load_mapping;              // --load reads another naming through this mapping of the schema
+  std::string load_exchange = "auto";    // how a piece several ranks need reaches them (LoadExchange)
+  std::string save_mapping;              // --save writes safetensors under this mapping of the schema
+  std::string save_format = "distckpt";  // or dcp, dcp-1.13, torch_dist
   bool overwrite = false;
   std::string device = "cpu";  // cuda: parameters and optimizer state live on this rank's GPU
 };
@@ -148,9 +150,11 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
     options.exchange = parse_load_exchange(a.load_exchange);
     // Safetensors and torch.save files hold weights only (no optimizer state,
     // objects or common values, even where a conversion carried optimizer
-    // tensors along): training starts over from them at iteration 0.
+    // tensors along): training starts over from them at iteration 0. A
+    // PyTorch DCP checkpoint holds everything distckpt's does.
     const StorageFormat source = detect_storage_format(a.load_dir);
-    const bool weights_source = !a.load_mapping.empty() || source != StorageFormat::distckpt();
+    const bool weights_source =
+        !a.load_mapping.empty() || (source != StorageFormat::distckpt() && source != StorageFormat("dcp"));
     if (!a.load_mapping.empty()) {
       options.mapping = find_mapping(layout.save_options().name_mappings, a.load_mapping, "the layout schema");
     }
@@ -235,6 +239,12 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
       SafetensorsWriteOptions knobs;
       knobs.mapping = find_mapping(options.name_mappings, a.save_mapping, "the layout schema");
       options.format = safetensors_format(std::move(knobs));
+    } else if (a.save_format != "distckpt") {
+      DcpWriteOptions knobs;
+      knobs.naming =
+          a.save_format == "dcp-1.13" ? DcpWriteOptions::Naming::kTorch113 : DcpWriteOptions::Naming::kTorch2;
+      knobs.torch_dist = a.save_format == "torch_dist";
+      options.format = dcp_format(knobs);
     }
     save(sd, a.save_dir, comm, options);
   }
@@ -376,6 +386,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-mapping", a.save_mapping,
                  "--save writes Hugging Face safetensors under this mapping of the schema, from every rank; "
                  "weights only");
+  app.add_option("--save-format", a.save_format,
+                 "distckpt, dcp (PyTorch's distributed checkpoint, 2.x module names), dcp-1.13 (torch 1.13's) or "
+                 "torch_dist (Megatron-Core's)")
+      ->check(CLI::IsMember({"distckpt", "dcp", "dcp-1.13", "torch_dist"}));
   app.add_option("--device", a.device, "where parameters and optimizer state live: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");

@@ -7,6 +7,10 @@
 // torch.save of the same whole tensors, the bytes values are common state,
 // Megatron's sharded objects are objects. Hostile copies (dcp_hostile.py)
 // are refused naming the file and the reason, nothing in them executed.
+// The other way: a GPT saved by distckpt in DCP (and a conversion to DCP and
+// to torch_dist) loads in PyTorch's own FileSystemReader into whole,
+// row-sharded and column-sharded tensors (dcp_native_check.py), and back
+// into the trainer under another mesh with its digest unchanged.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -21,6 +25,7 @@
 #include "distckpt/distckpt.h"
 #include "support/process.h"
 #include "support/ranks.h"
+#include "support/s3_server.h"
 #include "support/throws_with.h"
 
 namespace distckpt {
@@ -62,6 +67,14 @@ std::string digest(const std::string& path) {
   const CommandResult r = run_command(kBin + "/distckpt digest " + path);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return r.output;
+}
+
+// dcp_native_check.py: PyTorch's own reader against a torch.save reference.
+CommandResult pytorch_check(int ranks, const std::string& ckpt, const std::string& reference, const std::string& keys) {
+  const std::string launch = ranks > 1 ? fmt::format("{}/distckpt-launch -n {} -- ", kBin, ranks) : "";
+  return run_command(
+      fmt::format("cd {} && OMP_NUM_THREADS=1 {}/usr/bin/python3 dcp_native_check.py {} {} --keys {} 2>&1", kInterop,
+                  launch, ckpt, reference, keys));
 }
 
 std::vector<std::string> lines(const std::string& text) {
@@ -270,6 +283,116 @@ TEST_F(Dcp, HostileCopiesAreRefusedNamingTheFileAndTheReason) {
   refused("code", "global 'posix.system', which this pickle may not name (nothing is imported)");
   refused("truncated", "truncated pickle");
   EXPECT_FALSE(std::filesystem::exists(at("hostile/code/pwned")));
+}
+
+// A GPT (tp2, pp2, Adam) saved straight into DCP with torch 1.13's module
+// names: PyTorch loads every tensor whole and split by rows and by columns;
+// the trainer loads it under tp4 and resaves the same digest.
+TEST_F(Dcp, AGptSavedAsDcpLoadsInPyTorchAndInTheTrainerUnderAnotherMesh) {
+  TempDir tmp("dcp-gpt");
+  const std::string a = tmp.file("a"), d = tmp.file("d"), c = tmp.file("c"), reference = tmp.file("reference.pt");
+  const auto trainer = [&](const std::string& mesh, const std::string& flags) {
+    const CommandResult r = run_command(fmt::format(
+        "OMP_NUM_THREADS=1 {0}/distckpt-launch -n 4 -- {0}/distckpt-gpt-trainer --model gpt --layers 4 --hidden 32 "
+        "--heads 4 --kv-groups 2 --ffn 64 --vocab 64 --optimizer adam {1} {2} 2>&1",
+        kBin, mesh, flags));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  trainer("--tp 2 --pp 2", "--steps 2 --save " + a);
+  trainer("--tp 2 --pp 2", "--load " + a + " --save " + d + " --save-format dcp-1.13");
+  EXPECT_EQ(detect_storage_format(d).name(), "dcp");
+  EXPECT_EQ(digest(d), digest(a));
+  EXPECT_EQ(run_command(kBin + "/distckpt diff " + a + " " + d).exit_code, 0);  // common state and objects too
+  for (int rank = 0; rank < 4; ++rank) EXPECT_TRUE(std::filesystem::exists(fmt::format("{}/__{}_0.distcp", d, rank)));
+
+  ASSERT_EQ(run_command(fmt::format("{}/distckpt convert {} {} --to torch --quiet", kBin, a, reference)).exit_code, 0);
+  std::string keys;
+  for (const std::string& line : lines(digest(a))) keys += (keys.empty() ? "" : ",") + line.substr(0, line.find(' '));
+  const CommandResult pytorch = pytorch_check(2, d, reference, keys);
+  EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
+  EXPECT_NE(pytorch.output.find(fmt::format("tensors equal {}", lines(digest(a)).size())), std::string::npos)
+      << pytorch.output;
+  EXPECT_NE(pytorch.output.find("rank 1: sharded tensors equal"), std::string::npos) << pytorch.output;
+
+  const std::string resumed = trainer("--tp 4", "--load " + d + " --save " + c);
+  EXPECT_NE(resumed.find("iteration 2, loaded"), std::string::npos) << resumed;  // optimizer state and step restored
+  EXPECT_EQ(digest(c), digest(a));
+}
+
+// convert --to dcp / torch_dist: each tensor in items of whole rows of at
+// most a window; PyTorch loads them, distckpt reads them back equal.
+TEST_F(Dcp, ConversionsToDcpAndTorchDistLoadInPyTorch) {
+  TempDir tmp("dcp-convert");
+  const std::string keys = "rows,cols,ints,uneven,plain.weight,plain.bias";
+  ConvertOptions small;
+  small.window_bytes = 64;  // rows [10, 4] float32: blocks of 4, 4 and 2 rows
+  DcpWriteOptions v113;
+  v113.naming = DcpWriteOptions::Naming::kTorch113;
+  convert_to_dcp(at("n2"), tmp.file("dcp"), v113, small);
+  const std::unique_ptr<StorageReader> stored = open_storage(tmp.file("dcp"));
+  EXPECT_EQ(stored->index().find_tensor("rows")->chunks.size(), 3u);
+  EXPECT_EQ(digest(tmp.file("dcp")), digest(at("n2")));
+  EXPECT_EQ(load_common_state_dict(tmp.file("dcp")).at("config").at("hidden").as_int(), 8);
+  CommandResult pytorch = pytorch_check(2, tmp.file("dcp"), at("n2") + ".pt", keys);
+  EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
+  EXPECT_NE(pytorch.output.find("tensors equal 6"), std::string::npos) << pytorch.output;
+
+  const CommandResult cli = run_command(fmt::format("{}/distckpt convert {} {} --to torch_dist --torch 1.13 --quiet",
+                                                    kBin, at("n2"), tmp.file("megatron")));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_EQ(checkpoint_writer(tmp.file("megatron")), "torch_dist");
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("megatron/common.pt")));
+  EXPECT_EQ(load_common_state_dict(tmp.file("megatron")).at("step").as_int(), 7);
+  EXPECT_EQ(digest(tmp.file("megatron")), digest(at("n2")));
+  pytorch = pytorch_check(1, tmp.file("megatron"), at("n2") + ".pt", keys);
+  EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
+}
+
+// A DCP save never replaces what is there, and a failed one leaves nothing.
+TEST_F(Dcp, ASaveRefusesAnExistingTargetAndAFailedSaveLeavesNothing) {
+  TempDir tmp("dcp-refuse");
+  const std::string taken = tmp.file("taken"), failed = tmp.file("failed");
+  std::filesystem::create_directories(taken);
+  std::ofstream(taken + "/keep") << "x";
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["w"] = ShardedTensor::from_rank_offsets("w", at::ones({2, 4}), {{0, comm.rank(), 2}});
+    SaveOptions options;
+    options.format = dcp_format();
+    EXPECT_TRUE(throws_with<CheckpointError>([&] { save(sd, taken, comm, options); }, "already exists"));
+    sd["t"] = ShardedTensor::from_rank_offsets("step", at::ones({2}), {}, ReplicaId{comm.rank()});
+    sd["step"] = 1;  // a common value named like that tensor
+    EXPECT_TRUE(throws_with<UsageError>([&] { save(sd, failed, comm, options); }, "names both a tensor"));
+  });
+  EXPECT_TRUE(std::filesystem::exists(taken + "/keep"));
+  EXPECT_FALSE(std::filesystem::exists(failed));
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    EXPECT_EQ(entry.path().filename().string().find("staging"), std::string::npos) << entry.path();
+  }
+}
+
+// Format x backend: the same DCP writer and reader on an object store.
+TEST_F(Dcp, ASaveAndALoadOnAnObjectStore) {
+  DISTCKPT_REQUIRE_MOTO_WITHOUT_SIGNATURE_CHECKS(server);
+  server->export_environment();
+  const std::string url = fmt::format("s3://{}/{}dcp", MotoServer::kBucket, s3_test_keys("dcp"));
+  const at::Tensor w = at::arange(64, at::kFloat).reshape({8, 8});
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    sd["w"] = ShardedTensor::from_rank_offsets("w", w.chunk(2, 0)[comm.rank()].clone(), {{0, comm.rank(), 2}});
+    sd["step"] = 3;
+    SaveOptions options;
+    options.format = dcp_format();
+    save(sd, url, comm, options);
+    StateDict request = Value::dict();
+    request["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({8, 4}), {{1, comm.rank(), 2}});
+    const StateDict loaded = load(request, url, comm).state_dict;
+    EXPECT_TRUE(at::equal(loaded.at("w").as_tensor(), w.chunk(2, 1)[comm.rank()]));
+    EXPECT_EQ(loaded.at("step").as_int(), 3);
+  });
+  EXPECT_EQ(detect_storage_format(url).name(), "dcp");
+  EXPECT_TRUE(verify_checkpoint(url).intact());
 }
 
 }  // namespace

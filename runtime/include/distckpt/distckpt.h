@@ -20,6 +20,7 @@
 #include "distckpt/local/tensor_aware_state_dict.h"
 #include "distckpt/save/async.h"
 #include "distckpt/save/plan_cache.h"
+#include "distckpt/storage/dcp.h"
 #include "distckpt/storage/format_registry.h"
 #include "distckpt/storage/safetensors.h"
 #include "distckpt/storage/storage_reader.h"

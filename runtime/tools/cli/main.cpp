@@ -216,7 +216,7 @@ std::optional<uint64_t> parse_size(const std::string& text) {
 }
 
 struct ConvertArgs {
-  std::string dst, to, max_shard, dtype, map;
+  std::string dst, to, max_shard, dtype, map, torch = "2";
   bool quiet = false;
 };
 
@@ -277,6 +277,12 @@ int convert(const std::string& src, const ConvertArgs& args) {
     report = distckpt::convert_to_safetensors(src, args.dst, options);
   } else if (args.to == "torch") {
     report = distckpt::convert_to_torch(src, args.dst, options);
+  } else if (args.to == "dcp" || args.to == "torch_dist") {
+    distckpt::DcpWriteOptions dcp;
+    dcp.naming = args.torch == "1.13" ? distckpt::DcpWriteOptions::Naming::kTorch113
+                                      : distckpt::DcpWriteOptions::Naming::kTorch2;
+    dcp.torch_dist = args.to == "torch_dist";
+    report = distckpt::convert_to_dcp(src, args.dst, dcp, options);
   } else {
     report = distckpt::convert_to_distckpt(src, args.dst, options);
   }
@@ -319,12 +325,21 @@ int main(int argc, char** argv) {
   ConvertArgs args;
   auto* convert_cmd = app.add_subcommand("convert", "write SRC's tensors in another format to DST (a new directory)");
   convert_cmd
-      ->add_option("src", dir, "checkpoint: distckpt, safetensors (file or directory) or a torch.save file (.pt, .bin)")
+      ->add_option("src", dir,
+                   "checkpoint: distckpt, PyTorch DCP / torch_dist, safetensors (file or directory) or a torch.save "
+                   "file (.pt, .bin)")
       ->required();
   convert_cmd->add_option("dst", args.dst, "directory to create (a .pt file for --to torch)")->required();
-  convert_cmd->add_option("--to", args.to, "safetensors, torch (one file torch.load opens) or distckpt")
+  convert_cmd
+      ->add_option("--to", args.to,
+                   "safetensors, torch (one file torch.load opens), distckpt, dcp (PyTorch's distributed checkpoint) "
+                   "or torch_dist (Megatron-Core's)")
       ->required()
-      ->check(CLI::IsMember({"safetensors", "torch", "distckpt"}));
+      ->check(CLI::IsMember({"safetensors", "torch", "distckpt", "dcp", "torch_dist"}));
+  convert_cmd
+      ->add_option("--torch", args.torch,
+                   "dcp, torch_dist: the PyTorch whose module names .metadata uses: 2 (2.x, default) or 1.13")
+      ->check(CLI::IsMember({"2", "1.13"}));
   convert_cmd->add_option("--max-shard-size", args.max_shard,
                           "safetensors: tensor bytes per file, e.g. 5GB (default: one file)");
   convert_cmd->add_option("--dtype", args.dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");

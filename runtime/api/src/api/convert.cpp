@@ -23,6 +23,7 @@
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
 #include "distckpt/storage/backend.h"
+#include "distckpt/storage/dcp.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "io/file.h"
@@ -487,6 +488,91 @@ ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst
   report.tensors = source->tensors().size();  // an empty one has no bytes in the file
   report.files = order.empty() ? 0 : 1;
   report.bytes = save.bytes();
+  return report;
+}
+
+ConvertReport convert_to_dcp(const std::string& src, const std::string& dst, const DcpWriteOptions& dcp,
+                             const ConvertOptions& options) {
+  check_whole_target(dst, options, Target::kDirectory);
+  const std::unique_ptr<TensorSource> source = open_source(src, options);
+  const StateDict common = common_values(*source, src);
+  SaveContents contents;
+  contents.common = &common;
+  uint64_t total = 0;
+  for (const TensorSource::Tensor& t : source->tensors()) {
+    contents.tensors.push_back({t.name, stored_dtype(t.dtype, options), t.shape});
+    total += static_cast<uint64_t>(numel(t.shape)) * dtype_size(contents.tensors.back().dtype);
+  }
+  const std::unique_ptr<StorageWriter> writer = make_dcp_writer(dst, dcp);
+  ConvertReport report;
+  try {
+    writer->claim();
+    writer->prepare(contents);
+    // Each tensor goes out in blocks of whole rows of at most a window (one
+    // row when a row is larger), each block an item; a file takes blocks
+    // until it holds four windows' worth, so memory stays a few windows.
+    std::string written;
+    std::vector<SavePiece> batch;
+    uint64_t batch_bytes = 0;
+    const auto flush = [&] {
+      written += writer->write(0, std::move(batch));
+      batch.clear();
+      batch_bytes = 0;
+      ++report.files;
+    };
+    Progress progress(options, total);
+    const at::Tensor scratch = at::empty({static_cast<int64_t>(options.window_bytes)}, at::kByte);
+    for (size_t i = 0; i < source->tensors().size(); ++i) {
+      const SaveTensor& t = contents.tensors[i];
+      const uint64_t element = dtype_size(t.dtype);
+      const int64_t rows = t.global_shape.empty() ? 1 : t.global_shape[0];
+      const int64_t per_row = t.global_shape.empty() ? 1 : numel(t.global_shape) / std::max<int64_t>(rows, 1);
+      const int64_t block_rows =
+          std::max<int64_t>(1, static_cast<int64_t>(options.window_bytes / std::max<uint64_t>(1, per_row * element)));
+      at::Tensor block;
+      int64_t block_first = 0, filled = 0;  // the block's first row; elements in it so far
+      const auto emit = [&](int64_t block_row_count) {
+        Shape offset(t.global_shape.size(), 0), length = t.global_shape;
+        if (!t.global_shape.empty()) {
+          offset[0] = block_first;
+          length[0] = block_row_count;
+        }
+        batch.push_back(SavePiece{t.key, t.global_shape, Box{offset, length}, std::nullopt, block, nullptr});
+        batch_bytes += block.nbytes();
+        report.bytes += block.nbytes();
+        progress.add(block.nbytes());
+        if (batch_bytes >= 4 * options.window_bytes) flush();
+        block_first += block_row_count;
+        filled = 0;
+        block = at::Tensor();
+      };
+      source->read(i, scratch, [&](int64_t, const at::Tensor& values) {
+        const at::Tensor flat = values.reshape(-1);
+        for (int64_t at = 0; at < flat.numel();) {
+          if (!block.defined()) {
+            const int64_t n = std::min(block_rows, rows - block_first);
+            Shape shape = t.global_shape;
+            if (!shape.empty()) shape[0] = n;
+            block = at::empty(shape, at::TensorOptions().dtype(t.dtype));
+          }
+          const int64_t take = std::min(flat.numel() - at, block.numel() - filled);
+          block.view({-1}).narrow(0, filled, take).copy_(flat.narrow(0, at, take));
+          filled += take;
+          at += take;
+          if (filled == block.numel()) emit(t.global_shape.empty() ? 1 : block.size(0));
+        }
+      });
+      if (block.defined() && filled > 0) {
+        throw CheckpointError(fmt::format("'{}' in '{}' ended early while converting", t.key, src));
+      }
+    }
+    if (!batch.empty() || report.files == 0) flush();
+    writer->commit({written});
+  } catch (...) {
+    writer->discard();
+    throw;
+  }
+  report.tensors = source->tensors().size();
   return report;
 }
 

@@ -9,6 +9,7 @@
 
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
+#include "format/pickle_writer.h"
 #include "format/torch_pickle.h"
 
 namespace distckpt::dcp {
@@ -299,7 +300,164 @@ class Reader {
   uint64_t spent_ = 0;
 };
 
+// Writes DCP's dataclasses as Python pickles them: NEWOBJ of the class,
+// then BUILD with its attributes (TensorProperties: its __getstate__ tuple).
+class Encoder {
+ public:
+  explicit Encoder(const Naming& n) : n_(n) {}
+
+  std::string encode(const Metadata& m) && {
+    p_.proto();
+    object_of(n_.metadata, "Metadata");
+    p_.op('}');
+    p_.mark();
+    p_.string("state_dict_metadata");
+    p_.op('}');
+    p_.mark();
+    for (const Tensor& t : m.tensors) {
+      p_.string(t.key);
+      tensor(t);
+    }
+    for (const BytesItem& b : m.bytes) {
+      p_.string(b.key);
+      object_of(n_.metadata, "BytesStorageMetadata");
+    }
+    p_.op('u');
+    // {key: (key,)}: the state dict is flat (2.x's loaders that rebuild it read this).
+    p_.string("planner_data");
+    p_.op('}');
+    p_.mark();
+    for (const Tensor& t : m.tensors) path(t.key);
+    for (const BytesItem& b : m.bytes) path(b.key);
+    p_.op('u');
+    p_.string("storage_data");
+    p_.op('}');
+    p_.mark();
+    for (const Tensor& t : m.tensors) {
+      for (size_t c = 0; c < t.chunks.size(); ++c) {
+        index(t.key, &t.chunks[c].offsets, static_cast<int64_t>(c));
+        storage(t.chunks[c].storage);
+      }
+    }
+    for (const BytesItem& b : m.bytes) {
+      index(b.key, nullptr, -1);
+      storage(b.storage);
+    }
+    p_.op('u');
+    p_.op('u');
+    p_.op('b');
+    p_.stop();
+    return std::move(p_).take();
+  }
+
+ private:
+  // cls() on the stack: GLOBAL, EMPTY_TUPLE, NEWOBJ.
+  void object_of(const char* module, const char* name) {
+    p_.global(module, name);
+    p_.tuple(0);
+    p_.op('\x81');
+  }
+  void size(const Shape& s) {  // torch.Size((..,))
+    p_.global("torch", "Size");
+    p_.mark();
+    for (const int64_t i : s) p_.integer(i);
+    p_.op('t');
+    p_.tuple(1);
+    p_.op('R');
+  }
+  void path(const std::string& key) {
+    p_.string(key);
+    p_.string(key);
+    p_.tuple(1);
+  }
+  void tensor(const Tensor& t) {
+    object_of(n_.metadata, "TensorStorageMetadata");
+    p_.op('}');
+    p_.mark();
+    p_.string("properties");
+    object_of(n_.properties, "TensorProperties");
+    p_.mark();  // (dtype, layout, requires_grad, memory_format, pin_memory)
+    p_.global("torch", dtype_name(t.dtype));
+    p_.global("torch.serialization", "_get_layout");
+    p_.string("torch.strided");
+    p_.tuple(1);
+    p_.op('R');
+    p_.boolean(false);
+    p_.global("builtins", "getattr");
+    p_.global(n_.properties, n_.memory_format_enum);
+    p_.string("TORCH_CONTIGUOUS_FORMAT");
+    p_.tuple(2);
+    p_.op('R');
+    p_.boolean(false);
+    p_.op('t');
+    p_.op('b');
+    p_.string("size");
+    size(t.size);
+    p_.string("chunks");
+    p_.op(']');
+    if (!t.chunks.empty()) {
+      p_.mark();
+      for (const Chunk& c : t.chunks) {
+        object_of(n_.metadata, "ChunkStorageMetadata");
+        p_.op('}');
+        p_.mark();
+        p_.string("offsets");
+        size(c.offsets);
+        p_.string("sizes");
+        size(c.sizes);
+        p_.op('u');
+        p_.op('b');
+      }
+      p_.op('e');
+    }
+    p_.op('u');
+    p_.op('b');
+  }
+  // MetadataIndex(fqn, offset, index): a bytes item has neither.
+  void index(const std::string& fqn, const Shape* offsets, int64_t chunk) {
+    object_of(n_.metadata, "MetadataIndex");
+    p_.op('}');
+    p_.mark();
+    p_.string("fqn");
+    p_.string(fqn);
+    p_.string("offset");
+    if (offsets) {
+      size(*offsets);
+    } else {
+      p_.none();
+    }
+    p_.string("index");
+    if (chunk >= 0) {
+      p_.integer(chunk);
+    } else {
+      p_.none();
+    }
+    p_.op('u');
+    p_.op('b');
+  }
+  void storage(const StorageInfo& s) {
+    object_of(n_.filesystem, "_StorageInfo");
+    p_.op('}');
+    p_.mark();
+    p_.string("relative_path");
+    p_.string(s.relative_path);
+    p_.string("offset");
+    p_.integer(static_cast<int64_t>(s.offset));
+    p_.string("length");
+    p_.integer(static_cast<int64_t>(s.length));
+    p_.op('u');
+    p_.op('b');
+  }
+
+  const Naming& n_;
+  tp::PickleWriter p_;
+};
+
 }  // namespace
+
+std::string encode_metadata(const Metadata& metadata, ModuleNaming naming) {
+  return Encoder(kNamings[naming == ModuleNaming::kTorch113 ? 0 : 1]).encode(metadata);
+}
 
 Metadata parse_metadata(std::string_view bytes, const std::string& origin) {
   static const std::set<std::string> classes = allowed_classes();

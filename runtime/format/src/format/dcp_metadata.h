@@ -60,6 +60,14 @@ struct Metadata {
   std::vector<BytesItem> bytes;  // sorted by key
 };
 
+// The module paths a `.metadata` names DCP's classes by.
+enum class ModuleNaming { kTorch2, kTorch113 };
+
+// `metadata` (its tensors, chunks, bytes items and their storage) pickled as
+// PyTorch's FileSystemWriter pickles it under `naming`, for PyTorch's own
+// reader: UsageError for a dtype PyTorch has no name for.
+std::string encode_metadata(const Metadata& metadata, ModuleNaming naming);
+
 // `.metadata`'s bytes parsed and checked; CorruptionError naming `origin`
 // (the file) and the problem for anything else, an unknown global first of all.
 Metadata parse_metadata(std::string_view bytes, const std::string& origin);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "distckpt/core/errors.h"
+#include "format/pickle_writer.h"
 #include "format/torch_pickle.h"
 
 namespace distckpt::torch_pickle {
@@ -19,60 +20,6 @@ std::pair<std::string, std::string> storage_global(at::ScalarType dtype) {
   const size_t dot = name->rfind('.');
   return {name->substr(0, dot), name->substr(dot + 1)};
 }
-
-// Protocol 2 opcodes (Python's pickletools names).
-class Pickler {
- public:
-  std::string take() && { return std::move(out_); }
-  void op(char c) { out_.push_back(c); }
-  void proto() { out_ += "\x80\x02"; }
-  void stop() { op('.'); }
-  void mark() { op('('); }
-  void global(const std::string& module, const std::string& name) { out_ += "c" + module + "\n" + name + "\n"; }
-  void none() { op('N'); }
-  void boolean(bool v) { op(v ? '\x88' : '\x89'); }
-  void integer(int64_t v) {
-    if (v >= 0 && v < 256) {
-      op('K');  // BININT1
-      out_.push_back(static_cast<char>(v));
-    } else if (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max()) {
-      op('J');  // BININT, 4 bytes little-endian, signed
-      le(static_cast<uint32_t>(static_cast<int32_t>(v)), 4);
-    } else {
-      out_ += "\x8a\x08";  // LONG1 of 8 bytes, two's complement little-endian
-      le(static_cast<uint64_t>(v), 8);
-    }
-  }
-  void real(double v) {
-    op('G');  // BINFLOAT: big-endian IEEE 754
-    uint64_t bits;
-    std::memcpy(&bits, &v, 8);
-    for (int i = 7; i >= 0; --i) out_.push_back(static_cast<char>((bits >> (8 * i)) & 0xFF));
-  }
-  void string(const std::string& s) {
-    op('X');  // BINUNICODE: Python decodes it as UTF-8
-    le(s.size(), 4);
-    out_ += s;
-  }
-  void tuple(size_t n) {
-    static const char kTuple[] = {')', '\x85', '\x86', '\x87'};
-    if (n < 4) op(kTuple[n]);  // the items are on the stack
-  }
-  void ints(const std::vector<int64_t>& v) {
-    if (v.size() > 3) mark();
-    for (int64_t i : v) integer(i);
-    if (v.size() > 3)
-      op('t');
-    else
-      tuple(v.size());
-  }
-
- private:
-  void le(uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  }
-  std::string out_;
-};
 
 constexpr int kMaxDepth = 64;
 
@@ -91,7 +38,11 @@ void check_utf8(const std::string& s, const std::string& where) {
   }
 }
 
-void value(Pickler& p, const Value& v, const std::string& where, int depth) {
+void tensor(PickleWriter& p, const TensorEntry& t);
+
+// `tensors`: where a tensor's values go (each becomes storage "<index>"); none: tensors are refused.
+void value(PickleWriter& p, const Value& v, const std::string& where, int depth,
+           std::vector<at::Tensor>* tensors = nullptr) {
   if (depth > kMaxDepth) throw UsageError(fmt::format("'{}' is nested more than {} levels deep", where, kMaxDepth));
   switch (v.kind()) {
     case Kind::kNone:
@@ -110,7 +61,7 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
       if (v.as_list().empty()) return;
       p.mark();
       for (size_t i = 0; i < v.as_list().size(); ++i) {
-        value(p, v.as_list()[i], fmt::format("{}[{}]", where, i), depth + 1);
+        value(p, v.as_list()[i], fmt::format("{}[{}]", where, i), depth + 1, tensors);
       }
       return p.op('e');
     case Kind::kDict:
@@ -120,9 +71,17 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
       for (const auto& [key, item] : v.as_dict()) {
         check_utf8(key, where + "." + key);
         p.string(key);
-        value(p, item, where + "." + key, depth + 1);
+        value(p, item, where + "." + key, depth + 1, tensors);
       }
       return p.op('u');
+    case Kind::kTensor:
+      if (tensors) {
+        const at::Tensor& t = v.as_tensor();
+        tensor(p, TensorEntry{where, t.scalar_type(), t.sizes().vec(), std::to_string(tensors->size())});
+        tensors->push_back(t.contiguous().cpu());
+        return;
+      }
+      [[fallthrough]];
     default:
       throw UsageError(fmt::format("common value '{}' is a {} and has no torch.save form", where, kind_name(v.kind())));
   }
@@ -130,7 +89,7 @@ void value(Pickler& p, const Value& v, const std::string& where, int depth) {
 
 // torch._utils._rebuild_tensor_v2(storage, offset, sizes, strides,
 // requires_grad, backward_hooks), the storage a persistent id.
-void tensor(Pickler& p, const TensorEntry& t) {
+void tensor(PickleWriter& p, const TensorEntry& t) {
   p.global("torch._utils", "_rebuild_tensor_v2");
   p.mark();
   p.mark();  // ('storage', torch.<Class>Storage, key, 'cpu', numel)
@@ -159,8 +118,24 @@ void tensor(Pickler& p, const TensorEntry& t) {
 
 }  // namespace
 
+std::string pickle_tensor(at::ScalarType dtype, const std::vector<int64_t>& sizes, const std::string& storage) {
+  PickleWriter p;
+  p.proto();
+  tensor(p, TensorEntry{"", dtype, sizes, storage});
+  p.stop();
+  return std::move(p).take();
+}
+
+std::string pickle_value(const Value& v, const std::string& where, std::vector<at::Tensor>& tensors) {
+  PickleWriter p;
+  p.proto();
+  value(p, v, where, 0, &tensors);
+  p.stop();
+  return std::move(p).take();
+}
+
 std::string pickle_dict(const StateDict& common, const std::vector<TensorEntry>& tensors) {
-  Pickler p;
+  PickleWriter p;
   p.proto();
   p.op('}');
   std::set<std::string> keys;

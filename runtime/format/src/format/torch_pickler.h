@@ -27,4 +27,12 @@ struct TensorEntry {
 // value or dtype torch.save has no form for.
 std::string pickle_dict(const StateDict& common, const std::vector<TensorEntry>& tensors);
 
+// torch.save(tensor): one row-major tensor over record "data/<storage>".
+std::string pickle_tensor(at::ScalarType dtype, const std::vector<int64_t>& sizes, const std::string& storage);
+// torch.save(value) of a plain value, list or dict (a PyTorch DCP bytes
+// item), tensors at any depth included: each is appended to `tensors`
+// (contiguous, on the CPU) and its values named "data/<its index>".
+// `where` names the value in errors.
+std::string pickle_value(const Value& value, const std::string& where, std::vector<at::Tensor>& tensors);
+
 }  // namespace distckpt::torch_pickle

@@ -23,9 +23,12 @@ bool needs_zip64(uint64_t v) { return v >= kEscaped32; }
 
 }  // namespace
 
-Writer::Writer(io::File& file) : file_(file) {}
+Writer::Writer(io::File& file)
+    : sink_([&file](uint64_t offset, const void* data, uint64_t n) { file.pwrite_all(data, n, offset); }) {}
 
-void Writer::begin(const std::string& name, uint64_t size) {
+Writer::Writer(Sink sink) : sink_(std::move(sink)) {}
+
+void Writer::begin(const std::string& name, uint64_t size, std::optional<uint32_t> crc32) {
   if (open_) end_entry();
   if (name.empty() || name.size() > 0xFFFF) throw UsageError(fmt::format("a zip entry name of {} bytes", name.size()));
   const bool zip64 = needs_zip64(size);
@@ -33,9 +36,9 @@ void Writer::begin(const std::string& name, uint64_t size) {
   put(header, 0x04034b50, 4);
   put(header, kVersion, 2);
   put(header, kUtf8Names, 2);
-  put(header, 0, 2);  // stored
-  put(header, 0, 4);  // time, date
-  put(header, 0, 4);  // CRC-32: written when the entry ends
+  put(header, 0, 2);                  // stored
+  put(header, 0, 4);                  // time, date
+  put(header, crc32.value_or(0), 4);  // unknown: written when the entry ends
   put(header, zip64 ? kEscaped32 : size, 4);
   put(header, zip64 ? kEscaped32 : size, 4);
   put(header, name.size(), 2);
@@ -54,8 +57,9 @@ void Writer::begin(const std::string& name, uint64_t size) {
   put(header, kPaddingId, 2);
   put(header, padding - 4, 2);
   header.append(padding - 4, 'Z');
-  file_.pwrite_all(header.data(), header.size(), at_);
+  sink_(at_, header.data(), header.size());
   entries_.push_back({name, at_, size, 0});
+  expected_crc_ = crc32;
   at_ += header.size();
   left_ = size;
   crc_ = Crc32();
@@ -66,7 +70,7 @@ void Writer::write(const void* data, uint64_t n) {
   if (!open_ || n > left_) {
     throw UsageError(fmt::format("{} bytes more than zip entry '{}' holds", n, open_ ? entries_.back().name : ""));
   }
-  file_.pwrite_all(data, n, at_);
+  sink_(at_, data, n);
   crc_.update(data, n);
   at_ += n;
   left_ -= n;
@@ -76,10 +80,17 @@ void Writer::end_entry() {
   Written& e = entries_.back();
   if (left_ != 0) throw UsageError(fmt::format("zip entry '{}' ended {} bytes short", e.name, left_));
   e.crc32 = crc_.value();
+  open_ = false;
+  if (expected_crc_) {
+    if (*expected_crc_ != e.crc32) {
+      throw UsageError(fmt::format("zip entry '{}' changed while it was written (CRC-32 {:08x}, announced {:08x})",
+                                   e.name, e.crc32, *expected_crc_));
+    }
+    return;
+  }
   std::string crc;
   put(crc, e.crc32, 4);
-  file_.pwrite_all(crc.data(), crc.size(), e.local + 14);
-  open_ = false;
+  sink_(e.local + 14, crc.data(), crc.size());
 }
 
 uint64_t Writer::finish() {
@@ -144,7 +155,7 @@ uint64_t Writer::finish() {
   put(d, zip64 ? kEscaped32 : bytes, 4);
   put(d, zip64 ? kEscaped32 : directory_at, 4);
   put(d, 0, 2);
-  file_.pwrite_all(d.data(), d.size(), at_);
+  sink_(at_, d.data(), d.size());
   at_ += d.size();
   return at_;
 }

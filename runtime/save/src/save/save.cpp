@@ -22,7 +22,7 @@ SaveReport save_with(const StateDict& state_dict, const std::string& dir, Storag
         written.items = pieces.size();
         for (const SavePiece& piece : pieces)
           written.bytes += piece.object ? piece.object->size() : piece.data.nbytes();
-        written.result = prepared->writer->write(std::move(pieces));
+        written.result = prepared->writer->write(prepared->rank, std::move(pieces));
         prepared->direct_io = prepared->distckpt && prepared->distckpt->direct_io();
         return written;
       },

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "distckpt/core/errors.h"
+#include "distckpt/storage/dcp.h"
 #include "distckpt/storage/safetensors.h"
 #include "format/commit.h"
 #include "storage/dcp_storage.h"
@@ -109,6 +110,12 @@ class DcpFormat final : public Format {
           where);
     }
     return std::make_unique<DcpStorage>(std::move(backend));
+  }
+  std::unique_ptr<StorageWriter> make_writer(const std::string& location, const StorageFormat& format) const override {
+    const auto* knobs = format.options_as<DcpWriteOptions>();
+    if (format.options() && !knobs)
+      throw UsageError("the dcp format takes DcpWriteOptions as its options (dcp_format())");
+    return make_dcp_writer(location, knobs ? *knobs : DcpWriteOptions{});
   }
 };
 

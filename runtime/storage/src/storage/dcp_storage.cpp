@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "distckpt/core/errors.h"
+#include "distckpt/core/log.h"
 #include "format/dcp_metadata.h"
 #include "format/dtype.h"
 #include "format/zip_archive.h"
@@ -262,30 +263,33 @@ void DcpStorage::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, con
   ranges_->read_chunk_runs(at, 0, runs);
 }
 
-Value DcpStorage::decode_bytes(const Item& item) const {
-  std::unique_ptr<ObjectReader> reader = open_item(item);
-  if (is_torch_file(*reader)) {
-    try {
-      TorchFileReader archive(std::move(reader), describe(item), TorchFileReader::Root::kAny);
-      Value value = archive.common();
-      // torch 1.13 stores a nested dict whole, tensors included: each goes
-      // back to its dotted path.
-      for (auto& [name, tensor] : archive.read_all()) {
-        if (name.empty()) return Value(tensor);
-        Value* at = &value;
-        size_t begin = 0;
-        for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', begin = dot + 1)) {
-          at = &(*at)[name.substr(begin, dot - begin)];
-          if (at->kind() == Kind::kNone) *at = Value::dict();
-        }
-        (*at)[name.substr(begin)] = Value(tensor);
+// A torch.save archive's value: plain values and tensors (each at its
+// dotted path: torch 1.13 stores a nested dict whole, tensors included);
+// nullopt for anything else (a class the restricted reader does not know).
+std::optional<Value> DcpStorage::decode_archive(std::unique_ptr<ObjectReader> reader, const std::string& where) {
+  if (!is_torch_file(*reader)) return std::nullopt;
+  try {
+    TorchFileReader archive(std::move(reader), where, TorchFileReader::Root::kAny);
+    Value value = archive.common();
+    for (auto& [name, tensor] : archive.read_all()) {
+      if (name.empty()) return Value(tensor);
+      Value* at = &value;
+      size_t begin = 0;
+      for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', begin = dot + 1)) {
+        at = &(*at)[name.substr(begin, dot - begin)];
+        if (at->kind() == Kind::kNone) *at = Value::dict();
       }
-      return value;
-    } catch (const Error&) {
-      // Not plain values and tensors (a class, say): kept as bytes below.
+      (*at)[name.substr(begin)] = Value(tensor);
     }
+    return value;
+  } catch (const Error&) {
+    return std::nullopt;
   }
-  std::string bytes(item.length, '\0');
+}
+
+Value DcpStorage::decode_bytes(const Item& item) const {
+  if (std::optional<Value> value = decode_archive(open_item(item), describe(item))) return std::move(*value);
+  std::string bytes(item.length, '\0');  // kept as they are
   open_item(item)->read(0, item.length, reinterpret_cast<uint8_t*>(bytes.data()));
   return Value(std::move(bytes));
 }
@@ -295,13 +299,18 @@ Value DcpStorage::read_common_state() const {
   if (common_) return *common_;
   Value common = Value::dict();
   if (has_common_file_) {
-    TorchFileReader file(backend_->open(kMegatronCommonFile), backend_->describe(kMegatronCommonFile));
-    if (!file.tensors().empty()) {
-      throw CheckpointError(fmt::format("'{}' holds tensors ('{}'), which distckpt keeps only as sharded tensors",
-                                        backend_->describe(kMegatronCommonFile), file.tensors()[0].name),
-                            backend_->describe(kMegatronCommonFile));
+    // Megatron's common state; when it holds what the restricted reader does
+    // not know (an argparse.Namespace), it is kept whole, as its bytes.
+    const std::string where = backend_->describe(kMegatronCommonFile);
+    std::optional<Value> decoded = decode_archive(backend_->open(kMegatronCommonFile), where);
+    if (decoded && decoded->kind() == Kind::kDict) {
+      common = std::move(*decoded);
+    } else {
+      log_message(LogLevel::kWarning,
+                  fmt::format("'{}' holds values the restricted reader does not decode: kept as its bytes under '{}'",
+                              where, kMegatronCommonFile));
+      common[kMegatronCommonFile] = Value(backend_->read_small(kMegatronCommonFile, uint64_t{1} << 32));
     }
-    common = file.common();
   }
   for (const Item& item : common_items_) common[item.key] = decode_bytes(item);
   common_ = common;

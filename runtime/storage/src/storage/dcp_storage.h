@@ -71,6 +71,7 @@ class DcpStorage final : public FileBackedStorage {
   Record record_of(size_t tensor, uint32_t chunk);
   Record find_record(const TensorRecord& tensor, uint32_t chunk, const Item& item) const;
   Value decode_bytes(const Item& item) const;
+  static std::optional<Value> decode_archive(std::unique_ptr<ObjectReader> reader, const std::string& where);
 
   std::shared_ptr<Backend> backend_;
   std::string naming_;

@@ -88,7 +88,7 @@ void DistckptWriter::claim() {
   }
 }
 
-std::string DistckptWriter::write(std::vector<SavePiece> pieces) {
+std::string DistckptWriter::write(int /*rank*/, std::vector<SavePiece> pieces) {
   const bool from_device = std::any_of(pieces.begin(), pieces.end(),
                                        [](const SavePiece& p) { return p.data.defined() && !p.data.is_cpu(); });
   const io::FileWritten written =

@@ -56,7 +56,7 @@ class DistckptWriter final : public StorageWriter {
   bool takes_device_tensors() const override { return true; }
   void claim() override;
   void prepare(const SaveContents&) override {}  // the plan's metadata skeleton is the layout
-  std::string write(std::vector<SavePiece> pieces) override;
+  std::string write(int rank, std::vector<SavePiece> pieces) override;
   void commit(const std::vector<std::string>& written) override;
   void discard() noexcept override;
 

@@ -120,7 +120,7 @@ class SafetensorsStorageWriter final : public StorageWriter {
     if (store_) storage::publish_safetensors_layout(*store_, *writer_);
   }
 
-  std::string write(std::vector<SavePiece> pieces) override {
+  std::string write(int /*rank*/, std::vector<SavePiece> pieces) override {
     if (pieces.empty()) return {};
     // Where each tensor's bytes go, and how they get there: into the shared
     // files of the staging directory, or (an object store) into this rank's

@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 
+#include "distckpt/storage/dcp.h"
+
 namespace distckpt {
 
 struct ConvertOptions {
@@ -69,5 +71,14 @@ ConvertReport convert_to_torch(const std::string& src, const std::string& dst, c
 // windows as for safetensors. DST must not exist; it appears only when
 // committed. SRC: any checkpoint load() reads, or a torch.save file.
 ConvertReport convert_to_distckpt(const std::string& src, const std::string& dst, const ConvertOptions& options = {});
+
+// A PyTorch DCP checkpoint (or, with DcpWriteOptions::torch_dist, a
+// Megatron-Core torch_dist one) of SRC's tensors and common values, which
+// PyTorch's own FileSystemReader loads under any sharding. Each tensor is
+// written in items of whole rows of at most a window; the common values are
+// bytes items (torch.save of each). DST must not exist; `.metadata`, written
+// last, commits it.
+ConvertReport convert_to_dcp(const std::string& src, const std::string& dst, const DcpWriteOptions& dcp = {},
+                             const ConvertOptions& options = {});
 
 }  // namespace distckpt

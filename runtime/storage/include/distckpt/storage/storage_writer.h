@@ -5,7 +5,7 @@
 //
 //   coordinator  claim()                    refuse or claim the destination
 //   coordinator  prepare(contents)          lay out every tensor, before any rank writes
-//   every rank   write(pieces) -> result    its pieces, durable when it returns
+//   every rank   write(rank, pieces) -> result  its pieces, durable when it returns
 //   coordinator  commit(results)            the checkpoint appears, all at once
 //   coordinator  discard()                  after a failure: nothing of this save stays
 //
@@ -73,8 +73,9 @@ class StorageWriter {
   // writes. CheckpointError for what the format cannot hold.
   virtual void prepare(const SaveContents& contents) = 0;
   // Every rank, after prepare: writes its pieces and makes them durable.
-  // Returns what commit() needs from this rank (empty when nothing).
-  virtual std::string write(std::vector<SavePiece> pieces) = 0;
+  // `rank` is the writing rank's (formats with a file per rank name it by
+  // this). Returns what commit() needs from this rank (empty when nothing).
+  virtual std::string write(int rank, std::vector<SavePiece> pieces) = 0;
   // Coordinator, once every rank's write returned: each rank's result, in
   // rank order. The checkpoint appears at location() in one step.
   virtual void commit(const std::vector<std::string>& written) = 0;
