@@ -151,6 +151,9 @@ def main():
     ap.add_argument("--dir", default="/tmp/dcp-bench", help="scratch directory")
     ap.add_argument("--distckpt", action="store_true",
                     help="also time distckpt.FileSystemWriter/Reader on the same state")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep PyTorch's checkpoint (DIR/ckpt) for distckpt's own reader "
+                         "(bench/dcp_native_load.sh)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="cProfile rank 0's first save and load, print top N")
     args = ap.parse_args()
@@ -254,7 +257,11 @@ def main():
                     print(f"| {op} | {ratio:.2f}x |")
                     result.append(f"py_vs_dcp_{op}={ratio:.3f}")
         print("\nRESULT " + " ".join(result) + f" world={world} gb={gb:.4f}")
-        shutil.rmtree(args.dir, ignore_errors=True)
+        if args.keep:
+            if args.distckpt:
+                shutil.rmtree(ours, ignore_errors=True)
+        else:
+            shutil.rmtree(args.dir, ignore_errors=True)
     dist.barrier()
     dist.destroy_process_group()
 

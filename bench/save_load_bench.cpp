@@ -21,7 +21,9 @@
 // (no barrier after them) and the slowest rank's time is reported.
 // Run standalone (1 rank) or under distckpt-launch -n N. Every figure is the
 // median of --reps repetitions, timed on rank 0 between barriers;
-// --loads-only saves once and times only the reads.
+// --loads-only saves once and times only the reads; --from DIR times the
+// loads of a checkpoint of the same state written by another program
+// (PyTorch DCP's, bench/dcp_native_load.sh) instead.
 #include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -128,6 +130,10 @@ int main(int argc, char** argv) {
   app.add_option("--exchange", exchange, "load exchange: auto, none, broadcast, all_gather");
   int io_threads = 0;
   bool no_verify = false, loads_only = false;
+  std::string from;
+  app.add_option("--from", from,
+                 "load this checkpoint of the same state (e.g. PyTorch DCP's, bench/dcp_baseline.py --keep) instead of "
+                 "saving one; implies --loads-only");
   app.add_flag("--loads-only", loads_only, "save once, then time only the reads (raw, distckpt loads)");
   app.add_option("--io-threads", io_threads,
                  "reader/writer threads per rank (0: this host's cores shared by its ranks)");
@@ -189,10 +195,12 @@ int main(int argc, char** argv) {
     bg_queue.maybe_finalize(true);
   }
 
+  if (!from.empty()) loads_only = true;
   if (loads_only) {
     raw_write(model, raw, true, aligned.get(), kBuffer);
-    save(saved_layout(model, rank, world), ckpt, *comm, save_options);
+    if (from.empty()) save(saved_layout(model, rank, world), ckpt, *comm, save_options);
   }
+  const std::string loaded = from.empty() ? ckpt : from;
   for (int rep = 0; rep < reps; ++rep) {
     if (!loads_only) {
       raw_buffered.run([&] { raw_write(model, raw, false, aligned.get(), kBuffer); });
@@ -222,7 +230,7 @@ int main(int argc, char** argv) {
     }
     prime(raw);
     prime(torch_file);
-    if (rank == 0) prime(ckpt);
+    if (rank == 0) prime(loaded);
     comm->barrier();
     auto cold = [&] {  // every rank's files leave the page cache
       comm->barrier();
@@ -242,9 +250,9 @@ int main(int argc, char** argv) {
     cold();
     raw_floor.run([&] { raw_read_verify_copy(raw, raw_dest, kBuffer); }, &disk_floor);
     cold();
-    dc_load.run([&] { load(same, ckpt, *comm, load_options); }, &disk_load);
+    dc_load.run([&] { load(same, loaded, *comm, load_options); }, &disk_load);
     cold();
-    dc_reshard.run([&] { load(columns, ckpt, *comm, load_options); }, &disk_reshard);
+    dc_reshard.run([&] { load(columns, loaded, *comm, load_options); }, &disk_reshard);
     if (loads_only) continue;
     cold();
     t_load.run([&] {
@@ -262,8 +270,9 @@ int main(int argc, char** argv) {
     const double s = dc_save.median(), a = dc_async.median(), l = dc_load.median(), x = dc_reshard.median();
     const double ts = t_save.median(), tl = t_load.median();
     const double bg = dc_bg_call.median() + dc_bg_wait.median();
-    fmt::print("ranks {}  state {:.3f} GB  ({} tensors per rank, hidden {}, median of {}, load exchange {})\n", world,
-               gb, model.local.size(), hidden, reps, exchange);
+    fmt::print("ranks {}  state {:.3f} GB  ({} tensors per rank, hidden {}, median of {}, load exchange {}{})\n", world,
+               gb, model.local.size(), hidden, reps, exchange,
+               from.empty() ? "" : fmt::format(", loading {} ({})", from, detect_storage_format(from).name()));
     fmt::print("| operation | seconds | GB/s | vs baseline |\n|---|---|---|---|\n");
     if (!loads_only) {
       fmt::print("| raw write + fsync, buffered | {:.3f} | {:.2f} | |\n", wb, gb / wb);

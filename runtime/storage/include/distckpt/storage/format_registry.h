@@ -1,9 +1,10 @@
 // Storage formats, registered by name. A format is written once against the
 // backend interface (distckpt/storage/backend.h) and so works on every
 // backend: it recognises its checkpoints, opens them for reading and, where
-// saves write it, makes the writer. Three are built in: "distckpt" (the
-// default), "safetensors" and "torch" (read only). docs/STORAGE.md walks
-// through adding one.
+// saves write it, makes the writer. Four are built in: "dcp" (PyTorch's
+// distributed checkpoint and Megatron's torch_dist, distckpt/storage/dcp.h),
+// "distckpt" (the default), "safetensors" and "torch" (read only).
+// docs/STORAGE.md walks through adding one.
 #pragma once
 
 #include <memory>

@@ -2,9 +2,9 @@
 // whatever format, as a StorageIndex (tensors, their stored chunks and the
 // byte ranges that hold them) plus ranged reads; the load planner and the
 // read engine use nothing else. Each registered format opens its own
-// (distckpt/storage/format_registry.h; built in: distckpt's own, Hugging Face
-// safetensors, torch.save files); docs/STORAGE.md walks through what each
-// method must do.
+// (distckpt/storage/format_registry.h; built in: distckpt's own, PyTorch
+// DCP, Hugging Face safetensors, torch.save files); docs/STORAGE.md walks
+// through what each method must do.
 #pragma once
 
 #include <cstdint>
