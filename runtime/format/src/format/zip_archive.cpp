@@ -242,45 +242,4 @@ void Index::locate_data(const ReadAt& read, uint64_t directory_offset) {
   }
 }
 
-namespace {
-
-// Slicing-by-8: eight table lookups per 8 bytes.
-struct CrcTables {
-  uint32_t t[8][256];
-};
-
-const CrcTables& crc_tables() {
-  static const CrcTables tables = [] {
-    CrcTables x{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-      x.t[0][i] = c;
-    }
-    for (int s = 1; s < 8; ++s) {
-      for (uint32_t i = 0; i < 256; ++i) x.t[s][i] = (x.t[s - 1][i] >> 8) ^ x.t[0][x.t[s - 1][i] & 0xFF];
-    }
-    return x;
-  }();
-  return tables;
-}
-
-}  // namespace
-
-void Crc32::update(const void* data, size_t n) {
-  const auto& t = crc_tables().t;
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = state_;
-  for (; n >= 8; n -= 8, p += 8) {
-    uint32_t lo, hi;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= c;
-    c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][hi & 0xFF] ^
-        t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
-  }
-  for (; n > 0; --n, ++p) c = (c >> 8) ^ t[0][(c ^ *p) & 0xFF];
-  state_ = c;
-}
-
 }  // namespace distckpt::zip

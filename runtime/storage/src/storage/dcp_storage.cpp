@@ -23,8 +23,13 @@ constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
 constexpr const char* kMegatronCommonFile = "common.pt";
 
 // Bytes [base, base + length) of another object, as an object of their own.
+// Opening an item's archive takes a handful of small reads at its two ends
+// (the directory at the end, local headers and the pickle at the start):
+// each end is read once, in one request, and the small reads served from it.
 class WindowReader final : public ObjectReader {
  public:
+  static constexpr uint64_t kEndBytes = 4096;
+
   WindowReader(std::unique_ptr<ObjectReader> whole, uint64_t base, uint64_t length, std::string what)
       : whole_(std::move(whole)), base_(base), length_(length), what_(std::move(what)) {}
   uint64_t size() const override { return length_; }
@@ -33,13 +38,26 @@ class WindowReader final : public ObjectReader {
       throw CorruptionError(
           fmt::format("{}: {} bytes at {} pass the item's end ({} bytes)", what_, length, offset, length_), what_);
     }
+    const uint64_t ends = std::min(kEndBytes, length_);
+    if (length < ends && offset + length <= ends) return copy(head_, 0, offset, length, out);
+    if (length < ends && offset >= length_ - ends) return copy(tail_, length_ - ends, offset, length, out);
     whole_->read(base_ + offset, length, out);
   }
 
  private:
+  // Serves [offset, offset + length) from `end`, bytes [from, from + its size) of the window.
+  void copy(std::string& end, uint64_t from, uint64_t offset, uint64_t length, uint8_t* out) const {
+    if (end.empty()) {
+      end.resize(std::min(kEndBytes, length_));
+      whole_->read(base_ + from, end.size(), reinterpret_cast<uint8_t*>(end.data()));
+    }
+    std::memcpy(out, end.data() + (offset - from), length);
+  }
+
   std::unique_ptr<ObjectReader> whole_;
   uint64_t base_, length_;
   std::string what_;
+  mutable std::string head_, tail_;  // read on first use; the reader serves one thread
 };
 
 // Megatron's sharded objects: "KEY/shard_OFFSETS_SHAPE", dot-separated.
