@@ -25,6 +25,38 @@ Item value_item(T v) {
   return Item{false, std::move(n)};
 }
 
+// The pickle's memo. Python's pickler numbers entries 0, 1, 2, ... and
+// memoizes nearly every value (millions in a large DCP .metadata): those
+// live in a vector. A memoized value needs an opcode of its own, so a
+// pickle of n bytes has fewer than n / 2 of them; indices past that (legal,
+// never written by Python) go to a map, so a crafted index cannot make the
+// vector large.
+class Memo {
+ public:
+  explicit Memo(uint64_t dense_limit) : dense_limit_(dense_limit) {}
+  void put(uint64_t index, Item item) {
+    if (index < dense_limit_) {
+      if (index >= dense_.size()) dense_.resize(index + 1);
+      count_ += dense_[index].node ? 0 : 1;
+      dense_[index] = std::move(item);
+    } else {
+      count_ += sparse_.insert_or_assign(index, std::move(item)).second ? 1 : 0;
+    }
+  }
+  const Item* get(uint64_t index) const {
+    if (index < dense_.size()) return dense_[index].node ? &dense_[index] : nullptr;
+    const auto it = sparse_.find(index);
+    return it == sparse_.end() ? nullptr : &it->second;
+  }
+  uint64_t size() const { return count_; }
+
+ private:
+  uint64_t dense_limit_;
+  std::vector<Item> dense_;  // an entry without a node was never stored (marks are never memoized)
+  std::unordered_map<uint64_t, Item> sparse_;
+  uint64_t count_ = 0;
+};
+
 class Machine {
  public:
   // With `allowed`, a pickle of objects (unpickle_objects); without, a state dict's.
@@ -124,14 +156,13 @@ class Machine {
           stack_.push_back(value_item(std::string(take(le(1)))));
           break;
         case 'q':
-          memo_[le(1)] = top();
+          memo_.put(le(1), top());
           break;
         case 'r':
-          memo_[le(4)] = top();
+          memo_.put(le(4), top());
           break;
         case 0x94: {
-          const uint64_t index = memo_.size();
-          memo_[index] = top();
+          memo_.put(memo_.size(), top());
           break;
         }
         case 'h':
@@ -283,9 +314,9 @@ class Machine {
     return stack_.back();
   }
   Item get(uint64_t index) const {
-    const auto it = memo_.find(index);
-    if (it == memo_.end()) fail(fmt::format("memo entry {} was never stored", index));
-    return it->second;
+    const Item* item = memo_.get(index);
+    if (!item) fail(fmt::format("memo entry {} was never stored", index));
+    return *item;
   }
   NodeRef pop_node(const char* what) {
     if (stack_.empty() || stack_.back().mark) fail(fmt::format("{} missing: a mark or an empty stack", what));
@@ -329,6 +360,22 @@ class Machine {
       fail("a dict key that is neither a string nor an int");
     }
     if (const auto* s = std::get_if<std::string>(&k)) charge(s->size(), "dict keys");
+    // Small dicts (an object's attributes: millions of them in a large DCP
+    // .metadata) find a repeated key by looking; larger ones index their keys.
+    constexpr size_t kIndexedFrom = 16;
+    if (d.items.size() < kIndexedFrom) {
+      for (auto& [existing, v] : d.items) {
+        if (existing == k) {
+          v = std::move(value);
+          return;
+        }
+      }
+      d.items.emplace_back(std::move(k), std::move(value));
+      return;
+    }
+    if (d.positions.empty()) {
+      for (size_t i = 0; i < d.items.size(); ++i) d.positions.emplace(d.items[i].first, i);
+    }
     const auto [at, added] = d.positions.emplace(k, d.items.size());
     if (!added) {
       d.items[at->second].second = std::move(value);
@@ -473,7 +520,7 @@ class Machine {
   const GlobalAllowed* allowed_;
   const std::string& origin_;
   std::vector<Item> stack_;
-  std::unordered_map<uint64_t, Item> memo_;
+  Memo memo_{in_.size() / 2 + 16};
   std::unordered_map<std::string, at::Tensor> storages_;
   Unpickled made_;
 };

@@ -41,7 +41,7 @@ struct List {
 };
 struct Dict {
   std::vector<std::pair<Key, NodeRef>> items;  // in insertion order; a repeated key replaces its value
-  std::map<Key, size_t> positions;             // of each key in `items`
+  std::map<Key, size_t> positions;             // of each key in `items`, once it has 16 (smaller: searched)
 };
 
 // A class named by the pickle (only a few are ever called).
