@@ -71,6 +71,25 @@ def storage_meta(checkpoint_id):
     return StorageMeta(checkpoint_id=checkpoint_id)
 
 
+# torch 1.13 and 2.x: torch.storage.TypedStorage (1.12: _TypedStorage).
+TypedStorage = getattr(torch.storage, "TypedStorage", None) or getattr(torch.storage, "_TypedStorage")
+
+
+def typed_storage(buffer: bytearray, dtype: torch.dtype):
+    """A CPU storage of DTYPE over BUFFER's bytes (shared, not copied), as
+    torch.load's persistent ids give _rebuild_tensor_v2."""
+    raw = torch.frombuffer(buffer, dtype=torch.uint8) if len(buffer) else torch.empty(0, dtype=torch.uint8)
+    if hasattr(raw, "untyped_storage"):  # 2.x
+        untyped = raw.untyped_storage()
+    else:
+        typed = raw.storage()
+        untyped = typed.untyped() if hasattr(typed, "untyped") else typed._untyped()
+    try:
+        return TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)  # 2.x: no deprecation warning
+    except TypeError:
+        return TypedStorage(wrap_storage=untyped, dtype=dtype)
+
+
 def done(value=None):
     future = torch.futures.Future()
     future.set_result(value)

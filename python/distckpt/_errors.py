@@ -8,6 +8,7 @@ catches one class whichever side read the checkpoint.
     |  +- KeyMismatchError
     +- CheckpointError         no (committed) checkpoint there, unknown format or version
     |  +- CorruptionError      stored bytes fail a check: damaged, incomplete or hostile
+    |  +- UntrustedObjectError an object's pickle asks for what the restricted reader does not build (Python only)
     +- IoError                 a system call on a file failed (also an OSError: errno, filename)
     +- CommError
        +- TimeoutError
@@ -39,6 +40,21 @@ class CheckpointError(Error):
 
 class CorruptionError(CheckpointError):
     """Stored bytes or metadata fail a check: the checkpoint is damaged, incomplete or hostile."""
+
+
+class UntrustedObjectError(CheckpointError):
+    """An object of the checkpoint (a pickle) names a global that is not on the
+    allow-list of what checkpoints hold, or asks for an operation the
+    restricted reader does not perform: unpickling it could run code. Python
+    only (the C++ runtime never unpickles objects). `key` is the object's key,
+    `global_name` the "module.name" the pickle named (None when the refusal is
+    about something else). FileSystemReader(path, trust_objects=True) loads
+    such objects with torch.load, for checkpoints from a trusted source."""
+
+    def __init__(self, message: str, key: str = "", global_name=None):
+        super().__init__(message)
+        self.key = key
+        self.global_name = global_name
 
 
 class IoError(Error, OSError):

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from . import _dcp, _index
+from . import _dcp, _index, _objects
 from ._errors import CheckpointError
 from ._format import COMMIT_FILE
 from ._storage import Checkpoint
@@ -12,7 +12,6 @@ from ._storage import Checkpoint
 # Bytes read at once for one read item: a chunk larger than this is copied in
 # windows of whole rows, so memory stays bounded whatever the tensor size.
 WINDOW_BYTES = 64 << 20
-_TORCH_ARCHIVE = b"PK\x03\x04"  # torch.save's zip archive
 
 
 def copy_region(ckpt: Checkpoint, piece: _index.Piece, itemsize: int, dtype: torch.dtype, offsets, lengths,
@@ -59,11 +58,22 @@ class FileSystemReader(_dcp.StorageReader):
     distckpt.FileSystemWriter) for torch.distributed.checkpoint: PyTorch's
     planner reshards into the caller's own sharded tensors. Every checksum
     block a read touches is verified; a mismatch raises CorruptionError naming
-    the key, the file and the offset."""
+    the key, the file and the offset.
 
-    def __init__(self, path):
+    Objects (sharded objects, and values common.fb cannot hold) are pickles,
+    and a checkpoint is untrusted input: by default an object is rebuilt by a
+    restricted unpickler that builds only what checkpoints hold (containers,
+    numbers, argparse.Namespace, numpy arrays, RNG states, tensors, torch
+    dtypes, torch.Size, ...; tensors inside objects load on the CPU) and
+    raises UntrustedObjectError, naming the key and the global, for anything
+    else, before any of it runs. TRUST_OBJECTS=True hands the stored bytes to
+    DCP's planner as they are (DCP's default planner torch.loads them, which
+    runs whatever the pickle names): only for checkpoints you trust."""
+
+    def __init__(self, path, trust_objects: bool = False):
         super().__init__()
         self.path = os.fspath(path)
+        self.trust_objects = bool(trust_objects)
         self._ckpt = None
         self._index = None
 
@@ -145,12 +155,19 @@ class FileSystemReader(_dcp.StorageReader):
                               f"{list(storage_index.offset)}")
 
     def _bytes_of(self, index, fqn) -> bytes:
+        """What DCP's load_bytes gets for FQN: torch.save bytes of the value.
+        Those of an object are made here from what the restricted unpickler
+        rebuilt (unless trust_objects), so a planner's torch.load only ever
+        sees allow-listed parts."""
         if fqn in index.objects:
             o = index.objects[fqn]
             raw = bytes(self._ckpt.read(o, 0, o.byte_length, f"object '{o.unique_key}'").numpy())
-            if raw.startswith(_TORCH_ARCHIVE):
+            if not raw.startswith(_objects.TORCH_ARCHIVE):
+                value = raw  # bytes a C++ program stored: given back as bytes
+            elif self.trust_objects:
                 return raw  # written by torch.save (the Python writer, torch::pickle_save): the object itself
-            value = raw
+            else:
+                value = _objects.decode(raw, fqn, self.path, o.unique_key)
         elif fqn in index.values:
             value = index.values[fqn]
         else:

@@ -5,7 +5,8 @@ layout.
 Every rank writes one data file (data/rank_NNNNN.bin) into the staging
 directory the C++ runtime uses (.NAME.distckpt-staging), with an XXH3 per
 block of each item, and fsyncs it. The coordinator then writes common.fb
-(values torch.save would pickle, where they are plain data), metadata.fb and,
+(values torch.save would pickle, where they are plain data: told apart by
+the restricted unpickler of _objects.py, never by torch.load), metadata.fb and,
 last, metadata.json, and renames the staging directory into place: a save
 that fails anywhere leaves the previous checkpoint as it was.
 """
@@ -20,7 +21,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from . import _common, _dcp
+from . import _common, _dcp, _objects
 from ._errors import CheckpointError, Error, UsageError, from_os_error
 from ._format import (COMMIT_FILE, COMMON_FILE, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, METADATA_FILE, ChunkRecord,
                       FileRecord, Metadata, ObjectRecord, RecordedFile, TensorRecord, block_checksums,
@@ -54,6 +55,25 @@ class _Stored:
 class _Value:
     """A value for common.fb, carried to the coordinator."""
     value: object
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_value(raw: bytes, fqn: str):
+    """The value DCP pickled into RAW when it is plain data common.fb holds
+    (None, bool, int64, float, str, tensors, dicts with string keys, lists,
+    tuples), else _NOT_PLAIN: the bytes are then stored as they are, as an
+    object. RAW is read by the restricted unpickler, never by torch.load: a
+    save runs no code of the values it stores (a __reduce__ naming anything
+    off the allow-list is refused there and kept as an object)."""
+    if not raw.startswith(_objects.TORCH_ARCHIVE):
+        return _NOT_PLAIN  # a planner's own bytes
+    try:
+        value = _objects.decode(raw, fqn, "save")
+    except Error:
+        return _NOT_PLAIN
+    return value if _common.representable(value) else _NOT_PLAIN
 
 
 def rank_file(rank: int) -> str:
@@ -129,8 +149,8 @@ class FileSystemWriter(_dcp.StorageWriter):
                 data = planner.resolve_data(item)
                 if item.type == _dcp.WriteItemType.BYTE_IO:
                     raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
-                    value = torch.load(io.BytesIO(raw))
-                    if _common.representable(value):
+                    value = _plain_value(raw, item.index.fqn)
+                    if value is not _NOT_PLAIN:
                         results.append(_dcp.WriteResult(index=item.index, size_in_bytes=len(raw),
                                                         storage_data=_Value(value)))
                         continue
