@@ -241,33 +241,33 @@ DcpStorage::Record DcpStorage::record_of(size_t tensor, uint32_t chunk) {
   return records_.emplace(id, r).first->second;
 }
 
-TensorRecord DcpStorage::located(const TensorRecord& tensor, uint32_t chunk) {
+DcpStorage::Located DcpStorage::located(const TensorRecord& tensor, uint32_t chunk) {
   const TensorRecord* mine = index_.find_tensor(tensor.key);
   if (!mine || chunk >= mine->chunks.size()) {
     throw UsageError(fmt::format("chunk {} of '{}' is not stored in '{}'", chunk, tensor.key, location()));
   }
-  const size_t i = static_cast<size_t>(mine - index_.tensors.data());
-  const Record r = record_of(i, chunk);
-  TensorRecord out;
-  out.key = mine->key;
-  out.dtype = mine->dtype;
-  out.unrepresentable = mine->unrepresentable;
-  out.global_shape = mine->global_shape;
-  out.chunks.push_back(mine->chunks[chunk]);
-  out.chunks[0].byte_offset = r.file_offset;
+  Located out;
+  out.tensor = static_cast<size_t>(mine - index_.tensors.data());
+  out.stored = record_of(out.tensor, chunk);
+  TensorRecord& r = out.record;
+  r.key = mine->key;
+  r.dtype = mine->dtype;
+  r.unrepresentable = mine->unrepresentable;
+  r.global_shape = mine->global_shape;
+  r.chunks.push_back(mine->chunks[chunk]);
+  r.chunks[0].byte_offset = out.stored.file_offset;
   return out;
 }
 
 void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
-  const TensorRecord at = located(tensor, chunk);
-  ranges_->read_chunk(at, 0, begin, end, out);
-  const size_t i = static_cast<size_t>(index_.find_tensor(tensor.key) - index_.tensors.data());
-  const Record r = record_of(i, chunk);
+  const Located at = located(tensor, chunk);
+  ranges_->read_chunk(at.record, 0, begin, end, out);
+  const Record& r = at.stored;
   if (r.whole_record && begin == 0 && end == r.bytes && r.bytes > 0) {
     zip::Crc32 crc;
     crc.update(out, r.bytes);
     if (crc.value() != r.crc32) {
-      const std::string where = describe(tensor_items_[i][chunk]);
+      const std::string where = describe(tensor_items_[at.tensor][chunk]);
       throw CorruptionError(fmt::format("{}: the values of chunk {} of '{}' fail their CRC-32 (recorded {:08x}, read "
                                         "{:08x}): the file is damaged",
                                         where, chunk, tensor.key, r.crc32, crc.value()),
@@ -277,8 +277,7 @@ void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
 }
 
 void DcpStorage::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
-  const TensorRecord at = located(tensor, chunk);
-  ranges_->read_chunk_runs(at, 0, runs);
+  ranges_->read_chunk_runs(located(tensor, chunk).record, 0, runs);
 }
 
 // A torch.save archive's value: plain values and tensors (each at its

@@ -66,8 +66,14 @@ class DcpStorage final : public FileBackedStorage {
 
   std::string describe(const Item& item) const;
   std::unique_ptr<ObjectReader> open_item(const Item& item) const;
-  // Chunk `chunk` of `tensor` as a one-chunk record at its record's bytes.
-  TensorRecord located(const TensorRecord& tensor, uint32_t chunk);
+  // Chunk `chunk` of `tensor` as a one-chunk record at its stored record's
+  // bytes, with the index of its tensor and where its record lies.
+  struct Located {
+    TensorRecord record;
+    size_t tensor = 0;
+    Record stored;
+  };
+  Located located(const TensorRecord& tensor, uint32_t chunk);
   Record record_of(size_t tensor, uint32_t chunk);
   Record find_record(const TensorRecord& tensor, uint32_t chunk, const Item& item) const;
   Value decode_bytes(const Item& item) const;

@@ -354,7 +354,7 @@ class DcpStorageWriter final : public StorageWriter {
  private:
   // Where the ranks write: the object store's prefix, or the staging directory.
   std::shared_ptr<Backend> writing_backend() const {
-    if (store_) return std::shared_ptr<Backend>(open_backend(paths_.target));
+    if (store_) return store_;
     return std::make_shared<storage::PosixBackend>(paths_.staging);
   }
 
@@ -371,7 +371,7 @@ class DcpStorageWriter final : public StorageWriter {
 
   DcpWriteOptions options_;
   io::StagingPaths paths_;
-  std::unique_ptr<Backend> store_;  // an object store's, else none
+  std::shared_ptr<Backend> store_;  // an object store's, else none
   std::unique_ptr<storage::InFlightClaim> claim_;
   // Coordinator, from prepare: what the save holds.
   bool prepared_ = false;

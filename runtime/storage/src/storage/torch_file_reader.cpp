@@ -175,6 +175,16 @@ bool is_legacy_torch_file(const ObjectReader& f) {
 
 namespace {
 
+// The zip index's reads of `file` (`path` in messages), none past its end.
+zip::ReadAt reads_of(const ObjectReader& file, const std::string& path) {
+  return [&file, &path](void* data, size_t n, uint64_t offset) {
+    if (offset > file.size() || file.size() - offset < n) {
+      throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path, n, offset), path);
+    }
+    file.read(offset, n, static_cast<uint8_t*>(data));
+  };
+}
+
 std::unique_ptr<ObjectReader> open_single_file(const std::string& location) {
   const Located at = locate(location);
   if (at.file.empty()) throw CheckpointError(fmt::format("'{}' is not a file", location), location);
@@ -188,14 +198,7 @@ TorchFileReader::TorchFileReader(const std::string& location) : TorchFileReader(
 TorchFileReader::TorchFileReader(std::unique_ptr<ObjectReader> file, std::string location, Root root_kind)
     : path_(std::move(location)), file_(std::move(file)) {
   const std::string context = fmt::format("'{}' cannot be read as a torch.save file", path_);
-  index_ = std::make_unique<zip::Index>(
-      [this](void* data, size_t n, uint64_t offset) {
-        if (offset > file_->size() || file_->size() - offset < n) {
-          throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path_, n, offset), path_);
-        }
-        file_->read(offset, n, static_cast<uint8_t*>(data));
-      },
-      file_->size(), context);
+  index_ = std::make_unique<zip::Index>(reads_of(*file_, path_), file_->size(), context);
   // torch.save puts every record in one folder, named after the file it was first saved as.
   const std::vector<zip::Entry>& entries = index_->entries();
   const size_t slash = entries.empty() ? std::string::npos : entries[0].name.find('/');
@@ -406,14 +409,7 @@ void TorchFileReader::verify(VerifyReport& report, const VerifyProgress& progres
 
 void verify_zip_records(const ObjectReader& file, const std::string& path, VerifyReport& report,
                         const VerifyProgress& progress) {
-  const zip::Index index(
-      [&](void* data, size_t n, uint64_t offset) {
-        if (offset > file.size() || file.size() - offset < n) {
-          throw CorruptionError(fmt::format("'{}': {} bytes at {} pass the end of the file", path, n, offset), path);
-        }
-        file.read(offset, n, static_cast<uint8_t*>(data));
-      },
-      file.size(), fmt::format("'{}' cannot be read as a zip archive", path));
+  const zip::Index index(reads_of(file, path), file.size(), fmt::format("'{}' cannot be read as a zip archive", path));
   uint64_t total = 0, done = 0;
   for (const zip::Entry& e : index.entries()) total += e.size;
   ++report.files;
