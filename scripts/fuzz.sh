@@ -77,7 +77,7 @@ for t in "${targets[@]}"; do
     continue
   fi
   log="$BUILD_DIR/fuzz-$t.log"
-  before=$(find "$crashes" -type f | wc -l)
+  before=$(find "$crashes" -type f ! -name 'slow-unit-*' | wc -l)
   # One process (the machine is shared); a crash ends the run and is kept.
   set +e
   extra=()
@@ -89,7 +89,7 @@ for t in "${targets[@]}"; do
   set -e
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  new=$(($(find "$crashes" -type f | wc -l) - before))
+  new=$(($(find "$crashes" -type f ! -name 'slow-unit-*' | wc -l) - before))
   printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$seconds" "${execs:-0}" "$new" "${FUZZ_MAX_LEN:-seeds}" >>"$BUILD_DIR/fuzz-runs.tsv"
   echo "fuzz: $t: ${execs:-0} executions (${rate:-0}/s) in ${seconds}s, $new crashes (exit $rc, log $log)"
   [ "$new" -eq 0 ] || ls "$crashes" | tail -n "$new" | sed "s|^|  $crashes/|"

@@ -18,6 +18,7 @@ PACKAGES=(
   python3-flatbuffers python3-xxhash  # the Python package (python/): FlatBuffers bindings, block checksums
   iproute2 util-linux                 # multi-host tests: hosts as network namespaces (ip, unshare)
   libcurl4-openssl-dev libssl-dev     # the S3 client: HTTP(S) over libcurl, SigV4 signing with libcrypto
+  libzstd-dev zstd                    # PyTorch DCP items compressed with zstd (the CLI makes test fixtures)
 )
 
 missing=()

@@ -49,6 +49,7 @@ class Dcp : public ::testing::Test {
     python(2, fmt::format("dcp_native_save.py {0} {0}.pt", at("n2")));
     python(2, fmt::format("dcp_native_save.py {0} {0}.pt --single-file-per-rank", at("s2")));
     python(1, fmt::format("dcp_metadata_2x.py {0} {0}.pt", at("v2")));
+    python(1, fmt::format("dcp_metadata_2x.py {0} {0}.pt --zstd", at("v2z")));
     python(1, fmt::format("megatron_torch_dist.py {0} {0}.pt", at("mc")));
     std::filesystem::create_directories(at("hostile"));
     python(1, fmt::format("dcp_hostile.py {} {}", at("n1"), at("hostile")));
@@ -175,12 +176,11 @@ TEST_F(Dcp, BytesValuesAreTheCommonState) {
       at::equal(common.at("nested").at("inner").at("t").as_tensor(), reference(at("n2") + ".pt", "nested.inner.t")));
 }
 
-// No torch 2.x here: the fixture pickles the 2.x class names (metadata
-// moved out of _shard, TensorProperties and StorageMeta with it, a
-// pathlib checkpoint_id, the enum member through builtins.getattr).
-TEST_F(Dcp, AMetadataWithTorch2ClassNamesLoads) {
-  EXPECT_EQ(detect_storage_format(at("v2")).name(), "dcp");
-  const StateDict want = load_plain_tensors(at("v2") + ".pt");
+// The 2.x fixtures' tensors loaded on 2 ranks under columns, across
+// both stored row chunks, and their bytes value as common state.
+void load_the_torch2_fixture(const std::string& ckpt) {
+  EXPECT_EQ(detect_storage_format(ckpt).name(), "dcp");
+  const StateDict want = load_plain_tensors(ckpt + ".pt");
   run_ranks(2, [&](Communicator& comm) {
     const int rank = comm.rank();
     StateDict sd = Value::dict();
@@ -189,12 +189,43 @@ TEST_F(Dcp, AMetadataWithTorch2ClassNamesLoads) {
     sd["b"] = ShardedTensor::from_rank_offsets("b", at::zeros({5}, at::kInt), {}, ReplicaId{rank});
     sd["opt.state.0.exp_avg"] =
         ShardedTensor::from_rank_offsets("opt.state.0.exp_avg", at::zeros({3}), {}, ReplicaId{rank});
-    const StateDict got = load(sd, at("v2"), comm).state_dict;
+    const StateDict got = load(sd, ckpt, comm).state_dict;
     EXPECT_TRUE(at::equal(got.at("a").as_tensor(), want.at("a").as_tensor().chunk(2, 1)[rank]));
     EXPECT_TRUE(at::equal(got.at("b").as_tensor(), want.at("b").as_tensor()));
     EXPECT_TRUE(at::equal(got.at("opt.state.0.exp_avg").as_tensor(), want.at("opt.state.0.exp_avg").as_tensor()));
     EXPECT_EQ(got.at("meta").at("epoch").as_int(), 3);
   });
+}
+
+// No torch 2.x here: the fixture pickles the 2.x class names (metadata
+// moved out of _shard, TensorProperties and StorageMeta with it, a
+// pathlib checkpoint_id, the enum member through builtins.getattr).
+// v2z: the same items compressed by 2.x's zstd stream transform.
+TEST_F(Dcp, AMetadataWithTorch2ClassNamesLoads) {
+  for (const char* name : {"v2", "v2z"}) {
+    SCOPED_TRACE(name);
+    load_the_torch2_fixture(at(name));
+  }
+  EXPECT_EQ(digest(at("v2z")), digest(at("v2z") + ".pt"));
+  const CommandResult verified = run_command(kBin + "/distckpt verify " + at("v2z"));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_NE(verified.output.find("intact"), std::string::npos) << verified.output;
+
+  // A byte flipped inside the compressed items: the stream, the archive or
+  // a record's CRC-32 gives it away.
+  const std::string damaged = at("v2z-damaged");
+  std::filesystem::copy(at("v2z"), damaged);
+  const std::string file = damaged + "/__0_0.distcp";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto middle = static_cast<std::streamoff>(std::filesystem::file_size(file) / 2);
+  char byte = 0;
+  f.seekg(middle).read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  f.seekp(middle).write(&byte, 1);
+  f.close();
+  const CommandResult bad = run_command(kBin + "/distckpt verify " + damaged + " 2>&1");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("__0_0.distcp"), std::string::npos) << bad.output;
 }
 
 // metadata.json (torch_dist), common.pt, Megatron's sharded objects, the

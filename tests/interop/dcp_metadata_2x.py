@@ -1,7 +1,7 @@
 """Writes a DCP checkpoint as PyTorch 2.x's FileSystemWriter would (no torch
 2.x is needed): its .metadata names the 2.x classes.
 
-    python3 dcp_metadata_2x.py OUT_DIR REFERENCE_PT
+    python3 dcp_metadata_2x.py OUT_DIR REFERENCE_PT [--zstd]
 
 OUT_DIR/.metadata: pickle protocol 4 of
     torch.distributed.checkpoint.metadata.Metadata(state_dict_metadata,
@@ -26,12 +26,17 @@ single_file_per_rank writer does (bytes items first, then tensors):
     opt.state.0.exp_avg  float32 [3]     one chunk
 Values: element i (row-major) of KEY is i * 0.25 + len(KEY) (int32: i + len(KEY)).
 REFERENCE_PT = torch.save({"a", "b", "opt.state.0.exp_avg": whole tensor}).
+--zstd: every item as 2.x's ZStandard stream transform stores it: its bytes
+through a zstd stream (the zstd tool reading a pipe writes frames without
+their content size, as a streaming compressor does), its _StorageInfo with
+transform_descriptors ["stream.zstd/1"] and the compressed offset and length.
 """
 import dataclasses
 import enum
 import io
 import pathlib
 import pickle
+import subprocess
 import sys
 import types
 
@@ -134,7 +139,8 @@ def fake_modules():
     return {"torch.distributed.checkpoint": package, MD: md, FS: fs}
 
 
-def main(out_dir, reference):
+def main(out_dir, reference, *options):
+    compress = "--zstd" in options
     full = {"a": dc.value("a", (4, 6), torch.float32), "b": dc.value("b", (5,), torch.int32),
             "opt.state.0.exp_avg": dc.value("opt.state.0.exp_avg", (3,), torch.float32)}
     chunks = {"a": [((0, 0), (2, 6)), ((2, 0), (2, 6))], "b": [((0,), (5,))], "opt.state.0.exp_avg": [((0,), (3,))]}
@@ -161,8 +167,12 @@ def main(out_dir, reference):
     storage, position = {}, 0
     with open(out / "__0_0.distcp", "wb") as f:
         for index, payload in items:
+            descriptors = None
+            if compress:
+                payload = subprocess.run(["zstd", "-q", "-c"], input=payload, capture_output=True, check=True).stdout
+                descriptors = ["stream.zstd/1"]
             f.write(payload)
-            storage[index] = _StorageInfo("__0_0.distcp", position, len(payload))
+            storage[index] = _StorageInfo("__0_0.distcp", position, len(payload), descriptors)
             position += len(payload)
     planner = {"a": ("a",), "b": ("b",), "meta": ("meta",), "opt.state.0.exp_avg": ("opt", "state", 0, "exp_avg")}
     metadata = Metadata(entries, planner, storage, StorageMeta(pathlib.Path(out_dir), SAVE_ID), "1.0.0")

@@ -13,6 +13,7 @@
 #include "format/dcp_metadata.h"
 #include "format/dtype.h"
 #include "format/zip_archive.h"
+#include "format/zstd_stream.h"
 #include "storage/torch_file_reader.h"
 
 namespace distckpt::storage {
@@ -21,6 +22,41 @@ namespace {
 // `.metadata` grows with chunks (about 300 bytes each): 4 GiB is ten million.
 constexpr uint64_t kMaxMetadataBytes = uint64_t{4} << 30;
 constexpr const char* kMegatronCommonFile = "common.pt";
+// A compressed tensor item decompresses to a torch.save archive: the
+// values plus its pickle, headers and alignment, far less than this.
+constexpr uint64_t kArchiveOverheadBytes = uint64_t{1} << 20;
+// A compressed bytes item (common state, a sharded object): no size is
+// recorded for it, so this bounds what one may decompress to.
+constexpr uint64_t kMaxInflatedObjectBytes = uint64_t{1} << 30;
+
+// An item's decompressed bytes as an object.
+class InflatedReader final : public ObjectReader {
+ public:
+  InflatedReader(std::shared_ptr<const std::string> bytes, std::string what)
+      : bytes_(std::move(bytes)), what_(std::move(what)) {}
+  uint64_t size() const override { return bytes_->size(); }
+  void read(uint64_t offset, uint64_t length, uint8_t* out) const override {
+    if (offset > bytes_->size() || length > bytes_->size() - offset) {
+      throw CorruptionError(fmt::format("{}: {} bytes at {} pass the decompressed item's end ({} bytes)", what_, length,
+                                        offset, bytes_->size()),
+                            what_);
+    }
+    std::memcpy(out, bytes_->data() + offset, length);
+  }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+  std::string what_;
+};
+
+// PyTorch's descriptors are "name[@domain][/version]"; distckpt reads
+// zstd, whose version 1 is the only one there is.
+bool is_zstd_v1(const std::string& descriptor) {
+  const size_t slash = descriptor.find('/');
+  if (descriptor.substr(0, slash) != "stream.zstd" || slash == std::string::npos) return false;
+  const std::string version = descriptor.substr(slash + 1);
+  return version.substr(0, version.find('.')) == "1";
+}
 
 // Bytes [base, base + length) of another object, as an object of their own.
 // Opening an item's archive takes a handful of small reads at its two ends
@@ -103,13 +139,15 @@ DcpStorage::DcpStorage(std::shared_ptr<Backend> backend) : backend_(std::move(ba
 
   // Every file an item names, checked once: inside the checkpoint, large enough.
   std::map<std::string, uint32_t> file_index;
+  const auto compressed = [&](const dcp::StorageInfo& s, const std::string& what) {
+    if (s.transforms.empty()) return false;
+    if (s.transforms.size() == 1 && is_zstd_v1(s.transforms[0])) return true;
+    throw CheckpointError(fmt::format("{}: {} is stored through transforms ({}); distckpt reads items stored plain or "
+                                      "through stream.zstd/1 only: save it without the others",
+                                      origin, what, fmt::join(s.transforms, ", ")),
+                          origin);
+  };
   const auto file_of = [&](const dcp::StorageInfo& s, const std::string& what) {
-    if (!s.transforms.empty()) {
-      throw CheckpointError(fmt::format("{}: {} is stored through transforms ({}), which distckpt does not read yet; "
-                                        "save it without compression",
-                                        origin, what, fmt::join(s.transforms, ", ")),
-                            origin);
-    }
     const auto [it, added] = file_index.emplace(s.relative_path, static_cast<uint32_t>(index_.files.size()));
     if (added) {
       try {
@@ -137,12 +175,14 @@ DcpStorage::DcpStorage(std::shared_ptr<Backend> backend) : backend_(std::move(ba
       stored.file = file_of(chunk.storage, what);
       stored.byte_offset = chunk.storage.offset;  // of the item; the record inside it is found when read
       stored.byte_length = static_cast<uint64_t>(stored.box.numel()) * record.element_size();
-      if (stored.byte_length > chunk.storage.length) {
+      const bool zstd = compressed(chunk.storage, what);
+      if (!zstd && stored.byte_length > chunk.storage.length) {
         throw CorruptionError(fmt::format("{}: {} needs {} bytes; its item has {}", origin, what, stored.byte_length,
                                           chunk.storage.length),
                               origin);
       }
-      chunk_items.push_back(Item{t.key, stored.file, chunk.storage.offset, chunk.storage.length});
+      chunk_items.push_back(Item{t.key, stored.file, chunk.storage.offset, chunk.storage.length,
+                                 zstd ? stored.byte_length + kArchiveOverheadBytes : 0});
       items.emplace_back(&chunk.storage, what);
       record.chunks.push_back(std::move(stored));
     }
@@ -152,14 +192,16 @@ DcpStorage::DcpStorage(std::shared_ptr<Backend> backend) : backend_(std::move(ba
   for (const dcp::BytesItem& b : metadata.bytes) {
     const std::string what = fmt::format("'{}'", b.key);
     const uint32_t file = file_of(b.storage, what);
+    const uint64_t limit = compressed(b.storage, what) ? kMaxInflatedObjectBytes : 0;
     items.emplace_back(&b.storage, what);
     if (std::optional<ObjectRecord> o = sharded_object(b.key)) {
       o->file = file;
       o->byte_offset = b.storage.offset;
       o->byte_length = b.storage.length;
+      if (limit != 0) object_inflated_limits_.emplace(o->unique_key(), limit);
       index_.objects.push_back(std::move(*o));
     } else {
-      common_items_.push_back(Item{b.key, file, b.storage.offset, b.storage.length});
+      common_items_.push_back(Item{b.key, file, b.storage.offset, b.storage.length, limit});
     }
   }
   std::sort(index_.objects.begin(), index_.objects.end(),
@@ -196,7 +238,32 @@ std::string DcpStorage::describe(const Item& item) const {
 }
 
 std::unique_ptr<ObjectReader> DcpStorage::open_item(const Item& item) const {
+  if (item.inflated_limit != 0) return std::make_unique<InflatedReader>(inflate(item), describe(item));
   return std::make_unique<WindowReader>(ranges_->open_uncached(item.file), item.offset, item.length, describe(item));
+}
+
+std::shared_ptr<const std::string> DcpStorage::inflate(const Item& item) const {
+  const std::pair<uint32_t, uint64_t> at{item.file, item.offset};
+  {
+    std::lock_guard<std::mutex> lock(inflated_mutex_);
+    if (inflated_at_ == at) return inflated_;
+  }
+  // Decompressed outside the lock: two threads may both inflate one item, harmlessly.
+  std::string packed(item.length, '\0');
+  ranges_->open_uncached(item.file)->read(item.offset, item.length, reinterpret_cast<uint8_t*>(packed.data()));
+  inflated_bytes_read_ += item.length;
+  auto bytes = std::make_shared<const std::string>(zstd::inflate(reinterpret_cast<const uint8_t*>(packed.data()),
+                                                                 packed.size(), item.inflated_limit, describe(item)));
+  std::lock_guard<std::mutex> lock(inflated_mutex_);
+  inflated_at_ = at;
+  inflated_ = bytes;
+  return bytes;
+}
+
+DcpStorage::Item DcpStorage::item_of(const ObjectRecord& object) const {
+  const auto limit = object_inflated_limits_.find(object.unique_key());
+  return Item{object.unique_key(), object.file, object.byte_offset, object.byte_length,
+              limit == object_inflated_limits_.end() ? 0 : limit->second};
 }
 
 DcpStorage::Record DcpStorage::find_record(const TensorRecord& tensor, uint32_t chunk, const Item& item) const {
@@ -219,7 +286,8 @@ DcpStorage::Record DcpStorage::find_record(const TensorRecord& tensor, uint32_t 
   }
   const TorchFileReader::Placement at = archive.placement(0);
   Record r;
-  r.file_offset = item.offset + at.file_offset;
+  r.inflated = item.inflated_limit != 0;
+  r.file_offset = (r.inflated ? 0 : item.offset) + at.file_offset;
   r.bytes = at.bytes;
   r.whole_record = at.record && at.file_offset == at.record->data_offset && at.bytes == at.record->size;
   r.crc32 = at.record ? at.record->crc32 : 0;
@@ -261,8 +329,17 @@ DcpStorage::Located DcpStorage::located(const TensorRecord& tensor, uint32_t chu
 
 void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
   const Located at = located(tensor, chunk);
-  ranges_->read_chunk(at.record, 0, begin, end, out);
   const Record& r = at.stored;
+  if (r.inflated) {
+    if (begin > end || end > r.bytes) {
+      throw UsageError(fmt::format("read of '{}' chunk {}: bytes [{}, {}) leave the chunk ({} bytes)", tensor.key,
+                                   chunk, begin, end, r.bytes));
+    }
+    // The archive's parse checked that the record lies inside it.
+    std::memcpy(out, inflate(tensor_items_[at.tensor][chunk])->data() + r.file_offset + begin, end - begin);
+  } else {
+    ranges_->read_chunk(at.record, 0, begin, end, out);
+  }
   if (r.whole_record && begin == 0 && end == r.bytes && r.bytes > 0) {
     zip::Crc32 crc;
     crc.update(out, r.bytes);
@@ -277,7 +354,15 @@ void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
 }
 
 void DcpStorage::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
-  ranges_->read_chunk_runs(located(tensor, chunk).record, 0, runs);
+  const Located at = located(tensor, chunk);
+  if (!at.stored.inflated) return ranges_->read_chunk_runs(at.record, 0, runs);
+  for (const ByteRun& run : runs) read_chunk(tensor, chunk, run.offset, run.offset + run.bytes, run.out);
+}
+
+std::string DcpStorage::read_object(const ObjectRecord& object) {
+  const Item item = item_of(object);
+  if (item.inflated_limit == 0) return FileBackedStorage::read_object(object);
+  return *inflate(item);
 }
 
 // A torch.save archive's value: plain values and tensors (each at its
@@ -374,7 +459,7 @@ void DcpStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
     step(item.length);
   }
   for (const ObjectRecord& o : index_.objects) {
-    const Item item{o.unique_key(), o.file, o.byte_offset, o.byte_length};
+    const Item item = item_of(o);
     try {
       check_archive(open_item(item), describe(item));
     } catch (const Error& e) {

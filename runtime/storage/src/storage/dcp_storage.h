@@ -8,18 +8,24 @@
 // against `.metadata`), then reads take exactly the byte ranges a rank
 // needs. A read of a whole record is checked against the record's CRC-32.
 //
+// Items PyTorch 2.x compressed ("stream.zstd" transform descriptors) are
+// read whole and decompressed (bounded: a tensor chunk's archive is its
+// values plus a little), the last one kept for the reads that follow.
+//
 // Bytes items: "KEY/shard_O_S" ones (Megatron's sharded objects) are
 // objects; the others are common state, each decoded by the restricted
 // pickle machine when it holds plain values, otherwise kept as its bytes.
 // Megatron's common.pt joins the common state.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "distckpt/storage/backend.h"
@@ -43,6 +49,8 @@ class DcpStorage final : public FileBackedStorage {
   Value read_common_state() const override;
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override;
   void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) override;
+  std::string read_object(const ObjectRecord& object) override;
+  uint64_t bytes_read() const override { return FileBackedStorage::bytes_read() + inflated_bytes_read_.load(); }
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
 
   // "torch 1.13", "torch 2" or "Megatron MCoreMetadata": whose class names `.metadata` uses.
@@ -55,17 +63,22 @@ class DcpStorage final : public FileBackedStorage {
     uint32_t file = 0;
     uint64_t offset = 0;
     uint64_t length = 0;
+    uint64_t inflated_limit = 0;  // zstd-compressed: the most bytes it may decompress to; 0: stored plain
   };
   // A tensor item's stored record, found when first read.
   struct Record {
-    uint64_t file_offset = 0;  // of the record's first byte
+    uint64_t file_offset = 0;  // of the record's first byte (in the decompressed item when inflated)
     uint64_t bytes = 0;
     bool whole_record = false;  // the record holds these values and nothing else: its CRC-32 checks them
     uint32_t crc32 = 0;
+    bool inflated = false;
   };
 
   std::string describe(const Item& item) const;
+  // The item's bytes as an object (decompressed when compressed).
   std::unique_ptr<ObjectReader> open_item(const Item& item) const;
+  std::shared_ptr<const std::string> inflate(const Item& item) const;
+  Item item_of(const ObjectRecord& object) const;
   // Chunk `chunk` of `tensor` as a one-chunk record at its stored record's
   // bytes, with the index of its tensor and where its record lies.
   struct Located {
@@ -87,7 +100,13 @@ class DcpStorage final : public FileBackedStorage {
   bool has_common_file_ = false;                 // Megatron's common.pt
 
   std::mutex records_mutex_;
-  std::unordered_map<uint64_t, Record> records_;  // by tensor << 32 | chunk
+  std::unordered_map<uint64_t, Record> records_;                      // by tensor << 32 | chunk
+  std::unordered_map<std::string, uint64_t> object_inflated_limits_;  // compressed objects, by unique key
+
+  mutable std::mutex inflated_mutex_;  // the last item decompressed, by (file, offset)
+  mutable std::pair<uint32_t, uint64_t> inflated_at_{UINT32_MAX, 0};
+  mutable std::shared_ptr<const std::string> inflated_;
+  mutable std::atomic<uint64_t> inflated_bytes_read_{0};
   mutable std::mutex common_mutex_;
   mutable std::optional<Value> common_;
 };
