@@ -12,6 +12,8 @@
 //   ... --model moe --tp 2 --dp 4 --etp 1 --ep 4  # 8 ranks: experts over ep 4 x edp 2
 //   ... --load A --save HF --save-mapping llama  # Hugging Face files, from every rank
 //   ... --load A --save D --save-format dcp      # PyTorch DCP, which torch.distributed.checkpoint loads
+//   distckpt-gpt-trainer --write-mapping llama m.json  # the schema's mapping for this config, as JSON:
+//   distckpt convert TORCH_DIST HF --to safetensors --map m.json  # what DCP does not record
 //   ... --steps 100 --async-save-every 10 --async-save-root R  # asynchronous saves while training
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
@@ -23,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -50,10 +53,11 @@ struct Args {
   std::string save_dir, load_dir;
   int64_t async_save_every = 0;  // asynchronous saves during training, every N steps, under async_save_root
   std::string async_save_root;
-  std::string load_mapping;              // --load reads another naming through this mapping of the schema
-  std::string load_exchange = "auto";    // how a piece several ranks need reaches them (LoadExchange)
-  std::string save_mapping;              // --save writes safetensors under this mapping of the schema
-  std::string save_format = "distckpt";  // or dcp, dcp-1.13, torch_dist
+  std::string load_mapping;                // --load reads another naming through this mapping of the schema
+  std::string load_exchange = "auto";      // how a piece several ranks need reaches them (LoadExchange)
+  std::string save_mapping;                // --save writes safetensors under this mapping of the schema
+  std::string save_format = "distckpt";    // or dcp, dcp-1.13, torch_dist
+  std::vector<std::string> write_mapping;  // NAME FILE: write the schema's mapping NAME for this config, and stop
   bool overwrite = false;
   std::string device = "cpu";  // cuda: parameters and optimizer state live on this rank's GPU
 };
@@ -274,6 +278,16 @@ Config common_config(const Args& a) {
 
 template <typename Model, typename LayoutOptimizer>
 int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
+  if (!a.write_mapping.empty()) {
+    const SaveOptions options = layout.save_options();
+    const NameMapping& mapping = find_mapping(options.name_mappings, a.write_mapping[0], "the layout schema");
+    if (comm.rank() == 0) {
+      std::ofstream out(a.write_mapping[1], std::ios::binary | std::ios::trunc);
+      out << mapping.to_json();
+      if (!out.flush()) throw Error(fmt::format("--write-mapping: cannot write '{}'", a.write_mapping[1]));
+    }
+    return 0;
+  }
   int64_t local_experts = -1;
   if constexpr (std::is_same_v<Model, moe::Model>) {
     local_experts = layout.decoder_layers_local_count() > 0 ? layout.decoder_layers(0).mlp_experts_local_count() : 0;
@@ -386,6 +400,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-mapping", a.save_mapping,
                  "--save writes Hugging Face safetensors under this mapping of the schema, from every rank; "
                  "weights only");
+  app.add_option("--write-mapping", a.write_mapping,
+                 "NAME FILE: write the schema's mapping NAME (llama, mixtral) for this model's config as JSON "
+                 "(what `distckpt convert --map FILE` reads for a checkpoint that records no mappings), then stop")
+      ->expected(2);
   app.add_option("--save-format", a.save_format,
                  "distckpt, dcp (PyTorch's distributed checkpoint, 2.x module names), dcp-1.13 (torch 1.13's) or "
                  "torch_dist (Megatron-Core's)")

@@ -134,6 +134,29 @@ TEST_F(HfMapping, GptExportedWithTheLlamaMappingLoadsUnderOtherMeshes) {
   }
 }
 
+// A checkpoint that records no mappings (Megatron torch_dist, PyTorch DCP)
+// exports under the schema's mapping given as a file: the program built
+// from the schema writes it for its config; the export is byte for byte
+// the one from the distckpt checkpoint that recorded the mapping.
+TEST_F(HfMapping, ATorchDistCheckpointExportsToLlamaThroughAMappingFile) {
+  ASSERT_FALSE(save_and_export({2, 2, 1, 1}, kGpt, "gpt.llama").empty());
+  const CommandResult to_dist =
+      run_command(kBin + "/distckpt convert " + path("a") + " " + path("td") + " --to torch_dist --quiet 2>&1");
+  ASSERT_EQ(to_dist.exit_code, 0) << to_dist.output;
+
+  const CommandResult recorded = run_command(kBin + "/distckpt convert " + path("td") + " " + path("hf-td") +
+                                             " --to safetensors --map llama 2>&1");
+  EXPECT_NE(recorded.exit_code, 0);
+  EXPECT_NE(recorded.output.find("--map FILE.json"), std::string::npos) << recorded.output;
+
+  const CommandResult written = trainer({1, 1, 1, 1}, kGpt + " --write-mapping llama " + path("llama.json"));
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  const CommandResult exported = run_command(kBin + "/distckpt convert " + path("td") + " " + path("hf-td") +
+                                             " --to safetensors --quiet --map " + path("llama.json") + " 2>&1");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(run_command("diff -r " + path("hf") + " " + path("hf-td") + " && echo identical").output, "identical\n");
+}
+
 TEST_F(HfMapping, MoeExportedWithTheMixtralMappingLoadsUnderTwoMeshes) {
   const std::string original = save_and_export({2, 2, 1, 1}, kMoe, "moe.mixtral");
   ASSERT_FALSE(original.empty());

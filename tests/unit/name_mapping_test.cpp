@@ -1,6 +1,7 @@
 // Name mappings: expansion into one external tensor per index combination
 // (stacked axes, keys per element, fused parts, padded dims), the errors of
-// an inconsistent mapping, and their round trip through the metadata.
+// an inconsistent mapping, and their round trips through the metadata and
+// through JSON files (a mapping given to a checkpoint that records none).
 #include "distckpt/format/name_mapping.h"
 
 #include <gtest/gtest.h>
@@ -91,6 +92,51 @@ TEST(NameMapping, RoundTripsThroughTheMetadata) {
   EXPECT_EQ(t.pad_dim, 1);
   // A checkpoint without mappings records none.
   EXPECT_TRUE(decode_metadata(encode_metadata(CheckpointMetadata{}), "m").name_mappings.empty());
+}
+
+// Every field through to_json and back: the expansions are equal.
+TEST(NameMapping, JsonRoundTripKeepsEveryExpansion) {
+  NameMapping m("llama");
+  m.map("layers.qkv", "l.{layer}.k", {12, 4}).over("layer", 2).part(0, 6, 3);
+  m.map("blocks.{b}.experts.w", "b.{b}.e.{e}.w", {5, 4}).over_keys("b", 2).over("e", 3);
+  m.map("emb", "embed", {10, 4}).with_pad(0);
+  const NameMapping back = NameMapping::from_json(m.to_json(), "m.json");
+  EXPECT_EQ(back.name(), "llama");
+  const std::vector<MappedName> want = m.expand(), got = back.expand();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].external, want[i].external);
+    EXPECT_EQ(got[i].key, want[i].key);
+    EXPECT_EQ(got[i].key_shape, want[i].key_shape);
+    EXPECT_EQ(got[i].region.offset, want[i].region.offset);
+    EXPECT_EQ(got[i].region.length, want[i].region.length);
+    EXPECT_EQ(got[i].key_pad_dim, want[i].key_pad_dim);
+  }
+  EXPECT_EQ(back.to_json(), m.to_json());
+}
+
+// A mapping file is the user's input: what is wrong is named with the file and the entry.
+TEST(NameMapping, AMappingFileThatIsNotOneIsRefusedNamingTheFileAndTheEntry) {
+  const auto refused = [](const std::string& text, const std::string& part) {
+    return throws_with<UsageError>([&] { NameMapping::from_json(text, "m.json"); }, part);
+  };
+  EXPECT_TRUE(refused("{not json", "m.json: not a name mapping (a JSON object"));
+  EXPECT_TRUE(refused("[1, 2]", "m.json: not a name mapping"));
+  EXPECT_TRUE(refused(R"({"tensors": []})", "m.json: 'name' is missing or not a string"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "shape": [2]}]})",
+                      "m.json: tensors[0]: 'external' is missing or not a string"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "external": "b", "shape": [2.5]}]})",
+                      "m.json: tensors[0]: 'shape' holds a non-integer"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "external": "b", "shape": [2],
+                          "indices": [{"name": "l", "count": "4"}]}]})",
+                      "m.json: tensors[0]: 'count' is missing or not an integer"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "external": "b", "shape": [4],
+                          "part": {"dim": 0, "offset": 3, "extent": 2}}]})",
+                      "m.json: name mapping 'x': part [3, +2) along dim 0 is not inside 'a'"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "external": "b.{layer}", "shape": [4]}]})",
+                      "'{layer}' in 'b.{layer}' is not one of its indices"));
+  EXPECT_TRUE(refused(R"({"name": "x", "tensors": [{"key": "a", "external": "b", "shape": [4], "pad_dim": 99}]})",
+                      "m.json: tensors[0]: 'pad_dim' is 99, not a dim"));
 }
 
 }  // namespace

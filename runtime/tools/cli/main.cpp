@@ -7,10 +7,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -236,9 +240,24 @@ std::string mapping_name(const std::string& src, const std::string& map) {
   return map.substr(dot + 1);
 }
 
+// --map FILE.json: a mapping written by NameMapping::to_json, for a SRC that records none.
+bool is_mapping_file(const std::string& map) { return map.size() > 5 && map.compare(map.size() - 5, 5, ".json") == 0; }
+
+distckpt::NameMapping mapping_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw distckpt::UsageError(fmt::format("--map {}: cannot read it: {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return distckpt::NameMapping::from_json(text.str(), path);
+}
+
 int convert(const std::string& src, const ConvertArgs& args) {
   distckpt::ConvertOptions options;
-  if (!args.map.empty()) options.mapping = mapping_name(src, args.map);
+  if (is_mapping_file(args.map)) {
+    options.name_mapping = mapping_file(args.map);
+  } else if (!args.map.empty()) {
+    options.mapping = mapping_name(src, args.map);
+  }
   if (!args.max_shard.empty()) {
     const std::optional<uint64_t> bytes = parse_size(args.max_shard);
     if (!bytes) {
@@ -345,7 +364,8 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--dtype", args.dtype, "store floating-point tensors as this dtype (e.g. bfloat16)");
   convert_cmd->add_option("--map", args.map,
                           "safetensors: name tensors by this mapping of the layout schema, recorded in SRC "
-                          "(NAME or LAYOUT.NAME, e.g. gpt.llama)");
+                          "(NAME or LAYOUT.NAME, e.g. gpt.llama), or by the mapping in FILE.json "
+                          "(NameMapping::to_json; for a SRC saved without mappings: PyTorch DCP, torch_dist)");
   convert_cmd->add_flag("--quiet", args.quiet, "no progress, no summary");
   auto* ls_cmd = app.add_subcommand("ls", "the iter_* checkpoints under ROOT: committed or not, which is latest");
   ls_cmd->add_option("root", dir, "directory holding iter_* checkpoints")->required();

@@ -81,7 +81,9 @@ void check_whole_target(const std::string& dst, const ConvertOptions& options, T
         fmt::format("'{}' already exists; remove it or choose another destination (nothing was written)", dst));
   }
   if (options.max_shard_bytes != 0) throw Error("max_shard_bytes applies to safetensors only");
-  if (!options.mapping.empty()) throw Error("a name mapping applies to the export to safetensors only");
+  if (!options.mapping.empty() || options.name_mapping) {
+    throw Error("a name mapping applies to the export to safetensors only");
+  }
 }
 
 // One tensor of the export: its name, the stored tensor and the region of it.
@@ -108,12 +110,9 @@ std::vector<Export> every_tensor(loading::CheckpointReader& reader) {
   return out;
 }
 
-// The external tensors of the mapping `name` recorded in the checkpoint.
-std::vector<Export> mapped(loading::CheckpointReader& reader, const std::string& name) {
-  const std::vector<NameMapping> recorded = reader.storage().name_mappings();
-  const std::string where =
-      fmt::format("checkpoint '{}'", reader.dir());  // named: no temporary beside a returned reference
-  const NameMapping& mapping = find_mapping(recorded, name, where);
+// The external tensors of `mapping`.
+std::vector<Export> mapped(loading::CheckpointReader& reader, const NameMapping& mapping) {
+  const std::string& name = mapping.name();
   std::vector<Export> out;
   for (MappedName& n : mapping.expand()) {
     const TensorRecord& record = reader.tensor(n.key);
@@ -304,8 +303,18 @@ class TensorSource {
 
 class CheckpointSource : public TensorSource {
  public:
-  CheckpointSource(const std::string& src, const std::string& mapping) : reader_(src) {
-    exports_ = mapping.empty() ? every_tensor(reader_) : mapped(reader_, mapping);
+  CheckpointSource(const std::string& src, const ConvertOptions& options) : reader_(src) {
+    if (!options.mapping.empty() && options.name_mapping) {
+      throw UsageError("ConvertOptions: give a recorded mapping's name or a mapping, not both");
+    }
+    if (options.name_mapping) {
+      exports_ = mapped(reader_, *options.name_mapping);
+    } else if (!options.mapping.empty()) {
+      const std::vector<NameMapping> recorded = reader_.storage().name_mappings();
+      exports_ = mapped(reader_, find_mapping(recorded, options.mapping, fmt::format("checkpoint '{}'", src)));
+    } else {
+      exports_ = every_tensor(reader_);
+    }
     for (const Export& e : exports_) tensors_.push_back({e.name, e.record->dtype, e.shape});
     if (!reader_.index().objects.empty()) {
       log_message(LogLevel::kWarning, fmt::format("{} sharded objects of '{}' are not exported (tensors only)",
@@ -352,10 +361,12 @@ class TorchFileSource : public TensorSource {
 std::unique_ptr<TensorSource> open_source(const std::string& src, const ConvertOptions& options) {
   if (options.window_bytes == 0) throw Error("ConvertOptions::window_bytes must be positive");
   if (storage::is_torch_file(src)) {
-    if (!options.mapping.empty()) throw Error("a torch.save file records no name mappings; export it without --map");
+    if (!options.mapping.empty() || options.name_mapping) {
+      throw Error("a torch.save file's tensors are named by their dotted paths; export it without a name mapping");
+    }
     return std::make_unique<TorchFileSource>(src);
   }
-  return std::make_unique<CheckpointSource>(src, options.mapping);
+  return std::make_unique<CheckpointSource>(src, options);
 }
 
 // Streams every tensor of `source` to `sink` in the order of `order`

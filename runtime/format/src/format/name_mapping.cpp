@@ -157,7 +157,8 @@ const NameMapping& find_mapping(const std::vector<NameMapping>& mappings, const 
   }
   throw UsageError(fmt::format("{} has no name mapping '{}' ({})", where, name,
                                names.empty() ? "it records none: mappings come from the layout schema, saved through "
-                                               "the generated API"
+                                               "the generated API; for a checkpoint saved without them, give the "
+                                               "mapping itself (a JSON file of NameMapping::to_json: --map FILE.json)"
                                              : "it has: " + names));
 }
 

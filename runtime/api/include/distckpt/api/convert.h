@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "distckpt/format/name_mapping.h"
 #include "distckpt/storage/dcp.h"
 
 namespace distckpt {
@@ -34,6 +35,10 @@ struct ConvertOptions {
   // safetensors: export under this name mapping recorded in SRC (the
   // layout schema's `mapping NAME`, e.g. "llama") instead of checkpoint keys.
   std::string mapping;
+  // safetensors: export under this mapping instead, for a SRC that records
+  // none (PyTorch DCP, Megatron torch_dist): the generated code's
+  // `llama_mapping(config)`, or NameMapping::from_json of a file.
+  std::optional<NameMapping> name_mapping;
   // Called as tensor bytes are written (done, total), a few times a second.
   std::function<void(uint64_t done, uint64_t total)> progress{};
   // Tensors stream through windows of this many bytes, read

@@ -70,6 +70,17 @@ class NameMapping {
   // unknown placeholder) or two entries produce one external name.
   std::vector<MappedName> expand() const;
 
+  // The mapping as JSON, for a checkpoint that records none (PyTorch DCP,
+  // Megatron torch_dist: `distckpt convert --map FILE.json`):
+  //   {"name": "llama", "tensors": [{"key": K, "external": E, "shape": [..],
+  //     "indices": [{"name": "layer", "count": 4, "leading_axis": true}],
+  //     "part": {"dim": 0, "offset": 0, "extent": 64},  (absent: the whole element)
+  //     "pad_dim": 0}]}                                 (absent: none)
+  std::string to_json() const;
+  // UsageError starting with `where` (the file) when `text` is not such
+  // JSON or its entries are inconsistent (expand()'s checks).
+  static NameMapping from_json(const std::string& text, const std::string& where);
+
  private:
   std::string name_;
   std::vector<MappedTensor> tensors_;
