@@ -89,7 +89,7 @@ TEST(DcpMetadata, AGlobalOffTheListIsRefusedWhereItIsNamed) {
                                            "name (nothing is imported)"));
   const std::string eval = pickle([](torch_pickle::PickleWriter& p) { p.global("builtins", "eval"); });
   EXPECT_TRUE(throws_with<CorruptionError>([&] { dcp::parse_metadata(eval, "ck/.metadata"); }, "'builtins.eval'"));
-  // An allowed class, but not the one a .metadata holds.
+  // Allowed classes, but not what a .metadata holds (a torch.Size is read as its tuple).
   const std::string size = pickle([](torch_pickle::PickleWriter& p) {
     p.global("torch", "Size");
     p.tuple(0);
@@ -97,7 +97,15 @@ TEST(DcpMetadata, AGlobalOffTheListIsRefusedWhereItIsNamed) {
     p.op('R');
   });
   EXPECT_TRUE(throws_with<CorruptionError>([&] { dcp::parse_metadata(size, "ck/.metadata"); },
-                                           "it holds a torch.Size, not a DCP Metadata"));
+                                           "the pickled value is not an object"));
+  const std::string layout = pickle([](torch_pickle::PickleWriter& p) {
+    p.global("torch.serialization", "_get_layout");
+    p.string("torch.strided");
+    p.tuple(1);
+    p.op('R');
+  });
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { dcp::parse_metadata(layout, "ck/.metadata"); },
+                                           "it holds a torch.serialization._get_layout, not a DCP Metadata"));
 }
 
 TEST(DcpMetadata, PersistentIdsAndDeepNestingAreRefused) {

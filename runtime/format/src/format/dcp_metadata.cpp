@@ -90,7 +90,7 @@ class Reader {
   // already admitted only DCP's own modules.
   static std::string class_of(const tp::Object& o) {
     const size_t dot = o.name.rfind('.');
-    return dot == std::string::npos ? o.name : o.name.substr(dot + 1);
+    return std::string(dot == std::string_view::npos ? o.name : o.name.substr(dot + 1));
   }
 
   // An object's attributes: BUILD's dict, or (dict, slots) for classes with __slots__.

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory_resource>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 
 #include "distckpt/core/errors.h"
@@ -18,13 +20,6 @@ struct Item {
   NodeRef node;
 };
 
-template <typename T>
-Item value_item(T v) {
-  auto n = std::make_shared<Node>();
-  n->value = std::move(v);
-  return Item{false, std::move(n)};
-}
-
 // The pickle's memo. Python's pickler numbers entries 0, 1, 2, ... and
 // memoizes nearly every value (millions in a large DCP .metadata): those
 // live in a vector. A memoized value needs an opcode of its own, so a
@@ -34,17 +29,17 @@ Item value_item(T v) {
 class Memo {
  public:
   explicit Memo(uint64_t dense_limit) : dense_limit_(dense_limit) {}
-  void put(uint64_t index, Item item) {
+  void put(uint64_t index, NodeRef node) {
     if (index < dense_limit_) {
       if (index >= dense_.size()) dense_.resize(index + 1);
-      count_ += dense_[index].node ? 0 : 1;
-      dense_[index] = std::move(item);
+      count_ += dense_[index] ? 0 : 1;
+      dense_[index] = std::move(node);
     } else {
-      count_ += sparse_.insert_or_assign(index, std::move(item)).second ? 1 : 0;
+      count_ += sparse_.insert_or_assign(index, std::move(node)).second ? 1 : 0;
     }
   }
-  const Item* get(uint64_t index) const {
-    if (index < dense_.size()) return dense_[index].node ? &dense_[index] : nullptr;
+  const NodeRef* get(uint64_t index) const {
+    if (index < dense_.size()) return dense_[index] ? &dense_[index] : nullptr;
     const auto it = sparse_.find(index);
     return it == sparse_.end() ? nullptr : &it->second;
   }
@@ -52,8 +47,8 @@ class Memo {
 
  private:
   uint64_t dense_limit_;
-  std::vector<Item> dense_;  // an entry without a node was never stored (marks are never memoized)
-  std::unordered_map<uint64_t, Item> sparse_;
+  std::vector<NodeRef> dense_;  // an entry without a node was never stored (marks are never memoized)
+  std::unordered_map<uint64_t, NodeRef> sparse_;
   uint64_t count_ = 0;
 };
 
@@ -61,14 +56,17 @@ class Machine {
  public:
   // With `allowed`, a pickle of objects (unpickle_objects); without, a state dict's.
   Machine(std::string_view bytes, const StorageLoader* storage, const GlobalAllowed* allowed, const std::string& origin)
-      : in_(bytes), storage_(storage), allowed_(allowed), origin_(origin) {}
+      : in_(bytes), storage_(storage), allowed_(allowed), origin_(origin) {
+    made_.arena = arena_;
+  }
 
   // Every container is recorded in `made_`: emptied when it goes (here on
   // an error, with the caller on success), cycles included.
-  std::shared_ptr<Dict> dict() { return made_.dicts.emplace_back(std::make_shared<Dict>()); }
-  std::shared_ptr<List> list(List l) { return made_.lists.emplace_back(std::make_shared<List>(std::move(l))); }
-  std::shared_ptr<Object> object(std::string name, std::vector<NodeRef> args) {
-    return made_.objects.emplace_back(std::make_shared<Object>(Object{std::move(name), std::move(args), nullptr}));
+  std::shared_ptr<Dict> dict() { return made_.dicts.emplace_back(make<Dict>()); }
+  std::shared_ptr<List> list(List l) { return made_.lists.emplace_back(make<List>(std::move(l))); }
+  std::shared_ptr<Object> object(const std::string& name, std::vector<NodeRef> args) {
+    const std::string_view interned = *made_.names.insert(name).first;
+    return made_.objects.emplace_back(make<Object>(Object{interned, std::move(args), nullptr}));
   }
 
   Unpickled run() {
@@ -106,7 +104,7 @@ class Machine {
           stack_.push_back(value_item(list(List{})));
           break;
         case ')':
-          stack_.push_back(value_item(list(List{{}, true})));
+          stack_.push_back(empty_tuple());
           break;
         case 'N':
           stack_.push_back(value_item(std::monostate{}));
@@ -156,13 +154,13 @@ class Machine {
           stack_.push_back(value_item(std::string(take(le(1)))));
           break;
         case 'q':
-          memo_.put(le(1), top());
+          memo_.put(le(1), top().node);
           break;
         case 'r':
-          memo_.put(le(4), top());
+          memo_.put(le(4), top().node);
           break;
         case 0x94: {
-          memo_.put(memo_.size(), top());
+          memo_.put(memo_.size(), top().node);
           break;
         }
         case 'h':
@@ -226,7 +224,11 @@ class Machine {
           NodeRef callable = pop_node("a callable");
           const auto* global = std::get_if<Global>(&callable->value);
           if (!global) fail("REDUCE of something that is not a global");
-          if (allowed_) {  // allowed where it was named: kept, not called
+          if (allowed_ && global->name == "torch.Size" && size_tuple(args)) {
+            // A tuple subclass that a DCP .metadata names millions of times:
+            // kept as the tuple of its dims, without an object around it.
+            stack_.push_back(Item{false, tuple_of(args)[0]});
+          } else if (allowed_) {  // allowed where it was named: kept, not called
             stack_.push_back(value_item(object(global->name, tuple_of(args))));
           } else {
             stack_.push_back(reduce(global->name, tuple_of(args)));
@@ -314,9 +316,9 @@ class Machine {
     return stack_.back();
   }
   Item get(uint64_t index) const {
-    const Item* item = memo_.get(index);
-    if (!item) fail(fmt::format("memo entry {} was never stored", index));
-    return *item;
+    const NodeRef* node = memo_.get(index);
+    if (!node) fail(fmt::format("memo entry {} was never stored", index));
+    return Item{false, *node};
   }
   NodeRef pop_node(const char* what) {
     if (stack_.empty() || stack_.back().mark) fail(fmt::format("{} missing: a mark or an empty stack", what));
@@ -398,6 +400,12 @@ class Machine {
     const auto* l = std::get_if<std::shared_ptr<List>>(&n->value);
     if (!l || !(*l)->tuple) fail("arguments that are not a tuple");
     return (*l)->items;
+  }
+  // REDUCE arguments (dims,) with `dims` a tuple, as torch.Size pickles itself.
+  bool size_tuple(const NodeRef& args) const {
+    const std::vector<NodeRef>& a = tuple_of(args);
+    const auto* dims = a.size() == 1 ? std::get_if<std::shared_ptr<List>>(&a[0]->value) : nullptr;
+    return dims && (*dims)->tuple;
   }
   std::vector<int64_t> ints_of(const NodeRef& n, const char* what) const {
     std::vector<int64_t> out;
@@ -513,6 +521,40 @@ class Machine {
     return s;
   }
 
+  // Values on the stack. Scalars are never changed once made, so the
+  // common ones are made once: small ints (a DCP .metadata's offsets,
+  // sizes and indices), and the empty tuple (every NEWOBJ's arguments).
+  template <typename T>
+  Item value_item(T v) {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      if (v >= 0 && v < static_cast<int64_t>(kSmallInts)) {
+        NodeRef& shared = small_ints_[static_cast<size_t>(v)];
+        if (!shared) shared = node(v);
+        return Item{false, shared};
+      }
+    }
+    return Item{false, node(std::move(v))};
+  }
+  Item empty_tuple() {
+    if (!empty_tuple_) empty_tuple_ = node(list(List{{}, true}));
+    return Item{false, empty_tuple_};
+  }
+  template <typename T>
+  NodeRef node(T v) {
+    NodeRef n = make<Node>();
+    n->value = std::move(v);
+    return n;
+  }
+  template <typename T, typename... Args>
+  std::shared_ptr<T> make(Args&&... args) {
+    return std::allocate_shared<T>(std::pmr::polymorphic_allocator<T>(arena_.get()), std::forward<Args>(args)...);
+  }
+
+  static constexpr size_t kSmallInts = 1024;
+  // First: every node below, on the stack, in the memo or in made_, is freed into it.
+  std::shared_ptr<std::pmr::memory_resource> arena_ = std::make_shared<std::pmr::monotonic_buffer_resource>();
+  std::vector<NodeRef> small_ints_ = std::vector<NodeRef>(kSmallInts);
+  NodeRef empty_tuple_;
   std::string_view in_;
   size_t pos_ = 0, op_at_ = 0;
   uint64_t copied_bytes_ = 0;  // dict keys and global names

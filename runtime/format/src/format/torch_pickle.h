@@ -10,8 +10,8 @@
 // Other pickles of known classes (PyTorch DCP's `.metadata`) are read with
 // an allow-list of global names: an object of an allowed class, made by
 // NEWOBJ or REDUCE, is kept as its class name, arguments and BUILD state for
-// the caller to interpret; any global off the list is refused where it is
-// named.
+// the caller to interpret (a torch.Size, a tuple subclass, as the tuple of
+// its dims); any global off the list is refused where it is named.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,9 +20,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -51,7 +53,7 @@ struct Global {
 // What an allowed class or function would have made: `name(*args)`, then
 // given BUILD's `state` (nullptr when none), all left for the caller.
 struct Object {
-  std::string name;
+  std::string_view name;  // interned in the Unpickled that made it
   std::vector<NodeRef> args;
   NodeRef state;
 };
@@ -78,8 +80,13 @@ std::optional<std::string> storage_class(at::ScalarType dtype);
 
 // The unpickled value and every container made for it. The memo can make a
 // container hold itself, which shared pointers alone would never free:
-// destroying this empties every container first. Use `root` only while it lives.
+// destroying this empties every container first. Nodes and containers live
+// in one arena (a large DCP .metadata makes millions: one allocation each
+// would cost more than the parse), freed with this object: use `root`, and
+// keep no NodeRef, only while it lives.
 struct Unpickled {
+  std::shared_ptr<std::pmr::memory_resource> arena;  // first: destroyed after everything allocated from it
+  std::unordered_set<std::string> names;             // the objects' class names
   NodeRef root;
   std::vector<std::shared_ptr<List>> lists;
   std::vector<std::shared_ptr<Dict>> dicts;
