@@ -296,6 +296,15 @@ TEST_F(Dcp, AFlippedValueByteIsFoundByVerifyAndByAWholeRead) {
   EXPECT_NE(report.problems[0].find(damaged), std::string::npos) << report.problems[0];
   EXPECT_NE(report.problems[0].find("CRC-32"), std::string::npos) << report.problems[0];
   EXPECT_TRUE(throws_with<CorruptionError>([&] { load_plain_tensors(ckpt); }, "fail their CRC-32"));
+  // Without verification (LoadOptions::verify_checksums = false: what
+  // PyTorch's reader does) every chunk reads, as stored.
+  const std::unique_ptr<StorageReader> unchecked = open_storage(ckpt, StorageOptions{StorageFormat::detected(), false});
+  for (const TensorRecord& t : unchecked->index().tensors) {
+    for (uint32_t c = 0; c < t.chunks.size(); ++c) {
+      std::vector<uint8_t> out(t.chunks[c].byte_length);
+      EXPECT_NO_THROW(unchecked->read_chunk(t, c, 0, out.size(), out.data())) << t.key << " chunk " << c;
+    }
+  }
 }
 
 TEST_F(Dcp, HostileCopiesAreRefusedNamingTheFileAndTheReason) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
@@ -125,12 +126,19 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
   for (size_t i = 0; i < reads.size(); ++i) {
     if (shared_slot[i] < 0) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const auto& x = reads[a].need;
-    const auto& y = reads[b].need;
-    return x.tensor != y.tensor ? x.tensor < y.tensor : x.piece < y.piece;
-  });
+  // In the order the bytes lie in the files (a file system reads ahead;
+  // a format such as DCP stores items in an order of its own), each piece's
+  // reads together.
   const StorageIndex& m = reader.index();
+  const auto place = [&](const plan::PieceNeed& n) {
+    const TensorRecord& record = m.tensors[n.tensor];
+    const plan::StoredPiece& piece = reader.index_for(record).pieces()[n.piece];
+    const ChunkRecord& chunk = record.chunks[piece.chunk];
+    return std::make_tuple(chunk.file, chunk.byte_offset + piece.byte_in_chunk, n.tensor, n.piece);
+  };
+  std::vector<decltype(place(plan::PieceNeed{}))> places(reads.size());
+  for (const size_t i : order) places[i] = place(reads[i].need);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return places[a] < places[b]; });
   const uint64_t block = std::max<uint64_t>(m.checksum_block_size, 1);
   const uint64_t step = std::max<uint64_t>(1, slab_bytes / block) * block;  // whole checksum blocks per task
   std::vector<Task> tasks;

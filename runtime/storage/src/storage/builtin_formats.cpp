@@ -101,7 +101,7 @@ class DcpFormat final : public Format {
   std::string name() const override { return "dcp"; }
   bool detect(Backend& backend, const std::string& file) const override { return file.empty() && holds_dcp(backend); }
   std::unique_ptr<StorageReader> open(std::shared_ptr<Backend> backend, const std::string& file,
-                                      const StorageOptions&) const override {
+                                      const StorageOptions& options) const override {
     if (!file.empty()) {
       const std::string where = backend->describe(file);
       throw CheckpointError(
@@ -109,7 +109,7 @@ class DcpFormat final : public Format {
                       where),
           where);
     }
-    return std::make_unique<DcpStorage>(std::move(backend));
+    return std::make_unique<DcpStorage>(std::move(backend), options.verify_checksums);
   }
   std::unique_ptr<StorageWriter> make_writer(const std::string& location, const StorageFormat& format) const override {
     const auto* knobs = format.options_as<DcpWriteOptions>();

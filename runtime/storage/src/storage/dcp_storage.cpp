@@ -127,7 +127,8 @@ std::optional<ObjectRecord> sharded_object(const std::string& key) {
 
 bool holds_dcp(Backend& backend) { return backend.size_of(kDcpMetadataFile).has_value(); }
 
-DcpStorage::DcpStorage(std::shared_ptr<Backend> backend) : backend_(std::move(backend)) {
+DcpStorage::DcpStorage(std::shared_ptr<Backend> backend, bool verify_checksums)
+    : backend_(std::move(backend)), verify_checksums_(verify_checksums) {
   const std::string origin = backend_->describe(kDcpMetadataFile);
   if (!backend_->size_of(kDcpMetadataFile)) {
     throw CheckpointError(fmt::format("'{}' holds no PyTorch DCP checkpoint (no .metadata)", backend_->location()),
@@ -340,7 +341,7 @@ void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
   } else {
     ranges_->read_chunk(at.record, 0, begin, end, out);
   }
-  if (r.whole_record && begin == 0 && end == r.bytes && r.bytes > 0) {
+  if (verify_checksums_ && r.whole_record && begin == 0 && end == r.bytes && r.bytes > 0) {
     zip::Crc32 crc;
     crc.update(out, r.bytes);
     if (crc.value() != r.crc32) {

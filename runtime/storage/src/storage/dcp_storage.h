@@ -39,8 +39,10 @@ constexpr const char* kDcpMetadataFile = ".metadata";
 class DcpStorage final : public FileBackedStorage {
  public:
   // CheckpointError when the root holds no `.metadata`; CorruptionError
-  // naming the file for a damaged or hostile one.
-  explicit DcpStorage(std::shared_ptr<Backend> backend);
+  // naming the file for a damaged or hostile one. `verify_checksums` off:
+  // reads skip the records' CRC-32 (as PyTorch's own reader does; verify()
+  // still checks every one).
+  explicit DcpStorage(std::shared_ptr<Backend> backend, bool verify_checksums = true);
   ~DcpStorage() override;
 
   StorageFormat format() const override { return StorageFormat("dcp"); }
@@ -93,6 +95,7 @@ class DcpStorage final : public FileBackedStorage {
   static std::optional<Value> decode_archive(std::unique_ptr<ObjectReader> reader, const std::string& where);
 
   std::shared_ptr<Backend> backend_;
+  bool verify_checksums_;
   std::string naming_;
   StorageIndex index_;
   std::vector<std::vector<Item>> tensor_items_;  // [tensor][chunk], parallel to index_.tensors
