@@ -6,7 +6,8 @@
 #   scripts/fuzz.sh total                totals of every run so far, per target
 # Targets: metadata common_state commit_marker local_file wire schema safetensors torch_pickle zip_archive dcp_metadata.
 # A dictionary tests/fuzz/TARGET.dict is used when there is one.
-# Inputs found go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes/TARGET;
+# Inputs found go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes/TARGET
+# (libFuzzer's slow-unit-* files land there too, but are not counted as crashes);
 # each run appends "target seconds executions crashes max_len" to build-fuzz/fuzz-runs.tsv.
 # FUZZ_MAX_LEN=N caps the input size (libFuzzer's -max_len; default: the largest seed):
 # short inputs run several times faster, which is what the slow schema target needs.
