@@ -7,14 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +22,7 @@
 #include "distckpt/format/checkpoint_config.h"
 #include "distckpt/version.h"
 #include "format/dtype.h"
+#include "io/file.h"
 #include "manage_commands.h"
 #include "plain_values.h"
 #include "storage/distckpt_storage.h"
@@ -244,11 +241,8 @@ std::string mapping_name(const std::string& src, const std::string& map) {
 bool is_mapping_file(const std::string& map) { return map.size() > 5 && map.compare(map.size() - 5, 5, ".json") == 0; }
 
 distckpt::NameMapping mapping_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw distckpt::UsageError(fmt::format("--map {}: cannot read it: {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return distckpt::NameMapping::from_json(text.str(), path);
+  constexpr uint64_t kMaxMappingFileBytes = uint64_t{64} << 20;  // a 1T-parameter MoE's mapping is under 1 MiB
+  return distckpt::NameMapping::from_json(distckpt::io::read_file(path, kMaxMappingFileBytes), path);
 }
 
 int convert(const std::string& src, const ConvertArgs& args) {

@@ -139,16 +139,12 @@ class Reader {
   }
   bool is_none(const tp::NodeRef& n) const { return std::holds_alternative<std::monostate>(n->value); }
 
-  // A torch.Size (or a plain tuple or list) of non-negative ints.
+  // A torch.Size (which the pickle machine keeps as its tuple), or a plain
+  // tuple or list, of non-negative ints.
   Shape shape(const tp::NodeRef& n, const std::string& what) {
     spend();
-    const tp::NodeRef* items = &n;
-    if (const auto* o = std::get_if<std::shared_ptr<tp::Object>>(&n->value)) {
-      if ((*o)->name != "torch.Size" || (*o)->args.size() != 1) fail(fmt::format("{} is not a torch.Size", what));
-      items = &(*o)->args[0];
-    }
-    const auto* l = std::get_if<std::shared_ptr<tp::List>>(&(*items)->value);
-    if (!l) fail(fmt::format("{} is not a tuple of ints", what));
+    const auto* l = std::get_if<std::shared_ptr<tp::List>>(&n->value);
+    if (!l) fail(fmt::format("{} is not a torch.Size or a tuple of ints", what));
     if ((*l)->items.size() > 64) fail(fmt::format("{} has {} dimensions", what, (*l)->items.size()));
     Shape out;
     for (const tp::NodeRef& i : (*l)->items) {

@@ -199,7 +199,7 @@ DcpStorage::DcpStorage(std::shared_ptr<Backend> backend, bool verify_checksums)
       o->file = file;
       o->byte_offset = b.storage.offset;
       o->byte_length = b.storage.length;
-      if (limit != 0) object_inflated_limits_.emplace(o->unique_key(), limit);
+      if (limit != 0) compressed_objects_.insert(o->unique_key());
       index_.objects.push_back(std::move(*o));
     } else {
       common_items_.push_back(Item{b.key, file, b.storage.offset, b.storage.length, limit});
@@ -251,8 +251,8 @@ std::shared_ptr<const std::string> DcpStorage::inflate(const Item& item) const {
   }
   // Decompressed outside the lock: two threads may both inflate one item, harmlessly.
   std::string packed(item.length, '\0');
-  ranges_->open_uncached(item.file)->read(item.offset, item.length, reinterpret_cast<uint8_t*>(packed.data()));
-  inflated_bytes_read_ += item.length;
+  ranges_->read(item.file, item.offset, item.length, {}, 0, item.length, reinterpret_cast<uint8_t*>(packed.data()),
+                describe(item));
   auto bytes = std::make_shared<const std::string>(zstd::inflate(reinterpret_cast<const uint8_t*>(packed.data()),
                                                                  packed.size(), item.inflated_limit, describe(item)));
   std::lock_guard<std::mutex> lock(inflated_mutex_);
@@ -262,9 +262,9 @@ std::shared_ptr<const std::string> DcpStorage::inflate(const Item& item) const {
 }
 
 DcpStorage::Item DcpStorage::item_of(const ObjectRecord& object) const {
-  const auto limit = object_inflated_limits_.find(object.unique_key());
+  const bool compressed = compressed_objects_.count(object.unique_key()) != 0;
   return Item{object.unique_key(), object.file, object.byte_offset, object.byte_length,
-              limit == object_inflated_limits_.end() ? 0 : limit->second};
+              compressed ? kMaxInflatedObjectBytes : 0};
 }
 
 DcpStorage::Record DcpStorage::find_record(const TensorRecord& tensor, uint32_t chunk, const Item& item) const {
@@ -332,12 +332,7 @@ void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
   const Located at = located(tensor, chunk);
   const Record& r = at.stored;
   if (r.inflated) {
-    if (begin > end || end > r.bytes) {
-      throw UsageError(fmt::format("read of '{}' chunk {}: bytes [{}, {}) leave the chunk ({} bytes)", tensor.key,
-                                   chunk, begin, end, r.bytes));
-    }
-    // The archive's parse checked that the record lies inside it.
-    std::memcpy(out, inflate(tensor_items_[at.tensor][chunk])->data() + r.file_offset + begin, end - begin);
+    copy_inflated(at, chunk, {ByteRun{begin, end - begin, out}});
   } else {
     ranges_->read_chunk(at.record, 0, begin, end, out);
   }
@@ -357,7 +352,19 @@ void DcpStorage::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t
 void DcpStorage::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
   const Located at = located(tensor, chunk);
   if (!at.stored.inflated) return ranges_->read_chunk_runs(at.record, 0, runs);
-  for (const ByteRun& run : runs) read_chunk(tensor, chunk, run.offset, run.offset + run.bytes, run.out);
+  copy_inflated(at, chunk, runs);
+}
+
+void DcpStorage::copy_inflated(const Located& at, uint32_t chunk, const std::vector<ByteRun>& runs) const {
+  const std::shared_ptr<const std::string> item = inflate(tensor_items_[at.tensor][chunk]);
+  for (const ByteRun& run : runs) {
+    if (run.offset > at.stored.bytes || run.bytes > at.stored.bytes - run.offset) {
+      throw UsageError(fmt::format("read of '{}' chunk {}: bytes [{}, +{}) leave the chunk ({} bytes)", at.record.key,
+                                   chunk, run.offset, run.bytes, at.stored.bytes));
+    }
+    // The archive's parse checked that the record lies inside it.
+    std::memcpy(run.out, item->data() + at.stored.file_offset + run.offset, run.bytes);
+  }
 }
 
 std::string DcpStorage::read_object(const ObjectRecord& object) {

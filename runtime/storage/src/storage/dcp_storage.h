@@ -18,13 +18,13 @@
 // Megatron's common.pt joins the common state.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,7 +52,6 @@ class DcpStorage final : public FileBackedStorage {
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override;
   void read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) override;
   std::string read_object(const ObjectRecord& object) override;
-  uint64_t bytes_read() const override { return FileBackedStorage::bytes_read() + inflated_bytes_read_.load(); }
   void verify(VerifyReport& report, const VerifyProgress& progress) override;
 
   // "torch 1.13", "torch 2" or "Megatron MCoreMetadata": whose class names `.metadata` uses.
@@ -89,6 +88,8 @@ class DcpStorage final : public FileBackedStorage {
     Record stored;
   };
   Located located(const TensorRecord& tensor, uint32_t chunk);
+  // The runs (bytes of the chunk) of a chunk whose item is compressed, from its decompressed record.
+  void copy_inflated(const Located& at, uint32_t chunk, const std::vector<ByteRun>& runs) const;
   Record record_of(size_t tensor, uint32_t chunk);
   Record find_record(const TensorRecord& tensor, uint32_t chunk, const Item& item) const;
   Value decode_bytes(const Item& item) const;
@@ -103,13 +104,12 @@ class DcpStorage final : public FileBackedStorage {
   bool has_common_file_ = false;                 // Megatron's common.pt
 
   std::mutex records_mutex_;
-  std::unordered_map<uint64_t, Record> records_;                      // by tensor << 32 | chunk
-  std::unordered_map<std::string, uint64_t> object_inflated_limits_;  // compressed objects, by unique key
+  std::unordered_map<uint64_t, Record> records_;        // by tensor << 32 | chunk
+  std::unordered_set<std::string> compressed_objects_;  // by unique key
 
   mutable std::mutex inflated_mutex_;  // the last item decompressed, by (file, offset)
   mutable std::pair<uint32_t, uint64_t> inflated_at_{UINT32_MAX, 0};
   mutable std::shared_ptr<const std::string> inflated_;
-  mutable std::atomic<uint64_t> inflated_bytes_read_{0};
   mutable std::mutex common_mutex_;
   mutable std::optional<Value> common_;
 };
