@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,72 +79,92 @@ void run_point_to_point(Communicator& comm, const std::vector<Transfer>& transfe
   }
 }
 
-// rounds[r]: the transfers sent by rank r, cut in global order into rounds
-// of at most batch_bytes (a transfer larger than that has a round alone).
-std::vector<std::vector<std::vector<size_t>>> cut_rounds(const std::vector<Transfer>& transfers, size_t world,
-                                                         uint64_t batch_bytes) {
-  std::vector<std::vector<std::vector<size_t>>> rounds(world);
-  std::vector<uint64_t> filled(world, 0);
+// The round of every transfer, cut in global order so that no rank sends
+// more than batch_bytes in a round, nor receives more (a larger transfer is
+// all that its sender sends and its receiver receives in its round). A transfer goes in the first round at or after
+// its sender's and its receiver's latest where both still have room, so the
+// transfers of one pair keep their order. Every rank computes the same.
+struct Rounds {
+  std::vector<uint32_t> of_transfer;
+  uint32_t count = 0;
+};
+
+Rounds cut_rounds(const std::vector<Transfer>& transfers, size_t world, uint64_t batch_bytes) {
+  struct Cursor {
+    uint32_t round = 0;
+    uint64_t used = 0;
+  };
+  std::vector<Cursor> sending(world), receiving(world);
+  Rounds rounds;
+  rounds.of_transfer.resize(transfers.size());
   for (size_t k = 0; k < transfers.size(); ++k) {
     const Transfer& t = transfers[k];
     if (t.from < 0 || static_cast<size_t>(t.from) >= world || t.to < 0 || static_cast<size_t>(t.to) >= world) {
       throw Error(
           fmt::format("exchange: transfer {} is from rank {} to rank {} in a world of {}", k, t.from, t.to, world));
     }
-    auto& mine = rounds[static_cast<size_t>(t.from)];
-    uint64_t& used = filled[static_cast<size_t>(t.from)];
-    const uint64_t bytes = t.from == t.to ? 0 : t.bytes;  // sent to oneself: nothing contributed
-    if (mine.empty() || (used > 0 && used + bytes > batch_bytes)) {
-      mine.emplace_back();
-      used = 0;
-    }
-    mine.back().push_back(k);
-    used += bytes;
+    Cursor& out = sending[static_cast<size_t>(t.from)];
+    Cursor& in = receiving[static_cast<size_t>(t.to)];
+    const uint64_t bytes = t.from == t.to ? 0 : t.bytes;  // to oneself: nothing moves
+    uint32_t round = std::max(out.round, in.round);
+    const uint64_t sent = out.round == round ? out.used : 0;
+    const uint64_t received = in.round == round ? in.used : 0;
+    if ((sent > 0 && sent + bytes > batch_bytes) || (received > 0 && received + bytes > batch_bytes)) ++round;
+    out = Cursor{round, (out.round == round ? out.used : 0) + bytes};
+    if (t.from != t.to) in = Cursor{round, (in.round == round ? in.used : 0) + bytes};
+    rounds.of_transfer[k] = round;
+    rounds.count = std::max(rounds.count, round + 1);
   }
   return rounds;
 }
 
-void run_all_gather(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& cb,
-                    uint64_t batch_bytes) {
+// Rounds of one all-to-all each: a rank sends every peer, in one part, the
+// payloads of its transfers to that peer in the round, in transfer order.
+void run_rounds(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& cb,
+                uint64_t batch_bytes) {
   const int me = comm.rank();
   const size_t world = static_cast<size_t>(comm.size());
-  const auto rounds = cut_rounds(transfers, world, batch_bytes);
-  size_t round_count = 0;
-  for (const auto& r : rounds) round_count = std::max(round_count, r.size());
-  const auto& my_rounds = rounds[static_cast<size_t>(me)];
-  std::string contribution;
-  for (size_t round = 0; round < round_count; ++round) {
-    contribution.clear();
-    if (round < my_rounds.size()) {
-      for (size_t k : my_rounds[round]) {
-        if (transfers[k].to == me) {
-          cb.deliver(k, cb.produce(k));
-          continue;
-        }
+  const Rounds rounds = cut_rounds(transfers, world, batch_bytes);
+  // This rank's transfers by round (sent or received), in transfer order.
+  std::vector<std::vector<size_t>> mine(rounds.count);
+  for (size_t k = 0; k < transfers.size(); ++k) {
+    if (transfers[k].from == me || transfers[k].to == me) mine[rounds.of_transfer[k]].push_back(k);
+  }
+  std::vector<std::string> parts(world);
+  std::map<int, uint64_t> planned;  // bytes expected from each sender this round
+  for (uint32_t round = 0; round < rounds.count; ++round) {
+    for (std::string& part : parts) part.clear();
+    planned.clear();
+    for (const size_t k : mine[round]) {
+      const Transfer& t = transfers[k];
+      if (t.from == me && t.to == me) {
+        cb.deliver(k, cb.produce(k));
+      } else if (t.from == me) {
         const at::Tensor payload = produce_checked(cb, transfers, k).cpu().contiguous();
-        contribution.append(static_cast<const char*>(payload.data_ptr()), transfers[k].bytes);
+        parts[static_cast<size_t>(t.to)].append(static_cast<const char*>(payload.data_ptr()), t.bytes);
+      } else {
+        planned[t.from] += t.bytes;
       }
     }
-    const std::vector<std::string> gathered = comm.all_gather_bytes(contribution);
+    const std::vector<std::string> received = comm.all_to_all_bytes(parts);
     for (size_t from = 0; from < world; ++from) {
-      if (static_cast<int>(from) == me || round >= rounds[from].size()) continue;
-      uint64_t planned = 0;
-      for (size_t k : rounds[from][round]) planned += transfers[k].to == transfers[k].from ? 0 : transfers[k].bytes;
-      if (gathered[from].size() != planned) {
+      const auto expected = planned.find(static_cast<int>(from));
+      const uint64_t bytes = expected == planned.end() ? 0 : expected->second;
+      if (static_cast<int>(from) != me && received[from].size() != bytes) {
         throw ProtocolError(fmt::format("exchange round {}: rank {} sent {} bytes, {} planned", round, from,
-                                        gathered[from].size(), planned));
+                                        received[from].size(), bytes));
       }
-      uint64_t at = 0;
-      for (size_t k : rounds[from][round]) {
-        const Transfer& t = transfers[k];
-        if (t.to == t.from) continue;
-        if (t.to == me) cb.deliver(k, payload_view(gathered[from].data() + at, t.bytes));
-        at += t.bytes;
-      }
+    }
+    std::map<int, uint64_t> at;  // read position in each sender's part
+    for (const size_t k : mine[round]) {
+      const Transfer& t = transfers[k];
+      if (t.to != me || t.from == me) continue;
+      uint64_t& offset = at[t.from];
+      cb.deliver(k, payload_view(received[static_cast<size_t>(t.from)].data() + offset, t.bytes));
+      offset += t.bytes;
     }
   }
 }
-
 }  // namespace
 
 at::Tensor payload_view(const void* data, uint64_t bytes) {
@@ -152,8 +173,8 @@ at::Tensor payload_view(const void* data, uint64_t bytes) {
 
 void exchange(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& callbacks,
               ExchangeMode mode, uint64_t batch_bytes) {
-  if (mode == ExchangeMode::kAllGather) {
-    run_all_gather(comm, transfers, callbacks, batch_bytes);
+  if (mode == ExchangeMode::kRounds) {
+    run_rounds(comm, transfers, callbacks, batch_bytes);
   } else {
     run_point_to_point(comm, transfers, callbacks, batch_bytes);
   }

@@ -4,8 +4,9 @@
 // together before any is waited for, so the exchange cannot deadlock.
 //
 // Transfers to oneself are produced and delivered locally, never sent. Extra
-// memory: one window's payloads, at most batch_bytes moved (point to point),
-// or one round's contributions from every rank (all-gather).
+// memory per rank: one window's payloads, at most batch_bytes moved in all
+// (point to point), or one round's, at most batch_bytes sent and batch_bytes
+// received by the rank (rounds).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,7 +27,10 @@ struct Transfer {
 
 enum class ExchangeMode {
   kPointToPoint,  // windows of at most batch_bytes, each one exchange_tensors batch
-  kAllGather,     // rounds of all_gather_bytes, each rank contributing at most batch_bytes
+  // Rounds of one all-to-all each (fewer, larger collectives): in a round a
+  // rank sends at most batch_bytes and receives at most batch_bytes, and
+  // only its own payloads (a larger transfer has a round alone).
+  kRounds,
 };
 
 struct ExchangeCallbacks {

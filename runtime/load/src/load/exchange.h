@@ -8,7 +8,7 @@
 // still sends (a failure) and nobody waits for bytes that never come; the
 // transfers run to the end and the caller agrees on the errors afterwards.
 // Extra memory: one slab and one message (point to point), or one round's
-// contributions from every rank (all-gather).
+// messages from and to this rank (rounds).
 #pragma once
 
 #include <exception>
@@ -28,7 +28,7 @@ struct ExchangeContext {
   const plan::LoadSchedule& schedule;
   const std::vector<std::vector<plan::PieceNeed>>& needs;  // every rank's, as all-gathered
   const std::vector<TensorRead>& mine;                     // this rank's reads, in the order of needs[rank]
-  uint64_t batch_bytes;  // all-gather: a rank's contribution per round; on one host: a slot of shared memory
+  uint64_t batch_bytes;  // rounds: what a rank sends (and receives) per round; on one host: a slot of shared memory
 };
 
 // Collective. Returns this rank's first read error (or a peer's malformed

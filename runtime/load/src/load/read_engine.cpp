@@ -312,7 +312,7 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
       // Messages first: ranks on other hosts wait for them.
       // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
       error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
-                                                  ? comm::ExchangeMode::kAllGather
+                                                  ? comm::ExchangeMode::kRounds
                                                   : comm::ExchangeMode::kPointToPoint);
       std::exception_ptr host_error;
       if (on_host) host->run(host_error);

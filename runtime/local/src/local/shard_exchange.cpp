@@ -134,7 +134,7 @@ void exchange_kept_shards(const std::vector<KeptShard>& kept, std::vector<Needed
     dest.copy_(payload.to(dest.device()).view(dest.scalar_type()).view(dest.sizes()));
   };
   comm::exchange(comm, plan.transfers, callbacks,
-                 mode == LoadExchange::kAllGather ? comm::ExchangeMode::kAllGather : comm::ExchangeMode::kPointToPoint,
+                 mode == LoadExchange::kAllGather ? comm::ExchangeMode::kRounds : comm::ExchangeMode::kPointToPoint,
                  batch_bytes);
 }
 

@@ -46,8 +46,9 @@ enum class LoadExchange {
   // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
   // every other rank that needs part of it exactly that part, point to point.
   kBroadcast,
-  // Same reads; the parts travel in batched rounds of one all-gather each
-  // (fewer, larger collectives; every rank receives every batch).
+  // Same reads; the parts travel in batched rounds (Megatron's
+  // gather_rounds), one all-to-all each: fewer, larger collectives, and in a
+  // round a rank sends and receives at most exchange_batch_bytes of its own.
   kAllGather,
 };
 LoadExchange parse_load_exchange(const std::string& name);  // "auto", "none", "broadcast", "all_gather"

@@ -64,9 +64,10 @@ struct ToStateDictOptions {
   // Null: the communicator passed to to_state_dict.
   Communicator* parallelization_group = nullptr;
   // How shards kept by another rank (fully parallel) arrive: kBroadcast sends
-  // each point to point, kAllGather batches them into all-gather rounds.
+  // each point to point, kAllGather batches them into rounds of one
+  // all-to-all each.
   LoadExchange exchange = LoadExchange::kBroadcast;
-  uint64_t exchange_batch_bytes = uint64_t{32} << 20;  // kAllGather: bytes per round
+  uint64_t exchange_batch_bytes = uint64_t{32} << 20;  // kAllGather: bytes a rank sends (and receives) per round
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   // As LoadOptions::validate_access_integrity: all ranks' requested main
   // replicas must tile each tensor exactly once (one gather).
