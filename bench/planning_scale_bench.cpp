@@ -22,6 +22,9 @@
 //   checkpoint under the same layout (plan/load_schedule.h): decode every
 //   rank's needs (one piece per tensor of its stage) and compute the whole
 //   schedule, as each rank does today from the all-gathered needs.
+// --mode strict: the *_ALL key check of a load of every tensor (nothing
+//   missing), as each role's real share (load/strict_keys.h); --before: as
+//   it was, every rank's key names all-gathered and merged on every rank.
 // Each tensor is [4096, 4096] bf16 on one pp stage, split on rows over tp and
 // replicated over dp (4 MiB chunks, 1 MiB checksum blocks). tp = 8, pp = 16
 // and dp = ranks / 128, so 512 ranks have dp = 4 and 4096 ranks dp = 32.
@@ -35,9 +38,12 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "format/metadata.h"
+#include "io/checksum.h"
+#include "load/strict_keys.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
@@ -399,6 +405,106 @@ LoadFigures simulate_load(int ranks, int64_t tensors) {
   return f;
 }
 
+// ---- Strict key handling, *_ALL modes -----------------------------------------
+
+struct StrictFigures {
+  double before_s = 0, before_peak_mb = 0, before_messages_mb = 0;
+  std::vector<Step> after;
+};
+
+// The keys rank `rank` requests: every tensor of its stage.
+std::vector<std::string> requested_keys(int rank, int64_t tensors) {
+  std::vector<std::string> keys;
+  for (int64_t t = (rank / kTp) % kPp; t < tensors; t += kPp) keys.push_back(tensor_key(t));
+  return keys;
+}
+
+// A load of every tensor with strict handling *_ALL (nothing missing). Before:
+// every rank all-gathered every rank's key names (a vector of strings each,
+// the wire shape UnrequestedKeys::names has) and checked the stored keys
+// against their union. After (load/strict_keys.h): a rank routes its keys'
+// digests to their owners; the owner that receives the most checks its
+// stored keys; every rank reads the owners' answers (one per rank, empty
+// when nothing is missing).
+StrictFigures simulate_strict(int ranks, int64_t tensors, bool before) {
+  StrictFigures f;
+  loading::StoredKeys stored;
+  stored.where = "the checkpoint";
+  for (int64_t t = 0; t < tensors; ++t) stored.tensors.insert(tensor_key(t));
+  if (before) {
+    // Ranks of one stage send the same names: one message per stage, decoded once per rank.
+    std::vector<std::string> by_stage;
+    uint64_t gathered = 0;
+    for (int64_t pp = 0; pp < kPp; ++pp) {
+      by_stage.push_back(plan::encode_unrequested_keys({{}, requested_keys(static_cast<int>(pp * kTp), tensors)}));
+    }
+    for (int r = 0; r < ranks; ++r) gathered += by_stage[static_cast<size_t>((r / kTp) % kPp)].size();
+    f.before_messages_mb = static_cast<double>(gathered) / 1e6;
+    const Step s = timed("every rank", 0, gathered, [&] {
+      std::set<std::string> everywhere;
+      for (int r = 0; r < ranks; ++r) {
+        for (std::string& k :
+             plan::decode_unrequested_keys(by_stage[static_cast<size_t>((r / kTp) % kPp)], "rank").names)
+          everywhere.insert(std::move(k));
+      }
+      size_t missing = 0;
+      for (const std::string& k : stored.tensors) missing += everywhere.count(k) ? 0 : 1;
+      if (missing != 0) std::abort();
+    });
+    f.before_s = s.seconds;
+    f.before_peak_mb = s.peak_mb + s.input_mb;
+    return f;
+  }
+
+  {  // rank: its request's digests routed to their owners
+    StateDict request = Value::dict();
+    for (const std::string& k : requested_keys(0, tensors)) {
+      request[k] = ShardedTensor::from_rank_offsets(k, at::empty({1}), {});
+    }
+    f.after.push_back(timed("rank (route)", 0, 0, [&] {
+      const std::vector<std::string> routed = loading::route_key_digests(request, stored, ranks);
+      if (routed.size() != static_cast<size_t>(ranks)) std::abort();
+    }));
+  }
+  {  // owner: the one receiving the most digests checks the stored keys it owns
+    std::vector<uint64_t> load_of(static_cast<size_t>(ranks), 0);
+    std::vector<std::vector<int64_t>> owned(static_cast<size_t>(ranks));
+    for (int64_t t = 0; t < tensors; ++t) {
+      const std::string key = tensor_key(t);
+      const auto owner = static_cast<size_t>(io::xxh3(key.data(), key.size()) % static_cast<uint64_t>(ranks));
+      owned[owner].push_back(t);
+      load_of[owner] += static_cast<uint64_t>(ranks / kPp);  // every rank of its stage requests it
+    }
+    const int owner = static_cast<int>(std::max_element(load_of.begin(), load_of.end()) - load_of.begin());
+    std::vector<std::string> routed(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      plan::KeyDigests d;
+      for (const int64_t t : owned[static_cast<size_t>(owner)]) {
+        if (t % kPp != (r / kTp) % kPp) continue;
+        const std::string key = tensor_key(t);
+        d.requested.push_back(io::xxh3(key.data(), key.size()));
+      }
+      if (!d.requested.empty()) routed[static_cast<size_t>(r)] = plan::encode_key_digests(d);
+    }
+    owned.clear();
+    owned.shrink_to_fit();
+    f.after.push_back(timed("owner (check)", owner, bytes_of(routed), [&] {
+      if (!loading::owned_unrequested_keys(stored, routed, owner, ranks).names.empty()) std::abort();
+    }));
+  }
+  {  // rank: every owner's answer (all empty: nothing missing)
+    const std::vector<std::string> answers(static_cast<size_t>(ranks));
+    f.after.push_back(timed("rank (answers)", 0, bytes_of(answers), [&] {
+      size_t names = 0;
+      for (size_t r = 0; r < answers.size(); ++r) {
+        if (!answers[r].empty()) names += plan::decode_unrequested_keys(answers[r], "rank").names.size();
+      }
+      if (names != 0) std::abort();
+    }));
+  }
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,10 +514,12 @@ int main(int argc, char** argv) {
   std::string mode = "partitioned";
   app.add_option("--ranks", ranks, "simulated world sizes (multiples of 128)");
   app.add_option("--tensors", tensors, "tensors in the model");
+  bool before = false;
   app.add_option("--mode", mode,
-                 "partitioned (what save runs), central (everything on the coordinator) or load (a load's "
-                 "planning on each rank)")
-      ->check(CLI::IsMember({"partitioned", "central", "load"}));
+                 "partitioned (what save runs), central (everything on the coordinator), load (a load's "
+                 "planning on each rank) or strict (the *_ALL key check of a load)")
+      ->check(CLI::IsMember({"partitioned", "central", "load", "strict"}));
+  app.add_flag("--before", before, "strict: the check as it was, every rank's key names all-gathered");
   CLI11_PARSE(app, argc, argv);
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
@@ -429,6 +537,29 @@ int main(int argc, char** argv) {
       const LoadFigures f = simulate_load(r, tensors);
       fmt::print("| {} | {} | {:.1f} | {} | {:.2f} | {:.0f} |\n", r, f.needs, f.gathered_mb, f.shared, f.seconds,
                  f.peak_mb);
+    }
+    return 0;
+  }
+  if (mode == "strict") {
+    fmt::print(
+        "| ranks | check | busiest rank | s | peak growth + messages MB | messages in MB "
+        "|\n|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      const StrictFigures f = simulate_strict(r, tensors, before);
+      if (before) {
+        fmt::print("| {} | all-gather of key names (before) | every rank | {:.3f} | {:.0f} | {:.1f} |\n", r, f.before_s,
+                   f.before_peak_mb, f.before_messages_mb);
+      }
+      double total_s = 0, total_mb = 0;
+      for (const Step& s : f.after) {
+        fmt::print("| {} | {} | {} | {:.4f} | {:.1f} | {:.2f} |\n", r, s.role, s.rank, s.seconds,
+                   s.peak_mb + s.input_mb, s.input_mb);
+        total_s += s.seconds;
+        total_mb += s.peak_mb + s.input_mb;
+      }
+      if (!f.after.empty()) {
+        fmt::print("| {} | all steps on one rank (bound) | | **{:.4f}** | **{:.1f}** | |\n", r, total_s, total_mb);
+      }
     }
     return 0;
   }

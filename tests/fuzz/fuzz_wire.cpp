@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -31,7 +30,7 @@ void round_trip(std::string_view bytes, Decode decode, Encode encode) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 19) {
+  switch (which % 20) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },
@@ -46,12 +45,8 @@ void run(uint8_t which, std::string_view m) {
           [](uint64_t done) { return plan::encode_save_progress(done); });
     case 3:
       return round_trip(
-          m,
-          [&](std::string_view b) {
-            const std::vector<std::string> keys = plan::decode_requested_keys(b, from);
-            return std::set<std::string>(keys.begin(), keys.end());
-          },
-          [](const std::set<std::string>& keys) { return plan::encode_requested_keys(keys); });
+          m, [&](std::string_view b) { return plan::decode_key_digests(b, from); },
+          [](const plan::KeyDigests& d) { return plan::encode_key_digests(d); });
     case 4:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_host_name(b, from); },
@@ -118,10 +113,14 @@ void run(uint8_t which, std::string_view m) {
       if (plan::encode_read_plan(again.host, rounds(again)) != encoded) std::abort();
       return;
     }
+    case 18:
+      return round_trip(
+          m, [&](std::string_view b) { return plan::decode_unrequested_keys(b, from); },
+          [](const plan::UnrequestedKeys& k) { return plan::encode_unrequested_keys(k); });
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 18; ++i) {
+      for (uint8_t i = 0; i < 19; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
 
   write_seed(dir, 0, "plan_announcement", plan::encode_plan_announcement({0x1234abcd, 0x99}));
   write_seed(dir, 2, "save_progress", plan::encode_save_progress(1 << 20));
-  write_seed(dir, 3, "requested_keys", plan::encode_requested_keys({"decoder.layers.fc1.weight", "embedding"}));
+  write_seed(dir, 3, "key_digests", plan::encode_key_digests({{0x1234, 0xfeedface}, {0x42}}));
   write_seed(dir, 4, "host_name", plan::encode_host_name("node-17"));
 
   plan::LocalPlan p;
@@ -88,5 +88,6 @@ int main(int argc, char** argv) {
   write_seed(dir, 17, "read_plan",
              plan::encode_read_plan("node-3", {plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}}),
                                                plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
+  write_seed(dir, 18, "unrequested_keys", plan::encode_unrequested_keys({{0xfeedface}, {"decoder.fc1.weight"}}));
   return 0;
 }

@@ -2,9 +2,13 @@
 // a and x, rank 1 for a and y. Unexpected: x (rank 0), y (rank 1).
 // Missing (requested by no rank): b, c.
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include "multirank/checkpoint_fixtures.h"
+#include "support/counting_communicator.h"
 #include "support/ranks.h"
 
 namespace distckpt {
@@ -151,6 +155,51 @@ TEST_F(StrictTest, IgnoreAllSkipsSilently) {
     EXPECT_FALSE(o.result.state_dict.contains("x"));
   }
   EXPECT_EQ(log.joined(), "");
+}
+
+// The *_ALL modes find missing keys through the keys' owners: a requested
+// key's name never leaves its rank (only digests travel), the names of the
+// missing keys are the only ones sent, and the reports are those above.
+TEST(StrictOwners, RequestedKeyNamesNeverLeaveTheirRank) {
+  constexpr int kRanks = 4;
+  TempDir dir("strict_owners");
+  const std::string path = dir.path() + "/ckpt";
+  run_ranks(1, [&](Communicator& comm) {
+    StateDict sd = Value::dict();
+    for (const char* k : {"stored.alpha", "stored.beta", "stored.gamma", "stored.delta"}) sd[k] = whole(k);
+    save(sd, path, comm);
+  });
+  std::mutex mutex;
+  std::vector<std::string> leaked;
+  std::vector<uint64_t> extra_collectives(kRanks);
+  run_ranks(kRanks, [&](Communicator& inner) {
+    const int rank = inner.rank();
+    testing::CommCounts counts;
+    counts.on_message = [&](std::string_view message) {
+      for (const char* name : {"stored.alpha", "stored.gamma", "wanted.by.rank"}) {
+        if (message.find(name) != std::string_view::npos) {
+          std::lock_guard<std::mutex> lock(mutex);
+          leaked.push_back(fmt::format("rank {} sent '{}'", rank, name));
+        }
+      }
+    };
+    testing::CountingCommunicator comm(inner, counts);
+    StateDict sd = Value::dict();
+    sd["alpha"] = whole("stored.alpha", false);
+    if (rank == 2) sd["gamma"] = whole("stored.gamma", false);
+    sd["mine"] = whole(fmt::format("wanted.by.rank.{}", rank), false);
+    const uint64_t before = counts.collectives;
+    const LoadResult r = load(sd, path, comm, {StrictHandling::kReturnAll});
+    EXPECT_EQ(r.unexpected_keys, (Keys{fmt::format("wanted.by.rank.{}", rank)}));
+    EXPECT_EQ(r.missing_keys, (Keys{"stored.beta", "stored.delta"}));
+    EXPECT_TRUE(at::equal(r.state_dict.at("alpha").as_tensor(), at::full({2}, 1.0)));
+    const uint64_t all_mode = counts.collectives - before;
+    load(sd, path, comm, {StrictHandling::kReturnUnexpected});
+    extra_collectives[static_cast<size_t>(rank)] = all_mode - (counts.collectives - before - all_mode);
+  });
+  EXPECT_TRUE(leaked.empty()) << ::testing::PrintToString(leaked);
+  // As when every rank all-gathered the keys: the owners' answers and the agreement on the outcome.
+  EXPECT_EQ(extra_collectives, std::vector<uint64_t>(kRanks, 2));
 }
 
 TEST(StrictNames, ParseAndPrintMegatronSpellings) {

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distckpt/comm/communicator.h"
@@ -15,6 +17,8 @@ namespace distckpt::testing {
 struct CommCounts {
   std::atomic<uint64_t> bytes{0};        // handed to the communicator, messages and tensors
   std::atomic<uint64_t> collectives{0};  // bytes collectives and barriers
+  // Optional: sees every message this rank hands to a bytes collective.
+  std::function<void(std::string_view)> on_message;
 };
 
 class CountingCommunicator final : public Communicator {
@@ -23,27 +27,27 @@ class CountingCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::vector<std::string> all_gather_bytes(std::string_view local) override {
-    count(local.size());
+    count(local);
     return inner_.all_gather_bytes(local);
   }
   std::string broadcast_bytes(std::string_view data, int root) override {
-    count(data.size());
+    count(data);
     return inner_.broadcast_bytes(data, root);
   }
   std::vector<std::string> gather_bytes(std::string_view local, int root) override {
-    count(local.size());
+    count(local);
     return inner_.gather_bytes(local, root);
   }
   std::string scatter_bytes(const std::vector<std::string>& parts, int root) override {
-    count(total(parts));
+    count(parts);
     return inner_.scatter_bytes(parts, root);
   }
   std::vector<std::string> all_to_all_bytes(const std::vector<std::string>& parts) override {
-    count(total(parts));
+    count(parts);
     return inner_.all_to_all_bytes(parts);
   }
   void barrier() override {
-    count(0);
+    count(std::string_view());
     inner_.barrier();
   }
   void broadcast_tensor(at::Tensor& tensor, int root) override {
@@ -59,14 +63,19 @@ class CountingCommunicator final : public Communicator {
   std::optional<std::chrono::milliseconds> timeout() const override { return inner_.timeout(); }
 
  private:
-  void count(uint64_t bytes) {
-    counts_.bytes += bytes;
+  void count(std::string_view message) {
+    counts_.bytes += message.size();
     ++counts_.collectives;
+    if (counts_.on_message) counts_.on_message(message);
   }
-  static uint64_t total(const std::vector<std::string>& parts) {
+  void count(const std::vector<std::string>& parts) {
     uint64_t n = 0;
-    for (const std::string& p : parts) n += p.size();
-    return n;
+    for (const std::string& p : parts) {
+      n += p.size();
+      if (counts_.on_message) counts_.on_message(p);
+    }
+    counts_.bytes += n;
+    ++counts_.collectives;
   }
   Communicator& inner_;
   CommCounts& counts_;

@@ -2,7 +2,6 @@
 // trips, and bytes that are not one raise ProtocolError naming the rank.
 #include <gtest/gtest.h>
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -21,9 +20,14 @@ TEST(WireMessages, ApiMessagesRoundTrip) {
   EXPECT_EQ(a.structure_hash, 7u);
   EXPECT_EQ(a.cached_plan, 9u);
   EXPECT_EQ(plan::decode_save_progress(plan::encode_save_progress(3), "rank 2"), 3u);
-  const std::set<std::string> keys = {"a", std::string("with\0nul", 8), ""};
-  const std::vector<std::string> back = plan::decode_requested_keys(plan::encode_requested_keys(keys), "rank 3");
-  EXPECT_EQ(std::set<std::string>(back.begin(), back.end()), keys);
+  const plan::KeyDigests digests = plan::decode_key_digests(plan::encode_key_digests({{1, ~0ull}, {7}}), "rank 3");
+  EXPECT_EQ(digests.requested, (std::vector<uint64_t>{1, ~0ull}));
+  EXPECT_EQ(digests.stored, (std::vector<uint64_t>{7}));
+  const std::vector<std::string> names = {"a", std::string("with\0nul", 8), ""};
+  const plan::UnrequestedKeys unrequested =
+      plan::decode_unrequested_keys(plan::encode_unrequested_keys({{9}, names}), "rank 3");
+  EXPECT_EQ(unrequested.digests, (std::vector<uint64_t>{9}));
+  EXPECT_EQ(unrequested.names, names);
   EXPECT_EQ(plan::decode_host_name(plan::encode_host_name("node-7"), "rank 4"), "node-7");
 }
 
@@ -54,7 +58,9 @@ TEST(WireMessages, MalformedBytesRaiseProtocolErrorNamingTheRank) {
   EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_plan_announcement("", "rank 5"); }, "rank 5"));
   EXPECT_TRUE(
       throws_with<ProtocolError>([] { plan::decode_save_progress(kGarbage.substr(0, 3), "rank 1"); }, "rank 1"));
-  EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_requested_keys(kGarbage, "rank 2"); }, "requested keys"));
+  EXPECT_TRUE(throws_with<ProtocolError>([] { plan::decode_key_digests(kGarbage, "rank 2"); }, "key digests"));
+  EXPECT_TRUE(
+      throws_with<ProtocolError>([] { plan::decode_unrequested_keys(kGarbage, "rank 2"); }, "unrequested keys"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_inventory(kGarbage, "rank 6"); }, "rank 6"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_copy_status(kGarbage, "rank 6"); }, "rank 6"));
   EXPECT_TRUE(throws_with<ProtocolError>([] { local::decode_shard_needs(kGarbage, "rank 7"); }, "shard needs"));

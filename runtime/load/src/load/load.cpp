@@ -77,10 +77,12 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   loading::KeyMismatch mismatch;
   int io_threads = 0;
   std::optional<loading::DeviceStaging> staging;
+  loading::StoredKeys stored;
   // Each collective costs milliseconds when ranks share cores: the key check
-  // joins the opening's agreement unless its mode gathers keys itself.
+  // joins the opening's agreement, and in the *_ALL modes that collective
+  // also routes the requested keys' digests to their owners.
   const bool keys_collective = loading::key_check_is_collective(options.strict);
-  run_agreed(comm, "open the checkpoint", [&] {
+  const auto open_step = [&] {
     io_threads = resolve_io_threads(options.io_threads);  // rejects a negative count before any collective
     if (options.exchange_batch_bytes == 0) throw UsageError("LoadOptions::exchange_batch_bytes must be positive");
     staging.emplace(options.device_staging_bytes);
@@ -93,14 +95,16 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
         leaf->as_sharded_object().validate_metadata_integrity();
       }
     }
-    if (!keys_collective) mismatch = loading::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
-  });
-
+    if (options.strict != StrictHandling::kAssumeOkUnexpected) stored = loading::stored_keys_of(*reader);
+    if (!keys_collective) mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, options.strict);
+  };
+  const std::vector<std::string> routed_keys =
+      loading::agreed_routing_keys(comm, "open the checkpoint", options.strict, open_step, split.sharded, stored);
   if (keys_collective) {
-    // Every rank reaches the mode's all-gather; a raise on one rank is then agreed on by all.
+    // Every rank reaches the owners' answers; a raise on one rank is then agreed on by all.
     std::exception_ptr key_error;
     try {
-      mismatch = loading::handle_key_mismatch(split.sharded, *reader, comm, options.strict);
+      mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, options.strict, routed_keys);
     } catch (...) {
       key_error = std::current_exception();
     }

@@ -2,10 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
+#include "comm/agreement.h"
 #include "core/quoted_list.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/core/log.h"
+#include "io/checksum.h"
 #include "plan/messages.h"
 
 namespace distckpt::loading {
@@ -16,55 +21,157 @@ const std::string& report_key(const Value& leaf) {
   return leaf.kind() == Kind::kShardedTensor ? leaf.as_sharded_tensor().key : leaf.as_sharded_object().key;
 }
 
-std::set<std::string> global_requested_keys(const std::set<std::string>& local, Communicator& comm) {
-  std::set<std::string> all;
-  const std::vector<std::string> gathered = comm.all_gather_bytes(plan::encode_requested_keys(local));
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    for (std::string& k : plan::decode_requested_keys(gathered[r], fmt::format("rank {}", r))) all.insert(std::move(k));
+uint64_t key_digest(const std::string& key) { return io::xxh3(key.data(), key.size()); }
+
+int owner_of(uint64_t digest, int world) { return static_cast<int>(digest % static_cast<uint64_t>(world)); }
+
+// Calls `f` on every stored key, tensors and objects, in order.
+template <typename F>
+void for_each_stored_key(const StoredKeys& stored, F&& f) {
+  for (const auto* keys : {&stored.tensors, &stored.object_keys}) {
+    for (const std::string& k : *keys) f(k);
   }
-  return all;
+}
+
+// The digests every rank routed here (requested; `asked`: the stored ones,
+// by asking rank, when given).
+std::set<uint64_t> decode_routed(const std::vector<std::string>& routed, int world,
+                                 std::vector<std::vector<uint64_t>>* asked) {
+  if (routed.size() != static_cast<size_t>(world)) {
+    throw ProtocolError(fmt::format("{} key routings for {} ranks", routed.size(), world));
+  }
+  std::set<uint64_t> requested;
+  if (asked) asked->assign(routed.size(), {});
+  for (size_t r = 0; r < routed.size(); ++r) {
+    if (routed[r].empty()) continue;
+    plan::KeyDigests d = plan::decode_key_digests(routed[r], fmt::format("rank {}", r));
+    requested.insert(d.requested.begin(), d.requested.end());
+    if (asked) (*asked)[r] = std::move(d.stored);
+  }
+  return requested;
+}
+
+// The owners' answers, in one agreed collective: an all-gather of names when
+// every rank reads one checkpoint, an all-to-all of digests when each rank
+// stores other keys.
+std::set<std::string> unrequested_keys(const StoredKeys& stored, const std::vector<std::string>& routed,
+                                       Communicator& comm) {
+  std::set<std::string> missing;
+  const std::string phase = "find the stored keys no rank requested";
+  if (!stored.per_rank) {
+    const std::vector<std::string> answers = gather_agreed(comm, phase, [&] {
+      const plan::UnrequestedKeys mine = owned_unrequested_keys(stored, routed, comm.rank(), comm.size());
+      return mine.names.empty() ? std::string() : plan::encode_unrequested_keys(mine);
+    });
+    for (size_t r = 0; r < answers.size(); ++r) {
+      if (answers[r].empty()) continue;
+      for (std::string& k : plan::decode_unrequested_keys(answers[r], fmt::format("rank {}", r)).names) {
+        missing.insert(std::move(k));
+      }
+    }
+    return missing;
+  }
+  const std::vector<std::string> answers =
+      all_to_all_agreed(comm, phase, [&] { return answer_stored_key_questions(routed, comm.size()); });
+  std::map<uint64_t, const std::string*> by_digest;
+  for_each_stored_key(stored, [&](const std::string& k) { by_digest.emplace(key_digest(k), &k); });
+  for (size_t r = 0; r < answers.size(); ++r) {
+    if (answers[r].empty()) continue;
+    for (const uint64_t d : plan::decode_unrequested_keys(answers[r], fmt::format("rank {}", r)).digests) {
+      const auto it = by_digest.find(d);
+      if (it == by_digest.end() || owner_of(d, comm.size()) != static_cast<int>(r)) {
+        throw ProtocolError(
+            fmt::format("rank {} answered about a key digest {:016x} this rank did not ask it about", r, d));
+      }
+      missing.insert(*it->second);
+    }
+  }
+  return missing;
 }
 
 }  // namespace
+
+StoredKeys stored_keys_of(const CheckpointReader& reader) {
+  StoredKeys stored;
+  stored.where = fmt::format("the checkpoint '{}'", reader.dir());
+  for (const TensorRecord& t : reader.index().tensors) stored.tensors.insert(t.key);
+  for (const ObjectRecord& o : reader.index().objects) stored.add_object(o.key, o.unique_key());
+  return stored;
+}
+
+plan::UnrequestedKeys owned_unrequested_keys(const StoredKeys& stored, const std::vector<std::string>& routed, int me,
+                                             int world) {
+  const std::set<uint64_t> requested = decode_routed(routed, world, nullptr);
+  plan::UnrequestedKeys mine;
+  for_each_stored_key(stored, [&](const std::string& k) {
+    const uint64_t d = key_digest(k);
+    if (owner_of(d, world) == me && !requested.count(d)) mine.names.push_back(k);
+  });
+  return mine;
+}
+
+std::vector<std::string> answer_stored_key_questions(const std::vector<std::string>& routed, int world) {
+  std::vector<std::vector<uint64_t>> asked;
+  const std::set<uint64_t> requested = decode_routed(routed, world, &asked);
+  std::vector<std::string> out(routed.size());
+  for (size_t r = 0; r < asked.size(); ++r) {
+    plan::UnrequestedKeys answer;
+    for (const uint64_t d : asked[r]) {
+      if (!requested.count(d)) answer.digests.push_back(d);
+    }
+    if (!answer.digests.empty()) out[r] = plan::encode_unrequested_keys(answer);
+  }
+  return out;
+}
 
 bool key_check_is_collective(StrictHandling mode) {
   return mode == StrictHandling::kLogAll || mode == StrictHandling::kRaiseAll || mode == StrictHandling::kReturnAll;
 }
 
-KeyMismatch handle_key_mismatch(Value& sharded, const CheckpointReader& reader, Communicator& comm,
-                                StrictHandling mode) {
-  if (mode == StrictHandling::kAssumeOkUnexpected) return {};
-  StoredKeys stored;
-  stored.where = fmt::format("the checkpoint '{}'", reader.dir());
-  for (const TensorRecord& t : reader.index().tensors) stored.tensors.insert(t.key);
-  for (const ObjectRecord& o : reader.index().objects) stored.add_object(o.key, o.unique_key());
-  return handle_key_mismatch(sharded, stored, comm, mode);
+std::vector<std::string> route_key_digests(const Value& sharded, const StoredKeys& stored, int world) {
+  std::map<int, plan::KeyDigests> by_owner;  // at most one entry per key
+  std::set<uint64_t> requested;
+  for (const Value* leaf : nested_values(sharded)) requested.insert(key_digest(report_key(*leaf)));
+  for (const uint64_t d : requested) by_owner[owner_of(d, world)].requested.push_back(d);
+  if (stored.per_rank) {
+    std::set<uint64_t> kept;
+    for_each_stored_key(stored, [&](const std::string& k) { kept.insert(key_digest(k)); });
+    for (const uint64_t d : kept) by_owner[owner_of(d, world)].stored.push_back(d);
+  }
+  std::vector<std::string> out(static_cast<size_t>(world));
+  for (const auto& [owner, digests] : by_owner) out[static_cast<size_t>(owner)] = plan::encode_key_digests(digests);
+  return out;
 }
 
-KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Communicator& comm, StrictHandling mode) {
+std::vector<std::string> agreed_routing_keys(Communicator& comm, const std::string& phase, StrictHandling mode,
+                                             const std::function<void()>& step, const Value& sharded,
+                                             const StoredKeys& stored) {
+  if (!key_check_is_collective(mode)) {
+    run_agreed(comm, phase, step);
+    return {};
+  }
+  return all_to_all_agreed(comm, phase, [&] {
+    step();
+    return route_key_digests(sharded, stored, comm.size());
+  });
+}
+
+KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Communicator& comm, StrictHandling mode,
+                                const std::vector<std::string>& routed) {
   KeyMismatch found;
   if (mode == StrictHandling::kAssumeOkUnexpected) return found;
   auto is_stored = [&](const Value& leaf) {
     return leaf.kind() == Kind::kShardedTensor ? stored.tensors.count(leaf.as_sharded_tensor().key) > 0
                                                : stored.object_shards.count(leaf.as_sharded_object().unique_key()) > 0;
   };
-  std::set<std::string> requested;
   bool skip = false;
   for (const Value* leaf : nested_values(sharded)) {
-    requested.insert(report_key(*leaf));
     if (!is_stored(*leaf)) {
       found.unexpected.insert(report_key(*leaf));
       skip = true;
     }
   }
-  if (key_check_is_collective(mode)) {
-    const std::set<std::string> everywhere = global_requested_keys(requested, comm);
-    for (const auto* keys : {&stored.tensors, &stored.object_keys}) {
-      for (const std::string& k : *keys) {
-        if (!everywhere.count(k)) found.missing.insert(k);
-      }
-    }
-  }
+  if (key_check_is_collective(mode)) found.missing = unrequested_keys(stored, routed, comm);
 
   const std::string unexpected_msg = found.unexpected.empty()
                                          ? ""

@@ -88,18 +88,20 @@ void check_loadable(const LocalState& state, Communicator& comm, const ToStateDi
 loading::StoredKeys stored_keys(const LocalState& state, int rank) {
   loading::StoredKeys stored;
   stored.where = fmt::format("the local checkpoint of rank {}", rank);
+  stored.per_rank = true;
   for (const LocalTensorEntry& e : state.tensors) stored.tensors.insert(e.meta.key);
   for (const ShardedObject& o : state.objects) stored.add_object(o.key, o.unique_key());
   return stored;
 }
 
-// Strict handling, with the outcome agreed by every rank.
+// Strict handling, with the outcome agreed by every rank; `routed`: the
+// *_ALL modes' key digests (loading::route_key_digests) routed here.
 loading::KeyMismatch agreed_key_check(SplitStateDict& split, const loading::StoredKeys& stored, Communicator& comm,
-                                      StrictHandling strict) {
+                                      StrictHandling strict, const std::vector<std::string>& routed) {
   loading::KeyMismatch mismatch;
   std::exception_ptr key_error;
   try {
-    mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, strict);
+    mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, strict, routed);
   } catch (...) {
     key_error = std::current_exception();
   }
@@ -373,14 +375,16 @@ LoadResult TensorAwareStateDict::to_state_dict(const StateDict& sharded_state_di
   SplitStateDict split;
   loading::StoredKeys stored;
   TensorAwareAlgo algo = TensorAwareAlgo::kAtomic;
-  run_agreed(comm, "prepare the tensor-aware state dict for loading", [&] {
+  const auto prepare = [&] {
     algo = options.algo.value_or(algorithm());
     check_not_hollow("to_state_dict");
     check_loadable(state_, comm, options);
     split = split_state_dict(apply_factories(sharded_state_dict));
     stored = stored_keys(state_, comm.rank());
-  });
-  loading::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict);
+  };
+  const std::vector<std::string> routed = loading::agreed_routing_keys(
+      comm, "prepare the tensor-aware state dict for loading", options.strict, prepare, split.sharded, stored);
+  loading::KeyMismatch mismatch = agreed_key_check(split, stored, comm, options.strict, routed);
   if (options.validate_access_integrity) loading::validate_access_integrity(split.sharded, comm);
   ShardRequests requests;
   run_agreed(comm, "match the requested shards",

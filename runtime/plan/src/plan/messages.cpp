@@ -32,17 +32,31 @@ uint64_t decode_save_progress(std::string_view bytes, const std::string& origin)
   return plan::verified_message<fb::SaveProgress>(bytes, "save progress report", origin).done();
 }
 
-std::string encode_requested_keys(const std::set<std::string>& keys) {
-  flatbuffers::FlatBufferBuilder b(256);
-  std::vector<flatbuffers::Offset<flatbuffers::String>> out;
-  out.reserve(keys.size());
-  for (const std::string& k : keys) out.push_back(b.CreateString(k));
-  b.Finish(fb::CreateRequestedKeys(b, b.CreateVector(out)));
+std::string encode_key_digests(const KeyDigests& digests) {
+  flatbuffers::FlatBufferBuilder b(64 + 8 * (digests.requested.size() + digests.stored.size()));
+  b.Finish(fb::CreateKeyDigests(b, b.CreateVector(digests.requested), b.CreateVector(digests.stored)));
   return plan::message_bytes(b);
 }
 
-std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin) {
-  return plan::strings(plan::verified_message<fb::RequestedKeys>(bytes, "requested keys", origin).keys());
+KeyDigests decode_key_digests(std::string_view bytes, const std::string& origin) {
+  constexpr const char* kWhat = "key digests";
+  const auto& m = plan::verified_message<fb::KeyDigests>(bytes, kWhat, origin);
+  return KeyDigests{plan::scalars(m.requested(), kWhat, origin), plan::scalars(m.stored(), kWhat, origin)};
+}
+
+std::string encode_unrequested_keys(const UnrequestedKeys& keys) {
+  flatbuffers::FlatBufferBuilder b(64 + 8 * keys.digests.size());
+  std::vector<flatbuffers::Offset<flatbuffers::String>> names;
+  names.reserve(keys.names.size());
+  for (const std::string& k : keys.names) names.push_back(b.CreateString(k));
+  b.Finish(fb::CreateUnrequestedKeys(b, b.CreateVector(keys.digests), b.CreateVector(names)));
+  return plan::message_bytes(b);
+}
+
+UnrequestedKeys decode_unrequested_keys(std::string_view bytes, const std::string& origin) {
+  constexpr const char* kWhat = "unrequested keys";
+  const auto& m = plan::verified_message<fb::UnrequestedKeys>(bytes, kWhat, origin);
+  return UnrequestedKeys{plan::scalars(m.digests(), kWhat, origin), plan::strings(m.names())};
 }
 
 std::string encode_host_name(const std::string& name) {

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +31,21 @@ struct CommonLeafHashes {
 std::string encode_common_leaf_hashes(const CommonLeafHashes& h);
 CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::string& origin);
 
-std::string encode_requested_keys(const std::set<std::string>& keys);
-std::vector<std::string> decode_requested_keys(std::string_view bytes, const std::string& origin);
+// Strict key handling (*_ALL modes): what a rank sends a key's owner.
+struct KeyDigests {
+  std::vector<uint64_t> requested;  // keys the rank requests
+  std::vector<uint64_t> stored;     // keys it stores, asked about (ranks storing different keys)
+};
+std::string encode_key_digests(const KeyDigests& digests);
+KeyDigests decode_key_digests(std::string_view bytes, const std::string& origin);
+
+// An owner's answer: stored keys no rank requested.
+struct UnrequestedKeys {
+  std::vector<uint64_t> digests;   // to a rank that asked about them
+  std::vector<std::string> names;  // to every rank, when all read one checkpoint
+};
+std::string encode_unrequested_keys(const UnrequestedKeys& keys);
+UnrequestedKeys decode_unrequested_keys(std::string_view bytes, const std::string& origin);
 
 std::string encode_host_name(const std::string& name);
 std::string decode_host_name(std::string_view bytes, const std::string& origin);
