@@ -22,6 +22,9 @@
 //   checkpoint under the same layout (plan/load_schedule.h): decode every
 //   rank's needs (one piece per tensor of its stage) and compute the whole
 //   schedule, as each rank does today from the all-gathered needs.
+// --mode local / dry_run: the partitioned steps a tensor-aware state dict's
+//   fully parallel distribution / dry_run_save runs (the save's, without the
+//   metadata; dry_run assembles the index on every rank).
 // --mode strict: the *_ALL key check of a load of every tensor (nothing
 //   missing), as each role's real share (load/strict_keys.h); --before: as
 //   it was, every rank's key names all-gathered and merged on every rank.
@@ -517,8 +520,9 @@ int main(int argc, char** argv) {
   bool before = false;
   app.add_option("--mode", mode,
                  "partitioned (what save runs), central (everything on the coordinator), load (a load's "
-                 "planning on each rank) or strict (the *_ALL key check of a load)")
-      ->check(CLI::IsMember({"partitioned", "central", "load", "strict"}));
+                 "planning on each rank), strict (the *_ALL key check of a load), local (a tensor-aware state "
+                 "dict's fully parallel distribution) or dry_run (dry_run_save)")
+      ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run"}));
   app.add_flag("--before", before, "strict: the check as it was, every rank's key names all-gathered");
   CLI11_PARSE(app, argc, argv);
   for (const int r : ranks) {
@@ -578,6 +582,28 @@ int main(int argc, char** argv) {
   fmt::print(
       "| ranks | shard plans | role | busiest rank | s | peak growth MB | messages in MB |\n"
       "|---|---|---|---|---|---|---|\n");
+  if (mode == "local" || mode == "dry_run") {
+    // The save's partitioned steps without the metadata: a tensor-aware
+    // state dict stops once the writers (keepers) are decided; a dry run
+    // then assembles the index on every rank from every planner's records,
+    // as the save's coordinator does.
+    for (const int r : ranks) {
+      Figures f{};
+      double total_s = 0, total_mb = 0;
+      for (const Step& s : simulate_partitioned(r, tensors, f)) {
+        const bool assemble = std::string(s.role) == "assemble";
+        if (assemble && mode == "local") continue;
+        fmt::print("| {} | {} | {} | {} | {:.3f} | {:.1f} | {:.1f} |\n", r, f.shard_plans,
+                   assemble ? "assemble (every rank)" : s.role, assemble ? "all" : std::to_string(s.rank), s.seconds,
+                   s.peak_mb, s.input_mb);
+        total_s += s.seconds;
+        total_mb += s.peak_mb + s.input_mb;
+      }
+      fmt::print("| {} | {} | all roles on one rank (bound) | | **{:.3f}** | **{:.1f}** (growth + messages) | |\n", r,
+                 f.shard_plans, total_s, total_mb);
+    }
+    return 0;
+  }
   for (const int r : ranks) {
     Figures f{};
     const std::vector<Step> steps = simulate_partitioned(r, tensors, f);

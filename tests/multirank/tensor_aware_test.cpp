@@ -95,7 +95,7 @@ TEST(TensorAware, FullyParallelKeepsEachReplicatedShardOnceAndExchanges) {
       back.insert_tensors(std::move(tensors));
       ToStateDictOptions options;
       options.exchange = mode;
-      options.exchange_batch_bytes = 64;  // several all-gather rounds
+      options.exchange_batch_bytes = 64;  // several rounds
       expect_model_values(back.to_state_dict(model(comm.rank(), false), comm, options), comm.rank());
     });
     // Each distinct shard is kept by exactly one rank: qkv x2 (tp), norm x1,

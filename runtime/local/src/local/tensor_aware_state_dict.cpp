@@ -16,18 +16,19 @@
 #include "load/strict_keys.h"
 #include "local/messages.h"
 #include "local/shard_exchange.h"
-#include "plan/global_plan.h"
 #include "plan/local_plan.h"
-#include "plan/validate.h"
+#include "plan/partitioned_plan.h"
 
 namespace distckpt {
 namespace {
 
-// Fully parallel: which of this rank's tensors it keeps. Every rank's plan is
-// gathered, the global sharding validated, and each replicated shard given to
-// the holder with the fewest bytes so far (the save's balanced writers).
-// With a parallelization group only its members are gathered: they hold part
-// of the sharding, so only dtype and shape agreement can be checked.
+// Fully parallel: which of this rank's tensors it keeps, decided as save()
+// decides writers, by partitioned planning (plan/partitioned_plan.h): the
+// global sharding validated and each replicated shard given to one of its
+// holders, balanced within each set of holders, in four agreed all-to-alls
+// in which no rank holds every rank's plan. With a parallelization group
+// only its members take part: they hold part of the sharding, so only dtype
+// and shape agreement can be checked.
 std::vector<bool> distribute(plan::LocalPlan local, Communicator& comm, bool whole_world) {
   local.rank = comm.rank();
   // Replica ids are global: a group may hold no main replica of a shard its
@@ -35,12 +36,20 @@ std::vector<bool> distribute(plan::LocalPlan local, Communicator& comm, bool who
   if (!whole_world) {
     for (plan::ShardPlan& s : local.tensors) s.replica_id = ReplicaId(std::vector<int64_t>(s.replica_id.size(), 0));
   }
-  const std::vector<plan::LocalPlan> plans =
-      plan::decode_local_plans(comm.all_gather_bytes(plan::encode_local_plan(local)));
-  plan::validate_global_plan(plans, /*check_access=*/whole_world);
+  const int world = comm.size();
+  const std::vector<std::string> routed =
+      all_to_all_agreed(comm, "route the shard plans", [&] { return plan::route_local_plan(local, world); });
+  plan::PlannerShare share;
+  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
+    share = plan::plan_share(routed, WriterPolicy::kBalanced, /*check_access=*/whole_world);
+    return plan::shared_shards_by_balancer(share, world);
+  });
+  const std::vector<std::string> choices =
+      all_to_all_agreed(comm, "balance the kept shards", [&] { return plan::balance_shares(to_balance); });
+  const std::vector<std::string> decisions = all_to_all_agreed(
+      comm, "choose the keepers", [&] { return plan::decide_share(share, choices, world, /*coordinator=*/-1); });
   std::vector<bool> kept(local.tensors.size(), false);
-  const std::vector<std::vector<uint32_t>> writers = plan::distribute_writers(plans, WriterPolicy::kBalanced);
-  for (uint32_t item : writers[static_cast<size_t>(comm.rank())]) {
+  for (const uint32_t item : plan::assignment_from_decisions(decisions, local)) {
     if (item < kept.size()) kept[item] = true;
   }
   // Empty shards are never assigned a writer; there is nothing to exchange.

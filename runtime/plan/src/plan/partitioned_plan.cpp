@@ -235,8 +235,7 @@ std::vector<std::string> balance_shares(const std::vector<std::string>& received
   return out;
 }
 
-std::vector<std::string> decide_share(PlannerShare& share, const std::vector<std::string>& choices, int world,
-                                      int coordinator) {
+void apply_writer_choices(PlannerShare& share, const std::vector<std::string>& choices) {
   const Grouping& g = share.grouping;
   for (size_t b = 0; b < choices.size(); ++b) {
     if (choices[b].empty()) continue;
@@ -253,15 +252,26 @@ std::vector<std::string> decide_share(PlannerShare& share, const std::vector<std
   if (std::count(share.writer.begin(), share.writer.end(), kShared) > 0) {
     throw ProtocolError("a shared shard got no writer from its balancer");
   }
+}
+
+std::vector<std::string> decide_share(PlannerShare& share, const std::vector<std::string>& choices, int world,
+                                      int coordinator) {
+  apply_writer_choices(share, choices);
+  const Grouping& g = share.grouping;
   std::map<int, std::vector<uint32_t>> items_of_rank;
   for (const int64_t w : share.writer) {
     if (w < 0) continue;
     const ItemRef& ref = g.refs[static_cast<size_t>(w)];
     items_of_rank[share.plans[ref.plan].rank].push_back(share.items[ref.plan][ref.item]);
   }
+  std::vector<std::string> out(static_cast<size_t>(world));
+  if (coordinator < 0) {
+    for (auto& [rank, items] : items_of_rank)
+      out[static_cast<size_t>(rank)] = encode_plan_decision({std::move(items), {}});
+    return out;
+  }
   PlanDecision to_coordinator{std::move(items_of_rank[coordinator]), planned_records(share.plans, g, share.writer)};
   items_of_rank.erase(coordinator);
-  std::vector<std::string> out(static_cast<size_t>(world));
   for (auto& [rank, items] : items_of_rank)
     out[static_cast<size_t>(rank)] = encode_plan_decision({std::move(items), {}});
   if (!to_coordinator.items.empty() || !to_coordinator.records.tensors.empty() ||

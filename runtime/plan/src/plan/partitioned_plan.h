@@ -55,7 +55,12 @@ std::vector<std::string> shared_shards_by_balancer(const PlannerShare& share, in
 // balance: `received[p]` is what planner p sent; the answer, part p for planner p.
 std::vector<std::string> balance_shares(const std::vector<std::string>& received);
 
-// decide: `choices[b]` is balancer b's answer; part r for rank r.
+// decide, first half: the balancers' writers into `share.writer`
+// (`choices[b]` is balancer b's answer).
+void apply_writer_choices(PlannerShare& share, const std::vector<std::string>& choices);
+// decide: apply_writer_choices, then the decisions, part r for rank r. The
+// coordinator also gets the metadata records of the planner's keys; with
+// `coordinator` -1 nobody does (a decision on writers only).
 std::vector<std::string> decide_share(PlannerShare& share, const std::vector<std::string>& choices, int world,
                                       int coordinator);
 

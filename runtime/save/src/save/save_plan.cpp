@@ -218,21 +218,31 @@ StorageIndex dry_run(const StateDict& state_dict, Communicator& comm, const Save
   p.options = options;
   p.rank = comm.rank();
   p.world_size = comm.size();
-  const std::vector<std::string> plans = gather_agreed(comm, "describe the state dict", [&] {
+  const int world = comm.size();
+  // Planned as save() plans (plan_from_scratch): no rank holds every rank's plan.
+  const std::vector<std::string> routed = all_to_all_agreed(comm, "describe the state dict", [&] {
     if (!options.format.is_detected() && options.format != StorageFormat::distckpt()) {
       throw UsageError(
           fmt::format("dry_run_save describes saves in the distckpt format, not {}", options.format.name()));
     }
     p.coordinator = checked_options(options, comm);
-    return plan::encode_local_plan(describe_local(p, state_dict, /*coordinator=*/false));
+    return plan::route_local_plan(describe_local(p, state_dict, /*coordinator=*/false), world);
   });
-  // Every rank plans, so every rank gets the index without another collective.
+  plan::PlannerShare share;
+  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
+    share = plan::plan_share(routed, options.writers, options.validate_access_integrity);
+    return plan::shared_shards_by_balancer(share, world);
+  });
+  const std::vector<std::string> choices =
+      all_to_all_agreed(comm, "balance the writers", [&] { return plan::balance_shares(to_balance); });
+  // Every rank gets every planner's records and builds the index itself.
+  const std::vector<std::string> records = gather_agreed(comm, "choose the writers", [&] {
+    plan::apply_writer_choices(share, choices);
+    return plan::encode_plan_decision({{}, plan::planned_records(share.plans, share.grouping, share.writer)});
+  });
   StorageIndex index;
-  run_agreed(comm, "validate the global sharding", [&] {
-    index = std::move(
-        plan::make_global_save_plan(plan::decode_local_plans(plans), options.writers, options.validate_access_integrity)
-            .skeleton);
-  });
+  run_agreed(comm, "assemble the index",
+             [&] { index = std::move(plan::global_plan_from_decisions(records, world).skeleton); });
   return index;
 }
 

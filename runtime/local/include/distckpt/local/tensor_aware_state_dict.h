@@ -79,12 +79,13 @@ class TensorAwareStateDict {
   // Factories applied, non-persistent entries dropped (they come back from
   // the request in to_state_dict). kFullyParallel (the default, as in
   // Megatron) is collective: it validates the global sharding and gives each
-  // replicated shard to one of its holders, within `parallelization_group`
-  // when given (e.g. the data-parallel group: each group keeps one copy of
-  // what its members replicate; the global sharding is then not validated,
-  // only each group's members gathered). kAtomic is local: every rank keeps
-  // all of its shards. The tensors are referenced, not copied:
-  // copy_tensors_to_cpu() stages them.
+  // replicated shard to one of its holders, planned as save() plans writers
+  // (partitioned: no rank holds every rank's plan), within
+  // `parallelization_group` when given (e.g. the data-parallel group: each
+  // group keeps one copy of what its members replicate; the global sharding
+  // is then not validated, only each group's members take part). kAtomic is
+  // local: every rank keeps all of its shards. The tensors are referenced,
+  // not copied: copy_tensors_to_cpu() stages them.
   static TensorAwareStateDict from_state_dict(const StateDict& sharded_state_dict, Communicator& comm,
                                               TensorAwareAlgo algo = TensorAwareAlgo::kFullyParallel,
                                               const std::shared_ptr<ShardDistributionCache>& cache = nullptr,

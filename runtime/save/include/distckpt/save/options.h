@@ -61,8 +61,8 @@ struct SaveOptions {
   // Write with O_DIRECT where the file system allows it (falls back to
   // buffered writes, e.g. on tmpfs). Data is fsync'ed either way.
   bool direct_io = true;
-  // Reuse planning (gathered plans, validation, writer choice, metadata
-  // skeleton) while every rank's state dict keeps its structure. The same
+  // Reuse planning (validation, writer choice, metadata skeleton) while every
+  // rank's state dict keeps its structure. The same
   // cache object must be passed on every rank; null = plan every save.
   std::shared_ptr<SavePlanCache> plan_cache{};
   // Recorded in the metadata (the generated API fills these).
@@ -87,8 +87,8 @@ struct SaveOptions {
   // that check (dtype and shape agreement stay): planning at huge scale gets
   // cheaper, and a wrong sharding then makes a checkpoint a load refuses.
   bool validate_access_integrity = true;
-  // The rank that gathers the plans, validates them, claims the directory,
-  // writes the metadata and commits (DCP's coordinator_rank); its common
+  // The rank that claims the directory, assembles and writes the metadata
+  // and commits (DCP's coordinator_rank); its common
   // state and content_metadata are the ones saved. The same on every rank.
   int coordinator_rank = 0;
   SaveTransform transform{};

@@ -1,7 +1,8 @@
 // Reusing a save plan while the state dict keeps its structure.
 //
-// Planning a save gathers every rank's plan on the coordinator, validates the
-// global sharding, chooses writers and lays out the metadata. When every
+// Planning a save validates the global sharding, chooses writers and lays
+// out the metadata, in four all-to-alls among every rank (partitioned: no
+// rank holds every rank's plan). When every
 // rank's plan has the same structure as last time (same keys, dtypes,
 // shapes, boxes, replica ids; tensor values and object sizes may change), all
 // of that is reused: the only planning collective left is one all-gather of

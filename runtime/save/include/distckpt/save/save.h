@@ -40,8 +40,9 @@ SaveReport save(const StateDict& sharded_state_dict, StorageWriter& writer, Comm
 // aside), and the index the checkpoint would have returned on every rank: keys,
 // stored dtypes (SaveOptions::transform applied), global shapes, the chunks
 // and the file (and writer rank) of each, byte lengths; offsets and checksums
-// stay 0, as only writing decides them. Collective; touches no storage, and
-// every rank builds the index itself (memory O(all chunks) on each).
+// stay 0, as only writing decides them. Collective; touches no storage.
+// Planned as save() plans; then every rank builds the index itself from
+// every planner's records (memory O(all chunks) on each).
 StorageIndex dry_run_save(const StateDict& sharded_state_dict, Communicator& comm, const SaveOptions& options = {});
 
 }  // namespace distckpt
