@@ -47,6 +47,7 @@
 #include "format/metadata.h"
 #include "io/checksum.h"
 #include "load/strict_keys.h"
+#include "local/messages.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
@@ -231,20 +232,29 @@ uint64_t bytes_of(const std::vector<std::string>& messages) {
   return n;
 }
 
-std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
+// Who runs the partitioned steps: a save (announcements, records to the
+// coordinator, metadata), a tensor-aware state dict (structure
+// announcements, keepers only) or dry_run_save (no announcements, the index
+// assembled on every rank).
+enum class Planning { kSave, kLocal, kDryRun };
+
+std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f, Planning who = Planning::kSave) {
   const int64_t dp = ranks / (kTp * kPp);
   std::vector<Step> steps;
   f.shard_plans = static_cast<uint64_t>(ranks) * static_cast<uint64_t>((tensors + kPp - 1) / kPp);
 
-  // rank: every announcement decoded (prepare_save), its own plan routed.
+  // rank: every announcement decoded (prepare_save; a tensor-aware state
+  // dict's cache check), its own plan routed.
   {
-    const std::vector<std::string> announced(static_cast<size_t>(ranks),
-                                             plan::encode_plan_announcement({0x1234, 0x99, 0x77, 0}));
+    const std::string announcement = who == Planning::kSave ? plan::encode_plan_announcement({0x1234, 0x99, 0x77, 0})
+                                                            : local::encode_structure_announcement({0x1234, 0x99});
+    const std::vector<std::string> announced(who == Planning::kDryRun ? 0 : static_cast<size_t>(ranks), announcement);
     const plan::LocalPlan own = rank_plan(0, tensors);
     steps.push_back(timed("rank", 0, bytes_of(announced), [&] {
-      uint64_t sum = 0;
+      uint64_t sum = 1;
       for (size_t r = 0; r < announced.size(); ++r) {
-        sum += plan::decode_plan_announcement(announced[r], "rank").structure_hash;
+        sum += who == Planning::kSave ? plan::decode_plan_announcement(announced[r], "rank").structure_hash
+                                      : local::decode_structure_announcement(announced[r], "rank").structure_hash;
       }
       const std::vector<std::string> routed = plan::route_local_plan(own, ranks);
       if (sum == 0 || routed.empty()) std::abort();
@@ -326,15 +336,17 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
     std::vector<std::string> choices(static_cast<size_t>(ranks));
     for (const auto& [b, c] : by_balancer) choices[static_cast<size_t>(b)] = plan::encode_writer_choices(c);
     steps.push_back(timed("decide", planner, bytes_of(choices), [&] {
-      const std::vector<std::string> decisions = plan::decide_share(share, choices, ranks, 0);
+      const std::vector<std::string> decisions =
+          plan::decide_share(share, choices, ranks, who == Planning::kSave ? 0 : -1);
       if (decisions.size() != static_cast<size_t>(ranks)) std::abort();
     }));
   }
   share = {};
 
-  // assemble: the coordinator (rank 0) merges every planner's records.
+  // assemble: the coordinator (rank 0) merges every planner's records (a
+  // dry run: every rank does).
   plan::GlobalSavePlan global;
-  {
+  if (who != Planning::kLocal) {
     std::map<int, plan::PlanDecision> by_planner;
     const plan::LocalPlan own = rank_plan(0, tensors);
     for (int64_t t = 0; t < tensors; ++t) {
@@ -354,7 +366,7 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
       decisions[static_cast<size_t>(p)] = plan::encode_plan_decision(d);
     }
     by_planner.clear();
-    steps.push_back(timed("assemble", 0, bytes_of(decisions), [&] {
+    steps.push_back(timed(who == Planning::kSave ? "assemble" : "assemble (every rank)", 0, bytes_of(decisions), [&] {
       const std::vector<uint32_t> mine = plan::assignment_from_decisions(decisions, own);
       global = plan::global_plan_from_decisions(decisions, ranks);
       if (mine.size() > own.item_count()) std::abort();
@@ -366,7 +378,7 @@ std::vector<Step> simulate_partitioned(int ranks, int64_t tensors, Figures& f) {
     f.plan_s += s.seconds;
     f.plan_peak_mb += s.peak_mb + s.input_mb;
   }
-  metadata_phase(global, f);
+  if (who == Planning::kSave) metadata_phase(global, f);
   return steps;
 }
 
@@ -585,17 +597,15 @@ int main(int argc, char** argv) {
   if (mode == "local" || mode == "dry_run") {
     // The save's partitioned steps without the metadata: a tensor-aware
     // state dict stops once the writers (keepers) are decided; a dry run
-    // then assembles the index on every rank from every planner's records,
-    // as the save's coordinator does.
+    // then assembles the index on every rank from every planner's records.
     for (const int r : ranks) {
       Figures f{};
       double total_s = 0, total_mb = 0;
-      for (const Step& s : simulate_partitioned(r, tensors, f)) {
-        const bool assemble = std::string(s.role) == "assemble";
-        if (assemble && mode == "local") continue;
-        fmt::print("| {} | {} | {} | {} | {:.3f} | {:.1f} | {:.1f} |\n", r, f.shard_plans,
-                   assemble ? "assemble (every rank)" : s.role, assemble ? "all" : std::to_string(s.rank), s.seconds,
-                   s.peak_mb, s.input_mb);
+      for (const Step& s :
+           simulate_partitioned(r, tensors, f, mode == "local" ? Planning::kLocal : Planning::kDryRun)) {
+        const bool everywhere = std::string(s.role) == "assemble (every rank)";
+        fmt::print("| {} | {} | {} | {} | {:.3f} | {:.1f} | {:.1f} |\n", r, f.shard_plans, s.role,
+                   everywhere ? "all" : std::to_string(s.rank), s.seconds, s.peak_mb, s.input_mb);
         total_s += s.seconds;
         total_mb += s.peak_mb + s.input_mb;
       }

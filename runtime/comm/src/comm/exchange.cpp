@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <string>
 #include <utility>
@@ -132,6 +133,9 @@ void run_rounds(Communicator& comm, const std::vector<Transfer>& transfers, cons
   }
   std::vector<std::string> parts(world);
   std::map<int, uint64_t> planned;  // bytes expected from each sender this round
+  // A peer that sent other bytes than planned is reported after the last
+  // round: every rank runs every round's collective, so none is left waiting.
+  std::exception_ptr mismatch;
   for (uint32_t round = 0; round < rounds.count; ++round) {
     for (std::string& part : parts) part.clear();
     planned.clear();
@@ -147,23 +151,28 @@ void run_rounds(Communicator& comm, const std::vector<Transfer>& transfers, cons
       }
     }
     const std::vector<std::string> received = comm.all_to_all_bytes(parts);
+    std::vector<bool> matches(world, true);
     for (size_t from = 0; from < world; ++from) {
       const auto expected = planned.find(static_cast<int>(from));
       const uint64_t bytes = expected == planned.end() ? 0 : expected->second;
       if (static_cast<int>(from) != me && received[from].size() != bytes) {
-        throw ProtocolError(fmt::format("exchange round {}: rank {} sent {} bytes, {} planned", round, from,
-                                        received[from].size(), bytes));
+        matches[from] = false;
+        if (!mismatch) {
+          mismatch = std::make_exception_ptr(ProtocolError(fmt::format(
+              "exchange round {}: rank {} sent {} bytes, {} planned", round, from, received[from].size(), bytes)));
+        }
       }
     }
     std::map<int, uint64_t> at;  // read position in each sender's part
     for (const size_t k : mine[round]) {
       const Transfer& t = transfers[k];
-      if (t.to != me || t.from == me) continue;
+      if (t.to != me || t.from == me || !matches[static_cast<size_t>(t.from)]) continue;
       uint64_t& offset = at[t.from];
       cb.deliver(k, payload_view(received[static_cast<size_t>(t.from)].data() + offset, t.bytes));
       offset += t.bytes;
     }
   }
+  if (mismatch) std::rethrow_exception(mismatch);
 }
 }  // namespace
 

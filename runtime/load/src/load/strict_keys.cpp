@@ -66,6 +66,10 @@ std::set<std::string> unrequested_keys(const StoredKeys& stored, const std::vect
     for (size_t r = 0; r < answers.size(); ++r) {
       if (answers[r].empty()) continue;
       for (std::string& k : plan::decode_unrequested_keys(answers[r], fmt::format("rank {}", r)).names) {
+        const bool is_stored = stored.tensors.count(k) > 0 || stored.object_keys.count(k) > 0;
+        if (!is_stored || owner_of(key_digest(k), comm.size()) != static_cast<int>(r)) {
+          throw ProtocolError(fmt::format("rank {} answered for key '{}', which is not a stored key it owns", r, k));
+        }
         missing.insert(std::move(k));
       }
     }

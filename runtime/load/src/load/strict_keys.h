@@ -6,7 +6,9 @@
 // of its requested keys to their owners (digest modulo the world, inside an
 // agreement the caller already runs), and the owners report the stored keys
 // they own that no rank requested, to every rank when all read one
-// checkpoint, else to the ranks that store them.
+// checkpoint, else to the ranks that store them. Keys are compared by
+// 64-bit digest: a stored key whose digest equals a requested key's would
+// go unreported (odds about 2^-64 per pair).
 #pragma once
 
 #include <functional>
