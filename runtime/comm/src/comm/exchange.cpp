@@ -82,9 +82,10 @@ void run_point_to_point(Communicator& comm, const std::vector<Transfer>& transfe
 
 // The round of every transfer, cut in global order so that no rank sends
 // more than batch_bytes in a round, nor receives more (a larger transfer is
-// all that its sender sends and its receiver receives in its round). A transfer goes in the first round at or after
-// its sender's and its receiver's latest where both still have room, so the
-// transfers of one pair keep their order. Every rank computes the same.
+// all that its sender sends and its receiver receives in its round). A
+// transfer goes in the first round at or after its sender's and its
+// receiver's latest where both still have room, so the transfers of one pair
+// keep their order. Every rank computes the same.
 struct Rounds {
   std::vector<uint32_t> of_transfer;
   uint32_t count = 0;
@@ -108,11 +109,11 @@ Rounds cut_rounds(const std::vector<Transfer>& transfers, size_t world, uint64_t
     Cursor& in = receiving[static_cast<size_t>(t.to)];
     const uint64_t bytes = t.from == t.to ? 0 : t.bytes;  // to oneself: nothing moves
     uint32_t round = std::max(out.round, in.round);
-    const uint64_t sent = out.round == round ? out.used : 0;
-    const uint64_t received = in.round == round ? in.used : 0;
-    if ((sent > 0 && sent + bytes > batch_bytes) || (received > 0 && received + bytes > batch_bytes)) ++round;
-    out = Cursor{round, (out.round == round ? out.used : 0) + bytes};
-    if (t.from != t.to) in = Cursor{round, (in.round == round ? in.used : 0) + bytes};
+    const auto used = [&round](const Cursor& c) { return c.round == round ? c.used : 0; };
+    const auto full = [&](const Cursor& c) { return used(c) > 0 && used(c) + bytes > batch_bytes; };
+    if (full(out) || full(in)) ++round;
+    out = Cursor{round, used(out) + bytes};
+    if (t.from != t.to) in = Cursor{round, used(in) + bytes};
     rounds.of_transfer[k] = round;
     rounds.count = std::max(rounds.count, round + 1);
   }

@@ -29,7 +29,8 @@ enum class ExchangeMode {
   kPointToPoint,  // windows of at most batch_bytes, each one exchange_tensors batch
   // Rounds of one all-to-all each (fewer, larger collectives): in a round a
   // rank sends at most batch_bytes and receives at most batch_bytes, and
-  // only its own payloads (a larger transfer has a round alone).
+  // only its own payloads (a larger transfer is all its sender sends and its
+  // receiver receives in its round).
   kRounds,
 };
 
@@ -48,7 +49,8 @@ struct ExchangeCallbacks {
 };
 
 // Collective. Communication failures throw CommError; a peer whose
-// contribution does not match the transfers throws ProtocolError.
+// contribution does not match the transfers throws ProtocolError (rounds:
+// after the last round, so that every rank runs every round).
 void exchange(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& callbacks,
               ExchangeMode mode, uint64_t batch_bytes);
 

@@ -18,12 +18,13 @@
 #include "local/shard_exchange.h"
 #include "plan/local_plan.h"
 #include "plan/partitioned_plan.h"
+#include "save/partitioned_writers.h"
 
 namespace distckpt {
 namespace {
 
 // Fully parallel: which of this rank's tensors it keeps, decided as save()
-// decides writers, by partitioned planning (plan/partitioned_plan.h): the
+// decides writers, by partitioned planning (save/partitioned_writers.h): the
 // global sharding validated and each replicated shard given to one of its
 // holders, balanced within each set of holders, in four agreed all-to-alls
 // in which no rank holds every rank's plan. With a parallelization group
@@ -36,18 +37,11 @@ std::vector<bool> distribute(plan::LocalPlan local, Communicator& comm, bool who
   if (!whole_world) {
     for (plan::ShardPlan& s : local.tensors) s.replica_id = ReplicaId(std::vector<int64_t>(s.replica_id.size(), 0));
   }
-  const int world = comm.size();
-  const std::vector<std::string> routed =
-      all_to_all_agreed(comm, "route the shard plans", [&] { return plan::route_local_plan(local, world); });
-  plan::PlannerShare share;
-  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
-    share = plan::plan_share(routed, WriterPolicy::kBalanced, /*check_access=*/whole_world);
-    return plan::shared_shards_by_balancer(share, world);
+  saving::BalancedShare b = saving::balance_writers(
+      comm, "route the shard plans", [] {}, local, WriterPolicy::kBalanced, /*check_access=*/whole_world);
+  const std::vector<std::string> decisions = all_to_all_agreed(comm, "choose the keepers", [&] {
+    return plan::decide_share(b.share, b.choices, comm.size(), /*coordinator=*/-1);
   });
-  const std::vector<std::string> choices =
-      all_to_all_agreed(comm, "balance the kept shards", [&] { return plan::balance_shares(to_balance); });
-  const std::vector<std::string> decisions = all_to_all_agreed(
-      comm, "choose the keepers", [&] { return plan::decide_share(share, choices, world, /*coordinator=*/-1); });
   std::vector<bool> kept(local.tensors.size(), false);
   for (const uint32_t item : plan::assignment_from_decisions(decisions, local)) {
     if (item < kept.size()) kept[item] = true;

@@ -18,6 +18,7 @@
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 #include "save/common_check.h"
+#include "save/partitioned_writers.h"
 #include "storage/object_commit.h"
 
 namespace distckpt {
@@ -77,21 +78,14 @@ plan::LocalPlan describe_local(PreparedSave& p, const StateDict& state_dict, boo
   return local;
 }
 
-// Partitioned planning (plan/partitioned_plan.h): four all-to-alls, each
+// Partitioned planning (save/partitioned_writers.h): four all-to-alls, each
 // carrying its step's errors, so no rank ever holds every rank's plan.
 void plan_from_scratch(PreparedSave& p, const plan::LocalPlan& local, Communicator& comm) {
   const int world = comm.size();
-  const std::vector<std::string> routed =
-      all_to_all_agreed(comm, "route the save plan", [&] { return plan::route_local_plan(local, world); });
-  plan::PlannerShare share;
-  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
-    share = plan::plan_share(routed, p.options.writers, p.options.validate_access_integrity);
-    return plan::shared_shards_by_balancer(share, world);
-  });
-  const std::vector<std::string> choices =
-      all_to_all_agreed(comm, "balance the writers", [&] { return plan::balance_shares(to_balance); });
+  BalancedShare b = balance_writers(
+      comm, "route the save plan", [] {}, local, p.options.writers, p.options.validate_access_integrity);
   const std::vector<std::string> decisions = all_to_all_agreed(
-      comm, "choose the writers", [&] { return plan::decide_share(share, choices, world, p.coordinator); });
+      comm, "choose the writers", [&] { return plan::decide_share(b.share, b.choices, world, p.coordinator); });
   run_agreed(comm, "assemble the save plan", [&] {
     p.assignment = plan::assignment_from_decisions(decisions, local);
     if (p.is_coordinator()) {
@@ -218,31 +212,26 @@ StorageIndex dry_run(const StateDict& state_dict, Communicator& comm, const Save
   p.options = options;
   p.rank = comm.rank();
   p.world_size = comm.size();
-  const int world = comm.size();
   // Planned as save() plans (plan_from_scratch): no rank holds every rank's plan.
-  const std::vector<std::string> routed = all_to_all_agreed(comm, "describe the state dict", [&] {
+  plan::LocalPlan local;
+  const auto describe = [&] {
     if (!options.format.is_detected() && options.format != StorageFormat::distckpt()) {
       throw UsageError(
           fmt::format("dry_run_save describes saves in the distckpt format, not {}", options.format.name()));
     }
     p.coordinator = checked_options(options, comm);
-    return plan::route_local_plan(describe_local(p, state_dict, /*coordinator=*/false), world);
-  });
-  plan::PlannerShare share;
-  const std::vector<std::string> to_balance = all_to_all_agreed(comm, "validate the global sharding", [&] {
-    share = plan::plan_share(routed, options.writers, options.validate_access_integrity);
-    return plan::shared_shards_by_balancer(share, world);
-  });
-  const std::vector<std::string> choices =
-      all_to_all_agreed(comm, "balance the writers", [&] { return plan::balance_shares(to_balance); });
+    local = describe_local(p, state_dict, /*coordinator=*/false);
+  };
+  BalancedShare b = balance_writers(comm, "describe the state dict", describe, local, options.writers,
+                                    options.validate_access_integrity);
   // Every rank gets every planner's records and builds the index itself.
   const std::vector<std::string> records = gather_agreed(comm, "choose the writers", [&] {
-    plan::apply_writer_choices(share, choices);
-    return plan::encode_plan_decision({{}, plan::planned_records(share.plans, share.grouping, share.writer)});
+    plan::apply_writer_choices(b.share, b.choices);
+    return plan::encode_plan_decision({{}, plan::planned_records(b.share.plans, b.share.grouping, b.share.writer)});
   });
   StorageIndex index;
   run_agreed(comm, "assemble the index",
-             [&] { index = std::move(plan::global_plan_from_decisions(records, world).skeleton); });
+             [&] { index = std::move(plan::global_plan_from_decisions(records, comm.size()).skeleton); });
   return index;
 }
 
