@@ -18,10 +18,14 @@
 //   assemble  the coordinator: its own items + every planner's records ->
 //             skeleton, files, slots
 //   metadata  as above (write results come from the writers alone)
-// --mode load: what every rank does to plan a fully parallel load of that
-//   checkpoint under the same layout (plan/load_schedule.h): decode every
-//   rank's needs (one piece per tensor of its stage) and compute the whole
-//   schedule, as each rank does today from the all-gathered needs.
+// --mode load: planning a fully parallel load of that checkpoint under the
+//   same layout (every rank needs one piece per tensor of its stage, needed
+//   by every dp replica; 8 ranks per host), partitioned
+//   (load/read_planning.h), as each role's real share on the messages it
+//   would receive: a rank routes its needs; the busiest scheduler schedules
+//   its pieces; a rank merges its share from every scheduler. --before: as
+//   the rounds exchange still plans, every rank decoding every rank's needs
+//   and computing the whole schedule.
 // --mode local / dry_run: the partitioned steps a tensor-aware state dict's
 //   fully parallel distribution / dry_run_save runs (the save's, without the
 //   metadata; dry_run assembles the index on every rank).
@@ -46,6 +50,7 @@
 
 #include "format/metadata.h"
 #include "io/checksum.h"
+#include "load/read_planning.h"
 #include "load/strict_keys.h"
 #include "local/messages.h"
 #include "plan/global_plan.h"
@@ -420,6 +425,96 @@ LoadFigures simulate_load(int ranks, int64_t tensors) {
   return f;
 }
 
+// The needs of `rank`: its tp rows of each tensor of its stage, one stored piece each.
+std::vector<plan::PieceNeed> load_needs(int rank, int64_t tensors) {
+  std::vector<plan::PieceNeed> needs;
+  for (int64_t t = (rank / kTp) % kPp; t < tensors; t += kPp) {
+    needs.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(rank % kTp), shard_of(t, rank).box});
+  }
+  return needs;
+}
+
+std::string host_of(int rank) { return fmt::format("node-{}", rank / 8); }
+
+// Partitioned load planning (load/read_planning.h): each role's real share.
+std::vector<Step> simulate_partitioned_load(int ranks, int64_t tensors, uint64_t& all_needs) {
+  loading::PieceCatalog catalog;
+  catalog.lookup = [](uint32_t, uint32_t piece) {
+    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2};
+  };
+  catalog.check = [](const std::vector<plan::PieceNeed>&, int) {};
+  loading::ReadEngineOptions options;
+  options.slab_bytes = uint64_t{8} << 20;
+  const auto reads_of = [&](int rank) {
+    std::vector<std::vector<loading::TensorRead>> rounds(1);
+    for (const plan::PieceNeed& n : load_needs(rank, tensors)) rounds[0].push_back({n, at::Tensor()});
+    return rounds;
+  };
+  all_needs = static_cast<uint64_t>(ranks) * static_cast<uint64_t>((tensors + kPp - 1) / kPp);
+  // The pieces of each scheduler, and the busiest one.
+  std::map<int, std::vector<std::pair<uint32_t, uint32_t>>> pieces_of;
+  for (uint32_t t = 0; t < tensors; ++t) {
+    for (uint32_t p = 0; p < kTp; ++p) pieces_of[loading::scheduler_of(t, p, ranks)].emplace_back(t, p);
+  }
+  const int busiest = std::max_element(pieces_of.begin(), pieces_of.end(), [](const auto& a, const auto& b) {
+                        return a.second.size() < b.second.size();
+                      })->first;
+  // What every rank sends scheduler `s` (built beforehand, as the senders' work).
+  const std::string nothing = plan::encode_read_plan("", {std::string()});
+  const auto routed_to = [&](int s) {
+    std::vector<std::string> routed(static_cast<size_t>(ranks), nothing);
+    std::map<int, std::vector<plan::PieceNeed>> needs;
+    std::map<int, std::vector<uint32_t>> indices;
+    for (const auto& [t, p] : pieces_of[s]) {
+      for (int r = static_cast<int>((t % kPp) * kTp + p); r < ranks; r += kTp * kPp) {
+        needs[r].push_back({t, p, shard_of(t, r).box});
+        indices[r].push_back(t / kPp);
+      }
+    }
+    for (const auto& [r, n] : needs) {
+      routed[static_cast<size_t>(r)] =
+          plan::encode_read_plan(host_of(r), {plan::encode_needs(r, n, indices[static_cast<int>(r)])});
+    }
+    return routed;
+  };
+  const auto bytes_of = [](const std::vector<std::string>& messages) {
+    uint64_t n = 0;
+    for (const std::string& m : messages) n += m.size();
+    return n;
+  };
+  std::vector<Step> steps;
+  {
+    const auto rounds = reads_of(0);
+    steps.push_back(timed("route (each rank)", 0, 0, [&] {
+      if (loading::route_read_plan(rounds, 0, ranks, host_of(0)).size() != static_cast<size_t>(ranks)) std::abort();
+    }));
+  }
+  {
+    const std::vector<std::string> routed = routed_to(busiest);
+    steps.push_back(timed("schedule (busiest scheduler)", busiest, bytes_of(routed),
+                          [&] { loading::schedule_routed_needs(catalog, routed, options, busiest); }));
+  }
+  {
+    // What rank 0 gets from every scheduler: its shares from the schedulers
+    // of its pieces (each run on everything routed to it), the round count
+    // from the others.
+    std::vector<std::string> told(static_cast<size_t>(ranks), plan::encode_share_message(1, {nullptr}, {}));
+    std::set<int> schedulers;
+    for (const plan::PieceNeed& n : load_needs(0, tensors))
+      schedulers.insert(loading::scheduler_of(n.tensor, n.piece, ranks));
+    for (const int s : schedulers) {
+      told[static_cast<size_t>(s)] = loading::schedule_routed_needs(catalog, routed_to(s), options, s)[0];
+    }
+    const std::vector<std::vector<plan::PieceNeed>> mine = {load_needs(0, tensors)};
+    steps.push_back(timed("merge (each rank)", 0, bytes_of(told), [&] {
+      std::vector<plan::LoadShare> shares;
+      std::vector<bool> within_host;
+      loading::merge_shares(catalog, told, mine, 0, shares, within_host);
+    }));
+  }
+  return steps;
+}
+
 // ---- Strict key handling, *_ALL modes -----------------------------------------
 
 struct StrictFigures {
@@ -535,7 +630,8 @@ int main(int argc, char** argv) {
                  "planning on each rank), strict (the *_ALL key check of a load), local (a tensor-aware state "
                  "dict's fully parallel distribution) or dry_run (dry_run_save)")
       ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run"}));
-  app.add_flag("--before", before, "strict: the check as it was, every rank's key names all-gathered");
+  app.add_flag("--before", before,
+               "strict: the check as it was, every rank's key names all-gathered; load: every rank plans everything");
   CLI11_PARSE(app, argc, argv);
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
@@ -545,7 +641,7 @@ int main(int argc, char** argv) {
   }
 
   fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers, {} planning)\n", tensors, kTp, kPp, mode);
-  if (mode == "load") {
+  if (mode == "load" && before) {
     fmt::print(
         "| ranks | needs (all ranks) | gathered needs MB | shared pieces | each rank: s | each rank: peak growth MB "
         "|\n|---|---|---|---|---|---|\n");
@@ -553,6 +649,24 @@ int main(int argc, char** argv) {
       const LoadFigures f = simulate_load(r, tensors);
       fmt::print("| {} | {} | {:.1f} | {} | {:.2f} | {:.0f} |\n", r, f.needs, f.gathered_mb, f.shared, f.seconds,
                  f.peak_mb);
+    }
+    return 0;
+  }
+  if (mode == "load") {
+    fmt::print(
+        "| ranks | needs (all ranks) | role | busiest rank | s | peak growth + messages MB | messages in MB "
+        "|\n|---|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      uint64_t needs = 0;
+      double total_s = 0, total_mb = 0;
+      for (const Step& s : simulate_partitioned_load(r, tensors, needs)) {
+        fmt::print("| {} | {} | {} | {} | {:.4f} | {:.1f} | {:.2f} |\n", r, needs, s.role, s.rank, s.seconds,
+                   s.peak_mb + s.input_mb, s.input_mb);
+        total_s += s.seconds;
+        total_mb += s.peak_mb + s.input_mb;
+      }
+      fmt::print("| {} | {} | all roles on one rank (bound) | | **{:.4f}** | **{:.1f}** | |\n", r, needs, total_s,
+                 total_mb);
     }
     return 0;
   }

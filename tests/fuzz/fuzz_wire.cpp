@@ -12,6 +12,7 @@
 #include "local/messages.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
+#include "plan/load_share.h"
 #include "plan/local_plan.h"
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
@@ -28,9 +29,40 @@ void round_trip(std::string_view bytes, Decode decode, Encode encode) {
   if (encode(decode(encoded)) != encoded) std::abort();
 }
 
+// A scheduler's share message (plan/load_share.h), merged as rank 1 of 8
+// whose needs are fixed_share_needs() in every staging round.
+const std::vector<plan::PieceNeed>& fixed_share_needs() {
+  static const std::vector<plan::PieceNeed> needs = {
+      {0, 0, {{0, 0}, {4, 8}}}, {0, 1, {{4, 2}, {2, 4}}}, {1, 0, {{0}, {16}}}};
+  return needs;
+}
+
+plan::PieceGeometry fixed_share_piece(uint32_t tensor, uint32_t piece) {
+  if (tensor == 0 && piece < 2) return {{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4};
+  if (tensor == 1 && piece == 0) return {{{0}, {16}}, 2};
+  throw distckpt::ProtocolError("no such piece");
+}
+
+std::string merged_and_encoded(std::string_view m, const std::string& from) {
+  const plan::ShareHeader header = plan::decode_share_header(m, from);
+  if (header.rounds > 8) throw distckpt::ProtocolError("more rounds than this target sizes");
+  const std::vector<std::vector<plan::PieceNeed>> needs(header.rounds, fixed_share_needs());
+  std::vector<plan::LoadShare> shares(header.rounds);
+  for (plan::LoadShare& s : shares) s.slot.assign(fixed_share_needs().size(), -1);
+  plan::merge_share_message(m, from, 1, 8, fixed_share_piece, needs, shares);
+  std::vector<const plan::LoadShare*> parts;
+  for (const plan::LoadShare& s : shares) parts.push_back(s.pieces.empty() ? nullptr : &s);
+  return plan::encode_share_message(header.rounds, parts, header.host_rounds);
+}
+
+void share_round_trip(std::string_view m, const std::string& from) {
+  const std::string encoded = merged_and_encoded(m, from);
+  if (merged_and_encoded(encoded, from) != encoded) std::abort();
+}
+
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 20) {
+  switch (which % 21) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },
@@ -117,10 +149,12 @@ void run(uint8_t which, std::string_view m) {
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_unrequested_keys(b, from); },
           [](const plan::UnrequestedKeys& k) { return plan::encode_unrequested_keys(k); });
+    case 19:
+      return share_round_trip(m, from);
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 19; ++i) {
+      for (uint8_t i = 0; i < 20; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

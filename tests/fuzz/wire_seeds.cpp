@@ -9,6 +9,7 @@
 #include "local/messages.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
+#include "plan/load_share.h"
 #include "plan/local_plan.h"
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
@@ -19,6 +20,24 @@ void write_seed(const std::string& dir, uint8_t which, const std::string& name, 
   std::ofstream out(dir + "/" + name, std::ios::binary);
   out.put(static_cast<char>(which));
   out.write(message.data(), static_cast<std::streamsize>(message.size()));
+}
+
+// Rank 1's share of three ranks' load, over the pieces fuzz_wire's share case knows.
+std::string load_share_seed() {
+  namespace plan = distckpt::plan;
+  const plan::PieceLookup lookup = [](uint32_t tensor, uint32_t piece) {
+    return tensor == 0 ? plan::PieceGeometry{{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4}
+                       : plan::PieceGeometry{{{0}, {16}}, 2};
+  };
+  const std::vector<std::vector<plan::PieceNeed>> needs = {
+      {{0, 0, {{0, 0}, {4, 8}}}, {1, 0, {{0}, {16}}}},
+      {{0, 0, {{0, 0}, {4, 8}}}, {0, 1, {{4, 2}, {2, 4}}}, {1, 0, {{0}, {16}}}},
+      {{0, 1, {{4, 0}, {4, 8}}}}};
+  const plan::LoadSchedule schedule = plan::make_load_schedule(needs, lookup, 32, true);
+  std::vector<plan::TransferKey> keys;
+  for (uint32_t k = 0; k < plan::slab_transfers(schedule, needs).size(); ++k) keys.push_back({k / 2, k});
+  const std::vector<plan::LoadShare> shares = plan::shares_of(schedule, needs, {0, 1, 2}, keys);
+  return plan::encode_share_message(1, {&shares[1]}, {0});
 }
 
 }  // namespace
@@ -89,5 +108,6 @@ int main(int argc, char** argv) {
              plan::encode_read_plan("node-3", {plan::encode_needs(2, {{0, 1, {{0, 4}, {2, 4}}}}),
                                                plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
   write_seed(dir, 18, "unrequested_keys", plan::encode_unrequested_keys({{0xfeedface}, {"decoder.fc1.weight"}}));
+  write_seed(dir, 19, "load_share", load_share_seed());
   return 0;
 }

@@ -71,8 +71,8 @@ Staged staged_load(const std::string& dir, Communicator& comm, LoadExchange exch
   std::vector<std::vector<loading::TensorRead>> rounds = staging.plan_rounds(std::move(reads));
   out.rounds = rounds.size();
   const loading::ReadEngineOptions engine{exchange, 2, 4 << 10};
-  const std::vector<std::string> plans =
-      gather_agreed(comm, "plan the reads", [&] { return loading::local_read_plan(rounds, comm, engine); });
+  const std::vector<std::string> plans = loading::agree_on_read_plans(
+      comm, "plan the reads", engine, [&]() -> const std::vector<std::vector<loading::TensorRead>>& { return rounds; });
   agree_on_errors(comm, "read", loading::execute_reads(reader, rounds, comm, engine, plans, staging));
   out.peak_bytes = staging.peak_bytes();
   return out;

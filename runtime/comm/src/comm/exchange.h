@@ -1,7 +1,11 @@
 // The one engine for rank-to-rank payloads (fully parallel load, tensor-aware
-// state dicts). Every rank passes the same transfers in the same order and
-// cuts them into the same windows; a window's sends and receives are posted
-// together before any is waited for, so the exchange cannot deadlock.
+// state dicts). Each transfer carries a window (point to point) or a round
+// (rounds) that its sender and its receiver agree on, and every rank runs its
+// windows in ascending order: a window's sends and receives are posted
+// together before any is waited for, so the exchange cannot deadlock. Either
+// every rank passes the same transfers (exchange: the engine cuts the
+// windows), or each passes only its own with their keys, as a planner that no
+// rank sees whole assigned them (exchange_keyed).
 //
 // Transfers to oneself are produced and delivered locally, never sent. Extra
 // memory per rank: one window's payloads, at most batch_bytes moved in all
@@ -53,6 +57,29 @@ struct ExchangeCallbacks {
 // after the last round, so that every rank runs every round).
 void exchange(Communicator& comm, const std::vector<Transfer>& transfers, const ExchangeCallbacks& callbacks,
               ExchangeMode mode, uint64_t batch_bytes);
+
+// A transfer and where it runs: its window (point to point: ascending keys,
+// a window's transfers posted together) or its round (rounds), and a tag
+// that tells it apart from the other transfers of its pair in its window.
+struct KeyedTransfer {
+  Transfer transfer;
+  uint64_t window = 0;
+  uint32_t tag = 0;
+};
+
+// The windows of `transfers` (every rank's, in one order): point to point,
+// consecutive runs of at most batch_bytes moved (a larger transfer alone);
+// rounds, as the rounds mode cuts them (at most batch_bytes sent and
+// received per rank and round). Tags: the transfer's index. `count`: the
+// number of windows.
+std::vector<KeyedTransfer> cut_windows(const std::vector<Transfer>& transfers, size_t world, ExchangeMode mode,
+                                       uint64_t batch_bytes, uint64_t* count = nullptr);
+
+// Collective: exchange with the transfers this rank sends or receives
+// (callbacks index `mine`), sorted by (window, tag). Rounds: `rounds` is the
+// number of rounds, the same on every rank (every rank runs each one).
+void exchange_keyed(Communicator& comm, const std::vector<KeyedTransfer>& mine, const ExchangeCallbacks& callbacks,
+                    ExchangeMode mode, uint64_t rounds = 0);
 
 // A host buffer seen as a payload (no copy).
 at::Tensor payload_view(const void* data, uint64_t bytes);

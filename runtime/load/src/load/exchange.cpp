@@ -12,118 +12,90 @@
 namespace distckpt::loading {
 namespace {
 
-constexpr uint64_t kStatusBytes = sizeof(uint64_t);
+constexpr uint64_t kStatusBytes = kSlabStatusBytes;
 constexpr uint64_t kOk = 0, kFailed = 1;
-using Needer = plan::SharedPiece::Needer;
-
-// One transfer: slab `slab` of shared piece `shared`, for `needer`.
-struct SlabPart {
-  size_t shared;
-  size_t slab;
-  const Needer* needer;
-  uint64_t bytes;  // the needer's elements, without the status word
-};
 
 // The exchange's callbacks: the reader reads each slab once (the current one
 // is cached while its needers take their parts), copies its own parts
 // straight from it and packs the others'; a needer unpacks.
 class SlabExchange {
  public:
-  explicit SlabExchange(const ExchangeContext& c) : c_(c) { list_transfers(); }
+  explicit SlabExchange(const ExchangeContext& c) : c_(c) {
+    for (const plan::ShareTransfer& t : c_.share.transfers) {
+      const uint64_t bytes = t.from == t.to ? 0 : t.bytes + kStatusBytes;
+      transfers_.push_back(comm::KeyedTransfer{comm::Transfer{t.from, t.to, bytes}, t.window, t.tag});
+    }
+  }
 
-  const std::vector<comm::Transfer>& transfers() const { return transfers_; }
+  const std::vector<comm::KeyedTransfer>& transfers() const { return transfers_; }
   std::exception_ptr error() const { return error_; }
 
   at::Tensor produce(size_t k) {
-    const SlabPart& p = parts_[k];
-    const bool ok = load_slab(p.shared, p.slab);
-    const plan::SharedPiece& s = c_.schedule.shared[p.shared];
-    const TensorRecord& record = record_of(s);
-    if (p.needer->rank == c_.comm.rank()) {
+    const plan::ShareTransfer& t = c_.share.transfers[k];
+    const bool ok = load_slab(t.piece, t.slab);
+    const plan::SharePiece& p = c_.share.pieces[t.piece];
+    const at::ScalarType dtype = record_of(p).dtype;
+    if (t.other < 0) {
       if (ok) {
-        for (uint32_t need : p.needer->needs) {
+        for (uint32_t need : p.own_needs) {
           const TensorRead& r = c_.mine[need];
-          copy_slab_to_dest(slab_.data(), s.slabs[p.slab], record.dtype, r.need.part, r.dest);
+          copy_slab_to_dest(slab_.data(), p.slabs[t.slab], dtype, r.need.part, r.dest);
         }
       }
       return at::Tensor();  // already in place
     }
-    message_.resize(p.bytes + kStatusBytes);
+    message_.resize(t.bytes + kStatusBytes);
     if (ok) {
       uint64_t at = 0;
-      for (uint32_t need : p.needer->needs) {
-        at += pack_from_slab(slab_.data(), s.slabs[p.slab], record.dtype,
-                             c_.needs[static_cast<size_t>(p.needer->rank)][need].part, message_.data() + at);
+      for (const Box& part : p.others[static_cast<size_t>(t.other)].parts) {
+        at += pack_from_slab(slab_.data(), p.slabs[t.slab], dtype, part, message_.data() + at);
       }
     }
     const uint64_t status = ok ? kOk : kFailed;
-    std::memcpy(message_.data() + p.bytes, &status, kStatusBytes);
+    std::memcpy(message_.data() + t.bytes, &status, kStatusBytes);
     return comm::payload_view(message_.data(), message_.size());
   }
 
   // A failure the reader reports is not this rank's error: the reader raises
   // its own (the cause) when the ranks agree on errors after the exchange.
   void deliver(size_t k, const at::Tensor& payload) {
-    const SlabPart& p = parts_[k];
-    if (p.needer->rank == transfers_[k].from) return;  // own parts: copied by produce
+    const plan::ShareTransfer& t = c_.share.transfers[k];
+    if (t.from == t.to) return;  // own parts: copied by produce
     const at::Tensor host = payload.cpu().contiguous();
     const auto* message = static_cast<const uint8_t*>(host.data_ptr());
     uint64_t status = kFailed;
-    std::memcpy(&status, message + p.bytes, kStatusBytes);
+    std::memcpy(&status, message + t.bytes, kStatusBytes);
     if (status == kFailed) return;
     if (status != kOk) {
       if (!error_) {
-        error_ = std::make_exception_ptr(ProtocolError(fmt::format(
-            "rank {} sent a slab message with status word {} (neither ok nor failed)", transfers_[k].from, status)));
+        error_ = std::make_exception_ptr(ProtocolError(
+            fmt::format("rank {} sent a slab message with status word {} (neither ok nor failed)", t.from, status)));
       }
       return;
     }
-    const plan::SharedPiece& s = c_.schedule.shared[p.shared];
-    const TensorRecord& record = record_of(s);
+    const plan::SharePiece& p = c_.share.pieces[t.piece];
+    const at::ScalarType dtype = record_of(p).dtype;
     uint64_t at = 0;
-    for (uint32_t need : p.needer->needs) {
+    for (uint32_t need : p.own_needs) {
       const TensorRead& r = c_.mine[need];
-      at += unpack_to_dest(message + at, s.slabs[p.slab], record.dtype, r.need.part, r.dest);
+      at += unpack_to_dest(message + at, p.slabs[t.slab], dtype, r.need.part, r.dest);
     }
   }
 
  private:
-  // Per slab: the reader's own parts first (a transfer to itself, so the
-  // slab is read even when nobody else needs it), then each other needer's.
-  void list_transfers() {
-    for (size_t k = 0; k < c_.schedule.shared.size(); ++k) {
-      const plan::SharedPiece& s = c_.schedule.shared[k];
-      if (s.same_host) continue;  // load/host_exchange.h
-      for (size_t i = 0; i < s.slabs.size(); ++i) {
-        for (const Needer& n : s.needers) {
-          if (n.rank != s.reader) continue;
-          parts_.push_back(SlabPart{k, i, &n, 0});
-          transfers_.push_back(comm::Transfer{s.reader, s.reader, 0});
-        }
-        for (const Needer& n : s.needers) {
-          if (n.rank == s.reader) continue;
-          const uint64_t bytes = s.message_bytes(c_.needs, n, i);
-          if (bytes == 0) continue;
-          parts_.push_back(SlabPart{k, i, &n, bytes});
-          transfers_.push_back(comm::Transfer{s.reader, n.rank, bytes + kStatusBytes});
-        }
-      }
-    }
-  }
+  const TensorRecord& record_of(const plan::SharePiece& p) const { return c_.reader.index().tensors.at(p.tensor); }
 
-  const TensorRecord& record_of(const plan::SharedPiece& s) const { return c_.reader.index().tensors.at(s.tensor); }
-
-  // Slab `slab` of shared piece `shared` in slab_, read once; false (and the
-  // error kept) when the read failed.
-  bool load_slab(size_t shared, size_t slab) {
-    if (shared == cached_shared_ && slab == cached_slab_) return cached_ok_;
-    const plan::SharedPiece& s = c_.schedule.shared[shared];
-    const TensorRecord& record = record_of(s);
-    cached_shared_ = shared;
+  // Slab `slab` of piece `piece` in slab_, read once; false (and the error
+  // kept) when the read failed.
+  bool load_slab(uint32_t piece, uint32_t slab) {
+    if (piece == cached_piece_ && slab == cached_slab_) return cached_ok_;
+    const plan::SharePiece& p = c_.share.pieces[piece];
+    const TensorRecord& record = record_of(p);
+    cached_piece_ = piece;
     cached_slab_ = slab;
-    slab_.resize(static_cast<size_t>(s.slabs[slab].numel()) * s.geometry.element_size);
+    slab_.resize(static_cast<size_t>(p.slabs[slab].numel()) * p.geometry.element_size);
     try {
-      read_slab(c_.reader, record, c_.reader.index_for(record).pieces().at(s.piece), s.slabs[slab], slab_.data());
+      read_slab(c_.reader, record, c_.reader.index_for(record).pieces().at(p.piece), p.slabs[slab], slab_.data());
       cached_ok_ = true;
     } catch (...) {
       if (!error_) error_ = std::current_exception();
@@ -133,22 +105,21 @@ class SlabExchange {
   }
 
   const ExchangeContext& c_;
-  std::vector<SlabPart> parts_;
-  std::vector<comm::Transfer> transfers_;
+  std::vector<comm::KeyedTransfer> transfers_;
   std::vector<uint8_t> slab_, message_;
-  size_t cached_shared_ = std::numeric_limits<size_t>::max(), cached_slab_ = 0;
+  uint32_t cached_piece_ = std::numeric_limits<uint32_t>::max(), cached_slab_ = 0;
   bool cached_ok_ = false;
   std::exception_ptr error_;
 };
 
 }  // namespace
 
-std::exception_ptr exchange_shared_pieces(const ExchangeContext& c, comm::ExchangeMode mode) {
+std::exception_ptr exchange_shared_pieces(const ExchangeContext& c, comm::ExchangeMode mode, uint64_t rounds) {
   SlabExchange slabs(c);
   comm::ExchangeCallbacks callbacks;
   callbacks.produce = [&](size_t k) { return slabs.produce(k); };
   callbacks.deliver = [&](size_t k, const at::Tensor& payload) { slabs.deliver(k, payload); };
-  comm::exchange(c.comm, slabs.transfers(), callbacks, mode, c.batch_bytes);
+  comm::exchange_keyed(c.comm, slabs.transfers(), callbacks, mode, rounds);
   return slabs.error();
 }
 

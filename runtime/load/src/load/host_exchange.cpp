@@ -53,17 +53,17 @@ constexpr std::chrono::minutes kDefaultTimeout{5};  // ProcessGroupOptions' defa
 struct HostSlab {
   uint32_t round = 0;
   int reader = 0;
-  size_t shared = 0, slab = 0;
+  uint32_t piece = 0;  // in the share
+  uint32_t slab = 0;
   uint64_t offset = 0;  // in the reader's slot
   uint32_t seq = 0;     // among the reader's slabs: its status byte
 };
 
-// A rank's region layout, which every rank derives from the schedule.
+// A rank's region: what it tells the peers that map it.
 struct Layout {
-  uint32_t slabs = 0;     // it reads
-  uint32_t pieces = 0;    // it reads
-  uint64_t slot = 0;      // bytes of one slot
-  bool involved = false;  // reads or needs a same_host slab
+  uint32_t slabs = 0;   // it reads
+  uint64_t slot = 0;    // bytes of one slot
+  uint32_t rounds = 0;  // it reads in
   uint64_t slots_at() const { return (kStatusAt + slabs + kPage - 1) / kPage * kPage; }
   uint64_t bytes() const { return slots_at() + kSlots * slot; }
 };
@@ -89,81 +89,70 @@ std::string printable(std::string text) {
 class HostExchange::Rounds {
  public:
   explicit Rounds(const ExchangeContext& c)
-      : c_(c),
-        me_(c.comm.rank()),
-        layout_(static_cast<size_t>(c.comm.size())),
-        timeout_(c.comm.timeout().value_or(kDefaultTimeout)) {
+      : c_(c), me_(c.comm.rank()), timeout_(c.comm.timeout().value_or(kDefaultTimeout)) {
     place_slabs();
   }
 
   // Not collective: this rank's region, created when it takes part, and
-  // what its peers need to map it (empty when it takes no part).
-  std::string offer() {
-    const Layout& own = layout_[static_cast<size_t>(me_)];
-    if (rounds_ == 0 || !own.involved) return {};
+  // what each peer needs to map it: region name, pid namespace, layout, and
+  // for a needer the place of every slab it needs.
+  std::vector<std::string> offers() {
+    std::vector<std::string> parts(static_cast<size_t>(c_.comm.size()));
+    if (!involved_) return parts;
+    std::string head;
     try {
-      region_ = io::SharedRegion::create(own.bytes());
-      return fmt::format("{} {} {}", region_.name(), pid_namespace(), layout_digest());
+      region_ = io::SharedRegion::create(own_.bytes());
+      head = fmt::format("{} {} {} {} {}\n", region_.name(), pid_namespace(), own_.slabs, own_.slot, own_.rounds);
     } catch (const std::exception& e) {
-      return std::string(1, kRefused) + e.what();
+      refusal_ = e.what();
+      head = std::string(1, kRefused);
     }
+    for (const int p : peers_of()) parts[static_cast<size_t>(p)] = head;
+    if (!refusal_.empty()) return parts;
+    for (const HostSlab& h : slabs_) {
+      if (h.reader != me_) continue;
+      const plan::SharePiece& piece = c_.share.pieces[h.piece];
+      const std::string line =
+          fmt::format("{} {} {} {} {} {}\n", piece.tensor, piece.piece, h.slab, h.round, h.offset, h.seq);
+      for (const plan::ShareNeeder& n : piece.others) parts[static_cast<size_t>(n.rank)] += line;
+    }
+    return parts;
   }
 
-  // Every rank's offer (all-gathered by the caller): region name, pid
-  // namespace and layout digest; then one all-gather of whether every rank
-  // mapped its peers' regions, after which the names are unlinked. A refusal
-  // anywhere makes every rank return false before anything is read.
+  // What every peer offered this rank (sent by the caller), then one
+  // all-gather of whether every rank mapped its peers' regions, after which
+  // the names are unlinked. A refusal anywhere makes every rank return false
+  // before anything is read.
   bool set_up(const std::vector<std::string>& offers) {
-    if (rounds_ == 0) return true;
-    if (offers.size() != layout_.size()) {
-      throw ProtocolError(fmt::format("{} shared-memory offers for {} ranks", offers.size(), layout_.size()));
-    }
-    const std::string digest = layout_digest();
-    const auto fall_back = [this] {
-      region_ = io::SharedRegion();  // its name goes now, not when the reads are done
-      return false;
-    };
-    if (refused(offers)) return fall_back();
-    std::vector<std::string> names(offers.size());
-    std::vector<uint64_t> namespaces(offers.size(), 0);
-    for (size_t r = 0; r < offers.size(); ++r) {
-      if (offers[r].empty()) continue;
-      std::istringstream fields(offers[r]);
-      std::string peer_digest;
-      fields >> names[r] >> namespaces[r] >> peer_digest;
-      if (peer_digest != digest) {  // every rank sees every offer: all throw
-        throw UsageError(
-            fmt::format("rank {} planned the load's exchange within the host differently from rank {}: pass the same "
-                        "LoadOptions (exchange_batch_bytes) and the same request structure on every rank",
-                        r, me_));
-      }
-    }
-    std::string mapped;
-    try {
-      std::set<int> peers = readers_;
-      peers.insert(needers_.begin(), needers_.end());
-      const uint64_t own_namespace = pid_namespace();
-      for (int p : peers) {
-        const std::string& name = names[static_cast<size_t>(p)];
-        Peer peer{io::SharedRegion::open_read_only(name, layout_[static_cast<size_t>(p)].bytes()), pid_in(name)};
-        // A pid from another namespace names some other process: only the timeout watches that peer.
-        peer.watch_pid = own_namespace != 0 && namespaces[static_cast<size_t>(p)] == own_namespace;
-        if (peer.watch_pid && ::kill(peer.pid, 0) != 0 && errno == ESRCH) {
-          throw CommError(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
+    // A rank that could not make its region says why; its peers only skip mapping.
+    std::string mapped = refusal_.empty() ? std::string() : std::string(1, kRefused) + refusal_;
+    const bool peer_refused =
+        std::any_of(offers.begin(), offers.end(), [](const std::string& o) { return !o.empty() && o[0] == kRefused; });
+    if (mapped.empty() && !peer_refused) {
+      try {
+        if (offers.size() != static_cast<size_t>(c_.comm.size())) {
+          throw ProtocolError(fmt::format("{} shared-memory offers for {} ranks", offers.size(), c_.comm.size()));
         }
-        peers_.emplace(p, std::move(peer));
+        map_peers(offers);
+      } catch (const std::exception& e) {
+        mapped = std::string(1, kRefused) + e.what();
       }
-    } catch (const std::exception& e) {
-      mapped = std::string(1, kRefused) + e.what();
     }
-    if (refused(c_.comm.all_gather_bytes(mapped))) return fall_back();
+    const bool fall_back = refused(c_.comm.all_gather_bytes(mapped));
+    if (peer_refused && !fall_back) {
+      throw ProtocolError("a peer refused to share memory but no rank said why");
+    }
+    if (fall_back) {
+      region_ = io::SharedRegion();  // its name goes now, not when the reads are done
+      peers_.clear();
+      return false;
+    }
     region_.unlink();  // every peer holds its mapping now
     return true;
   }
 
   void run(std::exception_ptr& error) {
-    if (rounds_ == 0) return;
-    if (layout_[static_cast<size_t>(me_)].involved) {
+    if (involved_) {
       std::vector<std::exception_ptr> reader_errors(kReadThreads);
       {
         std::vector<std::thread> readers;
@@ -177,7 +166,7 @@ class HostExchange::Rounds {
           }
         } join{*this, readers};
         readers.reserve(kReadThreads);  // a thread made never waits for room in the vector
-        for (uint32_t i = 0; i < kReadThreads && layout_[static_cast<size_t>(me_)].slabs > 0; ++i) {
+        for (uint32_t i = 0; i < kReadThreads && own_.slabs > 0; ++i) {
           readers.push_back(io::start_thread(
               [this, i, &reader_errors] {
                 try {
@@ -200,60 +189,111 @@ class HostExchange::Rounds {
   }
 
  private:
-  // Rounds: each reader's slabs in schedule order, a new round whenever the
-  // next slab would overflow its batch (a slab larger than the batch gets a
-  // round of its own).
+  // This rank's slabs, in share order, a new round whenever the next slab
+  // would overflow its batch (a slab larger than the batch gets a round of
+  // its own); its peers.
   void place_slabs() {
-    struct Cursor {
-      uint32_t round = 0;
-      uint64_t used = 0;
-    };
-    std::vector<Cursor> cursor(layout_.size());
-    thread_of_.assign(c_.schedule.shared.size(), 0);
-    for (size_t k = 0; k < c_.schedule.shared.size(); ++k) {
-      const plan::SharedPiece& s = c_.schedule.shared[k];
-      if (!s.same_host) continue;
-      for (const plan::SharedPiece::Needer& n : s.needers) layout_[static_cast<size_t>(n.rank)].involved = true;
-      Layout& reader = layout_[static_cast<size_t>(s.reader)];
-      thread_of_[k] = reader.pieces++ % kReadThreads;
-      for (size_t i = 0; i < s.slabs.size(); ++i) {
-        const uint64_t bytes = static_cast<uint64_t>(s.slabs[i].numel()) * s.geometry.element_size;
-        Cursor& at = cursor[static_cast<size_t>(s.reader)];
-        if (at.used > 0 && at.used + bytes > c_.batch_bytes) at = Cursor{at.round + 1, 0};
-        slabs_.push_back(HostSlab{at.round, s.reader, k, i, at.used, reader.slabs++});
-        at.used += bytes;
-        reader.slot = std::max(reader.slot, at.used);
-        rounds_ = std::max(rounds_, at.round + 1);
+    uint64_t used = 0;
+    uint32_t pieces = 0;
+    thread_of_.assign(c_.share.pieces.size(), 0);
+    for (uint32_t k = 0; k < c_.share.pieces.size(); ++k) {
+      const plan::SharePiece& p = c_.share.pieces[k];
+      if (!p.same_host) continue;
+      involved_ = true;
+      if (p.reader != me_) {
+        readers_.insert(p.reader);
+        continue;
       }
-    }
-    std::stable_sort(slabs_.begin(), slabs_.end(),
-                     [](const HostSlab& a, const HostSlab& b) { return a.round < b.round; });
-    round_begin_.assign(rounds_ + 1, slabs_.size());
-    threads_done_.assign(rounds_, 0);
-    for (size_t e = slabs_.size(); e-- > 0;) round_begin_[slabs_[e].round] = e;
-    mine_.assign(c_.schedule.shared.size(), nullptr);
-    for (size_t k = 0; k < c_.schedule.shared.size(); ++k) {
-      const plan::SharedPiece& s = c_.schedule.shared[k];
-      for (const plan::SharedPiece::Needer& n : s.needers) {
-        if (!s.same_host) continue;
-        if (n.rank == me_) mine_[k] = &n;
-        if (s.reader == me_ && n.rank != me_) needers_.insert(n.rank);
-        if (n.rank == me_ && s.reader != me_) readers_.insert(s.reader);
+      for (const plan::ShareNeeder& n : p.others) needers_.insert(n.rank);
+      thread_of_[k] = pieces++ % kReadThreads;
+      for (uint32_t i = 0; i < p.slabs.size(); ++i) {
+        const uint64_t bytes = static_cast<uint64_t>(p.slabs[i].numel()) * p.geometry.element_size;
+        if (own_.rounds == 0) own_.rounds = 1;
+        if (used > 0 && used + bytes > c_.batch_bytes) {
+          ++own_.rounds;
+          used = 0;
+        }
+        slabs_.push_back(HostSlab{own_.rounds - 1, me_, k, i, used, own_.slabs++});
+        used += bytes;
+        own_.slot = std::max(own_.slot, used);
       }
     }
   }
 
-  // What every rank must agree on to read each other's regions: the rounds
-  // and every rank's layout (they follow from the schedule and the batch).
-  std::string layout_digest() const {
-    io::StreamingHash hash;
-    const uint64_t head[] = {rounds_, kSlots, c_.batch_bytes};
-    hash.update(head, sizeof head);
-    for (const Layout& l : layout_) {
-      const uint64_t fields[] = {l.slabs, l.pieces, l.slot, l.involved ? 1u : 0u};
-      hash.update(fields, sizeof fields);
+  std::set<int> peers_of() const {
+    std::set<int> peers = readers_;
+    peers.insert(needers_.begin(), needers_.end());
+    return peers;
+  }
+
+  // Checks every offer against this rank's share, places the slabs it needs
+  // from its readers, and maps its peers' regions. Throws what does not fit.
+  void map_peers(const std::vector<std::string>& offers) {
+    const std::set<int> peers = peers_of();
+    for (size_t r = 0; r < offers.size(); ++r) {
+      if (offers[r].empty()) continue;
+      if (peers.count(static_cast<int>(r)) == 0) {
+        throw ProtocolError(fmt::format("rank {} offered shared memory, but shares no piece within the host", r));
+      }
     }
-    return io::hex64(hash.digest());
+    // The slabs this rank needs, by reader and (tensor, piece, slab).
+    std::map<std::tuple<int, uint32_t, uint32_t, uint32_t>, uint32_t> wanted;
+    for (uint32_t k = 0; k < c_.share.pieces.size(); ++k) {
+      const plan::SharePiece& p = c_.share.pieces[k];
+      if (!p.same_host || p.reader == me_) continue;
+      for (uint32_t i = 0; i < p.slabs.size(); ++i) wanted.emplace(std::make_tuple(p.reader, p.tensor, p.piece, i), k);
+    }
+    const uint64_t own_namespace = pid_namespace();
+    rounds_ = own_.rounds;
+    for (const int p : peers) {
+      std::istringstream lines(offers[static_cast<size_t>(p)]);
+      std::string name;
+      uint64_t peer_namespace = 0;
+      Layout layout;
+      if (!(lines >> name >> peer_namespace >> layout.slabs >> layout.slot >> layout.rounds)) {
+        throw ProtocolError(fmt::format("rank {} sent no usable shared-memory offer", p));
+      }
+      const bool reads_for_me = readers_.count(p) > 0;
+      uint32_t tensor = 0, piece = 0, slab = 0;
+      HostSlab h;
+      h.reader = p;
+      while (lines >> tensor >> piece >> slab >> h.round >> h.offset >> h.seq) {
+        const auto at = wanted.find(std::make_tuple(p, tensor, piece, slab));
+        if (!reads_for_me || at == wanted.end()) {
+          throw ProtocolError(fmt::format("rank {} placed a slab this rank does not need from it", p));
+        }
+        const plan::SharePiece& sp = c_.share.pieces[at->second];
+        const uint64_t bytes = static_cast<uint64_t>(sp.slabs[slab].numel()) * sp.geometry.element_size;
+        if (h.round >= layout.rounds || h.seq >= layout.slabs || h.offset > layout.slot ||
+            bytes > layout.slot - h.offset) {
+          throw ProtocolError(fmt::format("rank {} placed a slab outside its region's layout", p));
+        }
+        h.piece = at->second;
+        h.slab = slab;
+        slabs_.push_back(h);
+        wanted.erase(at);
+      }
+      if (!lines.eof()) throw ProtocolError(fmt::format("rank {} sent a malformed shared-memory offer", p));
+      if (reads_for_me) rounds_ = std::max(rounds_, layout.rounds);
+      Peer peer{io::SharedRegion::open_read_only(name, layout.bytes()), pid_in(name), false, layout};
+      // A pid from another namespace names some other process: only the timeout watches that peer.
+      peer.watch_pid = own_namespace != 0 && peer_namespace == own_namespace;
+      if (peer.watch_pid && ::kill(peer.pid, 0) != 0 && errno == ESRCH) {
+        throw CommError(fmt::format("rank {}'s process {} is not visible from rank {}", p, peer.pid, me_));
+      }
+      peers_.emplace(p, std::move(peer));
+    }
+    if (!wanted.empty()) {
+      throw ProtocolError(
+          fmt::format("rank {} did not place a slab this rank needs", std::get<0>(wanted.begin()->first)));
+    }
+    std::stable_sort(slabs_.begin(), slabs_.end(), [](const HostSlab& a, const HostSlab& b) {
+      return std::tie(a.round, a.reader, a.seq) < std::tie(b.round, b.reader, b.seq);
+    });
+    round_begin_.assign(rounds_ + 1, slabs_.size());
+    for (size_t e = slabs_.size(); e-- > 0;) round_begin_[slabs_[e].round] = e;
+    for (uint32_t t = rounds_; t-- > 0;) round_begin_[t] = std::min(round_begin_[t], round_begin_[t + 1]);
+    threads_done_.assign(own_.rounds, 0);
   }
 
   bool refused(const std::vector<std::string>& answers) const {
@@ -275,7 +315,7 @@ class HostExchange::Rounds {
   }
 
   uint8_t* slot_of(uint8_t* base, int reader, uint32_t round) const {
-    const Layout& l = layout_[static_cast<size_t>(reader)];
+    const Layout& l = reader == me_ ? own_ : peers_.at(reader).layout;
     return base + l.slots_at() + (round % kSlots) * l.slot;
   }
 
@@ -336,7 +376,7 @@ class HostExchange::Rounds {
   void read_rounds(uint32_t which) {
     at::NoGradGuard no_grad;  // thread-local: destinations are often parameters
     uint8_t* base = region_.data();
-    for (uint32_t u = 0; u < rounds_ && !stop_; ++u) {
+    for (uint32_t u = 0; u < own_.rounds && !stop_; ++u) {
       if (u >= kSlots) {
         {
           std::unique_lock<std::mutex> lock(mutex_);
@@ -348,8 +388,8 @@ class HostExchange::Rounds {
       }
       for (size_t e = round_begin_[u]; e < round_begin_[u + 1]; ++e) {
         const HostSlab& h = slabs_[e];
-        if (h.reader != me_ || thread_of_[h.shared] != which) continue;
-        const plan::SharedPiece& s = c_.schedule.shared[h.shared];
+        if (h.reader != me_ || thread_of_[h.piece] != which) continue;
+        const plan::SharePiece& s = c_.share.pieces[h.piece];
         const TensorRecord& record = c_.reader.index().tensors.at(s.tensor);
         uint8_t* data = slot_of(base, me_, u) + h.offset;
         uint8_t status = kOk;
@@ -365,7 +405,7 @@ class HostExchange::Rounds {
       }
       std::lock_guard<std::mutex> lock(mutex_);
       ++threads_done_[u];
-      while (published_ < rounds_ && threads_done_[published_] == kReadThreads) {
+      while (published_ < own_.rounds && threads_done_[published_] == kReadThreads) {
         io::raise_counter(base + kProducedAt, ++published_);
       }
       published_changed_.notify_all();
@@ -379,7 +419,7 @@ class HostExchange::Rounds {
     for (uint32_t t = 0; t < rounds_; ++t) {
       for (size_t e = round_begin_[t]; e < round_begin_[t + 1]; ++e) {
         const HostSlab& h = slabs_[e];
-        if (h.reader == me_ || mine_[h.shared] == nullptr) continue;
+        if (h.reader == me_) continue;
         if (!wait_for(h.reader, kProducedAt, t + 1, "read its slabs into shared memory")) return;
         const uint8_t* base = peers_.at(h.reader).region.data();
         const uint8_t status = base[kStatusAt + h.seq];
@@ -395,9 +435,9 @@ class HostExchange::Rounds {
   }
 
   void copy_parts(const HostSlab& h, const uint8_t* data) const {
-    const plan::SharedPiece& s = c_.schedule.shared[h.shared];
+    const plan::SharePiece& s = c_.share.pieces[h.piece];
     const at::ScalarType dtype = c_.reader.index().tensors.at(s.tensor).dtype;
-    for (uint32_t need : mine_[h.shared]->needs) {
+    for (uint32_t need : s.own_needs) {
       const TensorRead& r = c_.mine[need];
       copy_slab_to_dest(data, s.slabs[h.slab], dtype, r.need.part, r.dest);
     }
@@ -407,18 +447,20 @@ class HostExchange::Rounds {
     io::SharedRegion region;
     pid_t pid = 0;
     bool watch_pid = false;
+    Layout layout;
   };
 
   const ExchangeContext& c_;
   const int me_;
-  std::vector<Layout> layout_;  // by rank
   const std::chrono::milliseconds timeout_;
-  std::vector<HostSlab> slabs_;  // by round
+  Layout own_;
+  bool involved_ = false;        // reads or needs a same_host slab
+  std::vector<HostSlab> slabs_;  // its own, then those it needs; by round once set up
   std::vector<size_t> round_begin_;
-  uint32_t rounds_ = 0;
-  std::vector<uint32_t> thread_of_;                     // per shared piece this rank reads: its reader thread
-  std::vector<const plan::SharedPiece::Needer*> mine_;  // per shared piece: this rank as its needer, if same_host
-  std::set<int> readers_, needers_;                     // peers this rank copies from / that copy from it
+  uint32_t rounds_ = 0;              // it copies in: through the last of any reader it copies from
+  std::vector<uint32_t> thread_of_;  // per piece of the share this rank reads: its reader thread
+  std::set<int> readers_, needers_;  // peers this rank copies from / that copy from it
+  std::string refusal_;              // why this rank could not make its region
   io::SharedRegion region_;
   std::map<int, Peer> peers_;
   std::atomic<bool> stop_{false};
@@ -432,7 +474,7 @@ class HostExchange::Rounds {
 HostExchange::HostExchange(const ExchangeContext& context) : rounds_(std::make_unique<Rounds>(context)) {}
 HostExchange::~HostExchange() = default;
 
-std::string HostExchange::offer() { return rounds_->offer(); }
+std::vector<std::string> HostExchange::offers() { return rounds_->offers(); }
 
 bool HostExchange::set_up(const std::vector<std::string>& offers) { return rounds_->set_up(offers); }
 

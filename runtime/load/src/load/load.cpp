@@ -120,26 +120,27 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   std::vector<PendingCommit> commits;
   const loading::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
   // One collective agrees on planning and carries what the read engine shares.
-  const std::vector<std::string> read_plans = gather_agreed(comm, "plan the reads", [&] {
-    std::vector<loading::TensorRead> reads;
-    for (Value* leaf : sharded_leaves(split.sharded)) {
-      if (leaf->kind() != Kind::kShardedTensor) {
-        *leaf = loading::load_object(*reader, leaf->as_sharded_object());
-        continue;
-      }
-      const ShardedTensor& request = leaf->as_sharded_tensor();
-      const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
-      if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
-        if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
-        commits.push_back(std::move(*c));
-        continue;
-      }
-      if (elsewhere && !request.device.is_cuda()) moves.emplace_back(leaf, request.device);
-      *leaf = Value(loading::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
-    }
-    rounds = staging->plan_rounds(std::move(reads));
-    return loading::local_read_plan(rounds, comm, engine);
-  });
+  const std::vector<std::string> read_plans = loading::agree_on_read_plans(
+      comm, "plan the reads", engine, [&]() -> const std::vector<std::vector<loading::TensorRead>>& {
+        std::vector<loading::TensorRead> reads;
+        for (Value* leaf : sharded_leaves(split.sharded)) {
+          if (leaf->kind() != Kind::kShardedTensor) {
+            *leaf = loading::load_object(*reader, leaf->as_sharded_object());
+            continue;
+          }
+          const ShardedTensor& request = leaf->as_sharded_tensor();
+          const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
+          if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
+            if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
+            commits.push_back(std::move(*c));
+            continue;
+          }
+          if (elsewhere && !request.device.is_cuda()) moves.emplace_back(leaf, request.device);
+          *leaf = Value(loading::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
+        }
+        rounds = staging->plan_rounds(std::move(reads));
+        return rounds;
+      });
   const std::exception_ptr read_error = loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging);
 
   // One agreed step for the reads' outcome and the rest.

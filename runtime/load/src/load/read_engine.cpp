@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -19,6 +20,7 @@
 #include "io/threads.h"
 #include "load/exchange.h"
 #include "load/host_exchange.h"
+#include "load/read_planning.h"
 #include "load/slab_copy.h"
 #include "plan/messages.h"
 
@@ -210,90 +212,63 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
   return tasks;
 }
 
-// Checks another rank's needs against the checkpoint this rank opened.
-void check_needs(CheckpointReader& reader, const std::vector<plan::PieceNeed>& needs, int rank) {
-  const StorageIndex& m = reader.index();
-  for (const plan::PieceNeed& n : needs) {
-    const bool tensor_ok = n.tensor < m.tensors.size();
-    const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
-    if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
-        !contains((*pieces)[n.piece].box, n.part)) {
-      throw UsageError(
-          fmt::format("rank {} asked for a part ({}) that is not in the checkpoint it should share with this "
-                      "rank; every rank must load the same checkpoint",
-                      rank, to_string(n.part)));
-    }
-  }
-}
-
-// Whether pieces several ranks need are read once and shared.
-bool shares(const ReadEngineOptions& options, const Communicator& comm) {
-  return options.exchange != LoadExchange::kNone && comm.size() > 1;
-}
-
-// Every rank's read plan, decoded once in the first round's agreement.
-struct SharedPlans {
-  std::vector<plan::ReadPlanMessage> by_rank;  // views into the gathered plans
-  std::vector<int> host_of_rank;               // kAuto: an index per host name
-  size_t rounds = 0;                           // the most any rank runs
+// What planning brought this rank, and what it keeps between staging rounds.
+struct Planning {
+  const std::vector<std::string>& plans;               // the agreement on planning's, by rank
+  std::vector<std::string> decisions;                  // partitioned: every scheduler's message to this rank
+  std::vector<std::vector<plan::PieceNeed>> my_needs;  // per staging round
+  std::vector<plan::LoadShare> shares;                 // partitioned: per staging round
+  std::vector<bool> within_host;                       // partitioned: per staging round, whether any rank shares memory
+  size_t rounds = 1;                                   // staging rounds every rank runs
 };
 
-void decode_plans(const std::vector<std::string>& plans, size_t ranks, LoadExchange exchange, SharedPlans& out) {
-  if (plans.size() != ranks) throw ProtocolError(fmt::format("{} read plans for {} ranks", plans.size(), ranks));
-  std::map<std::string, int> hosts;
-  for (size_t r = 0; r < plans.size(); ++r) {
-    out.by_rank.push_back(plan::decode_read_plan(plans[r], fmt::format("rank {}", r)));
-    const plan::ReadPlanMessage& m = out.by_rank.back();
-    if (exchange == LoadExchange::kAuto) {
-      out.host_of_rank.push_back(hosts.emplace(m.host, static_cast<int>(hosts.size())).first->second);
-    }
-    out.rounds = std::max(out.rounds, m.rounds.size());
-  }
-}
-
-// Reads one round's pieces; with `shared`, pieces several ranks need are read
-// once and exchanged, after `prepare` and an agreement on the round's plan
-// (an `earlier` error of any rank fails the agreement on every rank, which
-// rethrows). Returns this rank's read error.
+// Reads one round's pieces; with `planning`, pieces several ranks need are
+// read once and exchanged, after `prepare` and an agreement on the round's
+// share (an `earlier` error of any rank fails the agreement on every rank,
+// which rethrows). Returns this rank's read error.
 std::exception_ptr read_round(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
-                              const ReadEngineOptions& options, const std::vector<std::string>& plans,
-                              SharedPlans* shared, size_t round, const std::exception_ptr& earlier,
-                              const std::function<void()>& prepare) {
-  const int me = shared ? comm.rank() : 0;
-  std::vector<std::vector<plan::PieceNeed>> needs(shared ? static_cast<size_t>(comm.size()) : 1);
-  for (const TensorRead& r : reads) needs[static_cast<size_t>(me)].push_back(r.need);
-  const plan::PieceLookup lookup = [&](uint32_t tensor, uint32_t piece) {
-    const TensorRecord& record = reader.index().tensors.at(tensor);
-    return plan::PieceGeometry{reader.index_for(record).pieces().at(piece).box, record.element_size()};
-  };
-  plan::LoadSchedule schedule;
-  const ExchangeContext context{reader, comm, schedule, needs, reads, options.slab_bytes};
+                              const ReadEngineOptions& options, Planning* planning, size_t round,
+                              const std::exception_ptr& earlier, const std::function<void()>& prepare) {
+  const int me = comm.rank();
+  plan::LoadShare whole;  // the rounds exchange's share, or none
+  const plan::LoadShare* share = &whole;
+  uint64_t exchange_rounds = 0;
+  const bool partitioned = partitioned_reads(options);
+  std::optional<ExchangeContext> context;  // once the share is known; the host exchange holds it
   std::unique_ptr<HostExchange> host;
-  bool on_host = false;             // same_host pieces go through shared memory
-  std::vector<std::string> offers;  // every rank's shared-memory offer
-  if (shared) {
+  std::vector<std::string> offers;  // what each peer offers this rank within the host
+  if (planning) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
     // A later round's agreement also reports what failed in the round before it.
     const std::string phase =
         round == 0 ? "plan the fully parallel load" : fmt::format("read the tensors (staging round {})", round);
-    offers = gather_agreed(comm, phase, [&] {
+    offers = all_to_all_agreed(comm, phase, [&] {
       if (earlier) std::rethrow_exception(earlier);
       prepare();
-      if (round == 0) decode_plans(plans, needs.size(), options.exchange, *shared);
-      for (size_t r = 0; r < needs.size(); ++r) {
-        const plan::ReadPlanMessage& m = shared->by_rank[r];
-        if (static_cast<int>(r) == me || round >= m.rounds.size()) continue;
-        const std::string origin = fmt::format("rank {}", r);
-        needs[r] = plan::decode_needs(std::string(m.rounds[round]), origin);  // copied: FlatBuffers wants alignment
-        check_needs(reader, needs[r], static_cast<int>(r));
+      if (partitioned) {
+        if (round == 0) {
+          planning->rounds = merge_shares(catalog_of(reader), planning->decisions, planning->my_needs, me,
+                                          planning->shares, planning->within_host);
+        }
+        share = &planning->shares.at(round);
+      } else {
+        if (round == 0) planning->rounds = staging_rounds(planning->plans, comm.size());
+        whole = share_from_all_plans(catalog_of(reader), planning->plans, round, options, me, exchange_rounds);
       }
-      schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, true, shared->host_of_rank);
-      host = std::make_unique<HostExchange>(context);
-      return host->offer();
+      if (share->slot.size() != reads.size()) {
+        throw ProtocolError(fmt::format("a share of {} needs for {} reads", share->slot.size(), reads.size()));
+      }
+      context.emplace(ExchangeContext{reader, comm, *share, reads, options.slab_bytes});
+      // Shared memory only where some rank shares a piece within its host: every rank knows it from the schedulers.
+      if (!partitioned || options.exchange != LoadExchange::kAuto || !planning->within_host.at(round)) {
+        return std::vector<std::string>(static_cast<size_t>(comm.size()));
+      }
+      host = std::make_unique<HostExchange>(*context);
+      return host->offers();
     });
   } else {
     prepare();
-    schedule = plan::make_load_schedule(needs, lookup, options.slab_bytes, false);
+    whole.slot.assign(reads.size(), -1);
   }
 
   // From here on a failure is this rank's read error, returned: it still
@@ -301,19 +276,18 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
   std::exception_ptr error;
   try {
     // Mapped, and the names removed, before any read: a rank killed while reading leaves none behind.
-    if (shared) on_host = host->set_up(offers);
+    const bool on_host = host && host->set_up(offers);
     // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
-    std::vector<int32_t> own = schedule.shared_slot[static_cast<size_t>(me)];
+    std::vector<int32_t> own = share->slot;
     for (int32_t& slot : own) {
-      if (slot >= 0 && !on_host && schedule.shared[static_cast<size_t>(slot)].same_host) slot = -1;
+      if (slot >= 0 && !on_host && share->pieces[static_cast<size_t>(slot)].same_host) slot = -1;
     }
     TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
-    if (shared && !schedule.shared.empty()) {
+    if (planning) {
       // Messages first: ranks on other hosts wait for them.
       // kAuto and kBroadcast: point to point between hosts (kAuto: shared memory within one).
-      error = exchange_shared_pieces(context, options.exchange == LoadExchange::kAllGather
-                                                  ? comm::ExchangeMode::kRounds
-                                                  : comm::ExchangeMode::kPointToPoint);
+      error = exchange_shared_pieces(
+          *context, partitioned ? comm::ExchangeMode::kPointToPoint : comm::ExchangeMode::kRounds, exchange_rounds);
       std::exception_ptr host_error;
       if (on_host) host->run(host_error);
       if (!error) error = host_error;
@@ -328,36 +302,53 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
 
 }  // namespace
 
-std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
-                            const ReadEngineOptions& options) {
-  if (!shares(options, comm)) return {};
-  std::string host;
-  if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
-    char name[256] = {};
-    if (gethostname(name, sizeof name - 1) == 0) host = name;
+std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::string& phase,
+                                             const ReadEngineOptions& options,
+                                             const std::function<const std::vector<std::vector<TensorRead>>&()>& plan) {
+  if (!shares_reads(options, comm)) {
+    return gather_agreed(comm, phase, [&] {
+      plan();
+      return std::string();
+    });
   }
-  std::vector<std::string> round_needs;
-  std::vector<plan::PieceNeed> needs;
-  for (const std::vector<TensorRead>& reads : rounds) {
-    needs.clear();
-    for (const TensorRead& r : reads) needs.push_back(r.need);
-    round_needs.push_back(plan::encode_needs(comm.rank(), needs));
+  if (!partitioned_reads(options)) {
+    return gather_agreed(comm, phase, [&] { return whole_read_plan(plan(), comm.rank()); });
   }
-  return plan::encode_read_plan(host, round_needs);
+  return all_to_all_agreed(comm, phase, [&] {
+    const std::vector<std::vector<TensorRead>>& rounds = plan();
+    std::string host;
+    if (options.exchange == LoadExchange::kAuto) {  // pieces needed on one host only go through its memory
+      char name[256] = {};
+      if (gethostname(name, sizeof name - 1) == 0) host = name;
+    }
+    return route_read_plan(rounds, comm.rank(), comm.size(), host);
+  });
 }
 
 std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                  Communicator& comm, const ReadEngineOptions& options,
                                  const std::vector<std::string>& plans, DeviceStaging& staging) {
   at::NoGradGuard no_grad;
-  const bool share = shares(options, comm);
-  SharedPlans shared;
+  const bool share = shares_reads(options, comm);
+  Planning planning{plans, {}, {}, {}, {}, 1};
+  if (share) {
+    for (const std::vector<TensorRead>& reads : rounds) {
+      planning.my_needs.emplace_back();
+      for (const TensorRead& r : reads) planning.my_needs.back().push_back(r.need);
+    }
+    if (partitioned_reads(options)) {
+      // The schedulers' shares, merged (and checked) in the first round's agreement.
+      planning.decisions = all_to_all_agreed(comm, "schedule the reads of pieces several ranks need", [&] {
+        return schedule_routed_needs(catalog_of(reader), plans, options, comm.rank());
+      });
+    }
+  }
   std::vector<TensorRead> none;  // a round past this rank's last
   std::exception_ptr error;
-  for (size_t k = 0; k < std::max<size_t>(1, share ? shared.rounds : rounds.size()); ++k) {
+  for (size_t k = 0; k < std::max<size_t>(1, share ? planning.rounds : rounds.size()); ++k) {
     std::vector<TensorRead>& reads = k < rounds.size() ? rounds[k] : none;
     try {
-      error = read_round(reader, reads, comm, options, plans, share ? &shared : nullptr, k, error,
+      error = read_round(reader, reads, comm, options, share ? &planning : nullptr, k, error,
                          [&] { staging.stage(reads, k); });
     } catch (...) {
       // Shared: the agreement threw, on every rank alike (the failed rank

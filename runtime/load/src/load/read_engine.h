@@ -6,6 +6,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,18 +24,20 @@ struct ReadEngineOptions {
   uint64_t slab_bytes = uint64_t{8} << 20;
 };
 
-// What the other ranks need of this rank's reads to share pieces (its host
-// and its needs, round by round; empty when nothing is shared). Not
-// collective: load sends it with its agreement on planning, so one
-// collective carries both.
-std::string local_read_plan(const std::vector<std::vector<TensorRead>>& rounds, const Communicator& comm,
-                            const ReadEngineOptions& options);
+// Collective: the load's agreement on planning its reads (`plan` plans
+// them, round by round), which also carries what the read engine shares
+// (load/read_planning.h): partitioned, each scheduler gets the needs of its
+// pieces; the rounds exchange gathers every rank's needs. Returns what this
+// rank received, by rank.
+std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::string& phase,
+                                             const ReadEngineOptions& options,
+                                             const std::function<const std::vector<std::vector<TensorRead>>&()>& plan);
 
 // Collective: fills every read's destination, round by round (`rounds` from
 // staging.plan_rounds): before a round, `staging` points its staged reads at
 // host memory; after it, copies them to their destinations. When pieces are
-// shared, every rank runs as many rounds as the rank with the most. `plans`
-// holds every rank's local_read_plan, by rank. Returns this rank's read error
+// shared, every rank runs as many rounds as the rank with the most. `plans`:
+// what agree_on_read_plans returned. Returns this rank's read error
 // (a missing or corrupt piece, a failed transfer; nullptr when none) without
 // agreeing on it: the caller folds it into its next agreement, which must
 // follow on every rank, so that one collective reports it everywhere.

@@ -4,8 +4,9 @@
 // shard (local/shard_exchange.h).
 //
 // Items are taken largest first (stable: equal sizes keep their order), each
-// to the candidate rank with the least load so far (ties to the lowest rank),
-// whose load then grows by the item's bytes. Deterministic, so every rank
+// to the candidate rank with the least load so far (ties to the lowest rank
+// at or after `tie_start`, cyclically), whose load then grows by the item's
+// bytes. Deterministic, so every rank
 // computes the same choices from the same inputs.
 #pragma once
 
@@ -25,6 +26,7 @@ struct Balance {
 };
 
 // `initial_load[r]`: rank r's load before these items (its size is the world).
-Balance balance_least_loaded(const std::vector<BalanceItem>& items, std::vector<uint64_t> initial_load);
+Balance balance_least_loaded(const std::vector<BalanceItem>& items, std::vector<uint64_t> initial_load,
+                             size_t tie_start = 0);
 
 }  // namespace distckpt::plan

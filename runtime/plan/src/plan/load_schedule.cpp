@@ -75,7 +75,8 @@ uint64_t SharedPiece::read_bytes() const {
 }
 
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
-                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank) {
+                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank,
+                                size_t tie_start) {
   if (!host_of_rank.empty() && host_of_rank.size() != needs.size()) {
     throw UsageError(fmt::format("{} host numbers for {} ranks", host_of_rank.size(), needs.size()));
   }
@@ -146,13 +147,36 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     items[k].bytes = shared_bytes[k];
     for (const SharedPiece::Needer& n : schedule.shared[k].needers) items[k].candidates.push_back(n.rank);
   }
-  Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes));
+  Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes), tie_start);
   for (size_t k = 0; k < items.size(); ++k) schedule.shared[k].reader = balance.choice[k];
   schedule.read_bytes = std::move(balance.load);
   return schedule;
 }
 
-std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
+std::vector<SlabTransfer> slab_transfers(const LoadSchedule& schedule,
+                                         const std::vector<std::vector<PieceNeed>>& needs) {
+  std::vector<SlabTransfer> transfers;
+  for (size_t k = 0; k < schedule.shared.size(); ++k) {
+    const SharedPiece& s = schedule.shared[k];
+    if (s.same_host) continue;  // load/host_exchange.h
+    uint32_t reader = 0;
+    while (s.needers[reader].rank != s.reader) ++reader;
+    for (size_t i = 0; i < s.slabs.size(); ++i) {
+      transfers.push_back(SlabTransfer{static_cast<uint32_t>(k), static_cast<uint32_t>(i), reader, 0});
+      for (size_t n = 0; n < s.needers.size(); ++n) {
+        if (n == reader) continue;
+        const uint64_t bytes = s.message_bytes(needs, s.needers[n], i);
+        if (bytes > 0) {
+          transfers.push_back(
+              SlabTransfer{static_cast<uint32_t>(k), static_cast<uint32_t>(i), static_cast<uint32_t>(n), bytes});
+        }
+      }
+    }
+  }
+  return transfers;
+}
+
+std::string encode_needs(int rank, const std::vector<PieceNeed>& needs, const std::vector<uint32_t>& indices) {
   flatbuffers::FlatBufferBuilder b(256 + 64 * needs.size());
   std::vector<flatbuffers::Offset<fb::PieceNeed>> out;
   out.reserve(needs.size());
@@ -160,13 +184,22 @@ std::string encode_needs(int rank, const std::vector<PieceNeed>& needs) {
     out.push_back(
         fb::CreatePieceNeed(b, n.tensor, n.piece, b.CreateVector(n.part.offset), b.CreateVector(n.part.length)));
   }
-  b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out)));
+  b.Finish(fb::CreateLoadNeeds(b, rank, b.CreateVector(out), indices.empty() ? 0 : b.CreateVector(indices)));
   return message_bytes(b);
 }
 
-std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin) {
+std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin, std::vector<uint32_t>* indices) {
   std::vector<PieceNeed> needs;
   const auto* root = &verified_message<fb::LoadNeeds>(bytes, "load needs", origin);
+  if (indices) {
+    *indices = scalars(root->indices(), "load needs", origin);
+    const size_t count = root->needs() ? root->needs()->size() : 0;
+    if (indices->empty()) {
+      for (uint32_t i = 0; i < count; ++i) indices->push_back(i);
+    } else if (indices->size() != count) {
+      malformed("load needs", origin, fmt::format("{} indices for {} needs", indices->size(), count));
+    }
+  }
   if (!root->needs()) return needs;
   needs.reserve(root->needs()->size());
   for (const fb::PieceNeed* n : *root->needs()) {

@@ -9,8 +9,10 @@
 // rank), in slabs of whole rows; from each slab every other needer receives
 // exactly the elements of its parts, packed in its own order. When the ranks'
 // hosts are known, a piece whose needers all run on one host is marked so:
-// its slabs reach them through shared memory instead of messages. Every rank
-// computes the same schedule from the same all-gathered needs.
+// its slabs reach them through shared memory instead of messages. A
+// scheduler computes the schedule of the pieces routed to it
+// (load/read_planning.h); in the rounds exchange every rank computes the
+// whole load's from every rank's needs.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +63,22 @@ struct LoadSchedule {
   std::vector<uint64_t> read_bytes;  // per rank, from storage (private pieces: rows spanned by their parts)
 };
 
+// One message of the exchange of a schedule's shared pieces: slab `slab` of
+// shared[shared], from its reader to needers[needer] (the reader itself: its
+// own parts, nothing moves).
+struct SlabTransfer {
+  uint32_t shared = 0;
+  uint32_t slab = 0;
+  uint32_t needer = 0;
+  uint64_t bytes = 0;  // the needer's elements in the slab; the reader's own: 0
+};
+
+// The messages of the pieces not served within a host, in exchange order: per
+// shared piece and slab, the reader's own parts (so the slab is read even
+// when nobody else needs it), then each other needer with bytes in the slab.
+std::vector<SlabTransfer> slab_transfers(const LoadSchedule& schedule,
+                                         const std::vector<std::vector<PieceNeed>>& needs);
+
 // Rows [first, last) of `piece` that cover `parts` (axis 0; a 0-d piece is one row).
 std::pair<int64_t, int64_t> row_span(const Box& piece, const std::vector<const Box*>& parts);
 // `rows` of `piece` cut into slabs of at most `slab_bytes` (at least one row each).
@@ -69,15 +87,19 @@ std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row
 
 // `needs[r]` are rank r's needs. `share` false: every rank reads what it
 // needs (no shared pieces). `host_of_rank`: a host number per rank, or empty
-// when unknown (no piece is same_host). Cost O(N log N) in the total number
-// of needs.
+// when unknown (no piece is same_host). `tie_start`: where the balance's
+// ties start (plan/balance.h). Cost O(N log N) in the total number of needs.
 LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs, const PieceLookup& lookup,
-                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank = {});
+                                uint64_t slab_bytes, bool share, const std::vector<int>& host_of_rank = {},
+                                size_t tie_start = 0);
 
 // Wire format of a rank's needs (schema/wire.fbs, LoadNeeds). Decoding
 // verifies the buffer; the caller checks indices and boxes against the
 // checkpoint it opened.
-std::string encode_needs(int rank, const std::vector<PieceNeed>& needs);
-std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin);
+// `indices`: each need's index in the rank's whole list, when only some are
+// sent (routed to a scheduler); empty when all are, in order.
+std::string encode_needs(int rank, const std::vector<PieceNeed>& needs, const std::vector<uint32_t>& indices = {});
+std::vector<PieceNeed> decode_needs(std::string_view bytes, const std::string& origin,
+                                    std::vector<uint32_t>* indices = nullptr);
 
 }  // namespace distckpt::plan
