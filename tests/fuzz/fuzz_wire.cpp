@@ -62,7 +62,7 @@ void share_round_trip(std::string_view m, const std::string& from) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 21) {
+  switch (which % 23) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },
@@ -151,10 +151,18 @@ void run(uint8_t which, std::string_view m) {
           [](const plan::UnrequestedKeys& k) { return plan::encode_unrequested_keys(k); });
     case 19:
       return share_round_trip(m, from);
+    case 20:
+      return round_trip(
+          m, [&](std::string_view b) { return local::decode_shard_routing(b, from); },
+          [](const local::ShardRouting& r) { return local::encode_shard_routing(r); });
+    case 21:
+      return round_trip(
+          m, [&](std::string_view b) { return local::decode_shard_transfers(b, from); },
+          [](const local::ShardTransferList& t) { return local::encode_shard_transfers(t); });
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 20; ++i) {
+      for (uint8_t i = 0; i < 22; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

@@ -109,5 +109,11 @@ int main(int argc, char** argv) {
                                                plan::encode_needs(2, {{1, 0, {{0}, {16}}}})}));
   write_seed(dir, 18, "unrequested_keys", plan::encode_unrequested_keys({{0xfeedface}, {"decoder.fc1.weight"}}));
   write_seed(dir, 19, "load_share", load_share_seed());
+  write_seed(dir, 20, "shard_routing",
+             local::encode_shard_routing({{{"emb/0.0", 256}, {"fc1/2.0", 1024}}, {3, 7}, {"fc2/1.0"}}));
+  local::ShardTransferList transfers;
+  transfers.receives.push_back({3, 2, 256, uint64_t{5} << 32 | 1, 9});
+  transfers.sends.push_back({0, 4, 1024, uint64_t{5} << 32 | 2, 11});
+  write_seed(dir, 21, "shard_transfers", local::encode_shard_transfers(transfers));
   return 0;
 }

@@ -44,4 +44,33 @@ std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const s
 std::string encode_shard_offers(const std::vector<std::string>& identities);
 std::vector<std::string> decode_shard_offers(std::string_view bytes, const std::string& origin);
 
+// Partitioned exchange: what a rank routes to one scheduler.
+struct ShardRouting {
+  std::vector<ShardNeedMessage> needs;
+  std::vector<uint32_t> indices;  // of the needs in the rank's list
+  std::vector<std::string> kept;  // identities of shards the rank keeps
+};
+std::string encode_shard_routing(const ShardRouting& r);
+ShardRouting decode_shard_routing(std::string_view bytes, const std::string& origin);
+
+// A scheduler's answer to one rank.
+struct ShardTransferList {
+  struct Receive {
+    uint32_t need = 0;
+    int from = 0;
+    uint64_t bytes = 0, window = 0;
+    uint32_t tag = 0;
+  };
+  struct Send {
+    uint32_t kept = 0;  // among the identities the rank routed to the scheduler
+    int to = 0;
+    uint64_t bytes = 0, window = 0;
+    uint32_t tag = 0;
+  };
+  std::vector<Receive> receives;
+  std::vector<Send> sends;
+};
+std::string encode_shard_transfers(const ShardTransferList& t);
+ShardTransferList decode_shard_transfers(std::string_view bytes, const std::string& origin);
+
 }  // namespace distckpt::local

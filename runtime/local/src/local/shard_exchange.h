@@ -1,9 +1,14 @@
 // Fully parallel tensor-aware state dicts: a replicated shard is kept by one
 // of its holders; in to_state_dict the others receive it over the
-// communicator. Every rank announces the shards it needs, then those it keeps
-// that someone needs (two all-gathers); every rank derives the same transfer
-// list from that (each need sent by a keeper picked by plan/balance.h) and
-// the comm layer's exchange engine (comm/exchange.h) runs it.
+// communicator, through the comm layer's exchange engine (comm/exchange.h).
+// Point to point (partitioned): every rank routes the identities of the
+// shards it needs and keeps to the scheduler of each identity (a hash,
+// modulo the world; one all-to-all); a scheduler picks a keeper for each
+// need (plan/balance.h, within its identities) and tells each rank its
+// transfers with their windows (one all-to-all), so no rank holds the
+// world's needs. Batched rounds (kAllGather) cut the rounds over every
+// transfer: every rank gathers every rank's needs, then the offers of those
+// it keeps (two all-gathers), and derives the same transfer list.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,6 +38,11 @@ struct NeededShard {
 
 // Collective. Throws ShardingError (on every rank, identically) when a shard
 // some rank needs is kept by no rank; communication failures throw CommError.
+// The scheduler's step of the partitioned exchange, on what every rank routed
+// to rank `me` (by rank): each rank's transfers, part r for rank r. Throws
+// ShardingError when a shard some rank needs is kept by no rank.
+std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>& routed, int me, uint64_t batch_bytes);
+
 void exchange_kept_shards(const std::vector<KeptShard>& kept, std::vector<NeededShard>& needed, Communicator& comm,
                           LoadExchange mode, uint64_t batch_bytes);
 
