@@ -26,6 +26,11 @@
 //   its pieces; a rank merges its share from every scheduler. --before: as
 //   the rounds exchange still plans, every rank decoding every rank's needs
 //   and computing the whole schedule.
+// --mode local_load: a tensor-aware state dict's to_state_dict, fully
+//   parallel: each shard (tensor, tp rank) kept by one dp replica and needed
+//   by the others; each role's real share of the partitioned exchange's
+//   planning (local/shard_exchange.h: route, schedule, merge). --before:
+//   every rank decoding every rank's needs and offers and balancing all.
 // --mode local / dry_run: the partitioned steps a tensor-aware state dict's
 //   fully parallel distribution / dry_run_save runs (the save's, without the
 //   metadata; dry_run assembles the index on every rank).
@@ -53,6 +58,8 @@
 #include "load/read_planning.h"
 #include "load/strict_keys.h"
 #include "local/messages.h"
+#include "local/shard_exchange.h"
+#include "plan/balance.h"
 #include "plan/global_plan.h"
 #include "plan/load_schedule.h"
 #include "plan/local_plan.h"
@@ -515,6 +522,123 @@ std::vector<Step> simulate_partitioned_load(int ranks, int64_t tensors, uint64_t
   return steps;
 }
 
+// ---- Tensor-aware state dicts: to_state_dict's exchange of kept shards --------
+
+std::string shard_id(uint32_t t, int64_t tp) { return fmt::format("{}/{}", t, tp); }
+
+// The dp replica (0 .. dp - 1) that keeps shard (t, tp).
+int64_t keeper_replica(uint32_t t, int64_t dp) { return static_cast<int64_t>(t) % dp; }
+
+// What `rank` keeps and needs: of each tensor of its stage, its tp shard.
+void shards_of(int rank, int ranks, int64_t tensors, std::vector<local::KeptShard>& kept,
+               std::vector<local::NeededShard>& needed) {
+  const int64_t dp = ranks / (kTp * kPp), replica = rank / (kTp * kPp);
+  const at::Tensor one = at::empty({1}, at::kBFloat16);  // planning does not depend on the sizes
+  for (int64_t t = (rank / kTp) % kPp; t < tensors; t += kPp) {
+    const std::string id = shard_id(static_cast<uint32_t>(t), rank % kTp);
+    if (keeper_replica(static_cast<uint32_t>(t), dp) == replica) {
+      kept.push_back({id, one});
+    } else {
+      needed.push_back({id, id, one});
+    }
+  }
+}
+
+std::vector<Step> simulate_local_load(int ranks, int64_t tensors, bool before, uint64_t& all_needs) {
+  const int64_t dp = ranks / (kTp * kPp);
+  all_needs = static_cast<uint64_t>(ranks / dp) * static_cast<uint64_t>((tensors + kPp - 1) / kPp) *
+              static_cast<uint64_t>(dp - 1);
+  std::vector<Step> steps;
+  if (before) {
+    // Every rank's needs and offers, all-gathered (built beforehand), then on every rank: decode all, match, balance.
+    std::vector<std::string> needs(static_cast<size_t>(ranks)), offers(static_cast<size_t>(ranks));
+    uint64_t bytes = 0;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<local::KeptShard> kept;
+      std::vector<local::NeededShard> needed;
+      shards_of(r, ranks, tensors, kept, needed);
+      std::vector<local::ShardNeedMessage> n;
+      for (const auto& x : needed) n.push_back({x.identity, 2});
+      std::vector<std::string> o;
+      for (const auto& x : kept) o.push_back(x.identity);
+      needs[static_cast<size_t>(r)] = local::encode_shard_needs(n);
+      offers[static_cast<size_t>(r)] = local::encode_shard_offers(o);
+      bytes += needs[static_cast<size_t>(r)].size() + offers[static_cast<size_t>(r)].size();
+    }
+    steps.push_back(timed("every rank (before)", 0, bytes, [&] {
+      std::vector<std::vector<local::ShardNeedMessage>> decoded;
+      for (const std::string& m : needs) decoded.push_back(local::decode_shard_needs(m, "rank"));
+      std::map<std::string, std::vector<int>> keepers;
+      for (int r = 0; r < ranks; ++r) {
+        for (std::string& id : local::decode_shard_offers(offers[static_cast<size_t>(r)], "rank")) {
+          keepers[std::move(id)].push_back(r);
+        }
+      }
+      std::vector<plan::BalanceItem> items;
+      for (const auto& rank_needs : decoded) {
+        for (const auto& n : rank_needs) items.push_back({n.bytes, keepers.at(n.identity)});
+      }
+      plan::balance_least_loaded(items, std::vector<uint64_t>(static_cast<size_t>(ranks), 0));
+    }));
+    return steps;
+  }
+  // The schedulers of every identity, and the busiest one.
+  std::map<int, std::vector<std::pair<uint32_t, int64_t>>> ids_of;
+  for (uint32_t t = 0; t < tensors; ++t) {
+    for (int64_t p = 0; p < kTp; ++p) ids_of[plan::planner_of(shard_id(t, p), ranks)].emplace_back(t, p);
+  }
+  const int busiest = std::max_element(ids_of.begin(), ids_of.end(), [](const auto& a, const auto& b) {
+                        return a.second.size() < b.second.size();
+                      })->first;
+  std::vector<local::KeptShard> kept;
+  std::vector<local::NeededShard> needed;
+  shards_of(0, ranks, tensors, kept, needed);
+  std::map<std::string, uint32_t> index_at_0;  // rank 0's need indices, whose merge is timed
+  for (uint32_t i = 0; i < needed.size(); ++i) index_at_0[needed[i].identity] = i;
+  // What every rank routes scheduler `s` (built beforehand, as the senders' work).
+  const auto routed_to = [&](int s) {
+    std::map<int, local::ShardRouting> parts;
+    for (const auto& [t, p] : ids_of[s]) {
+      for (int64_t j = 0; j < dp; ++j) {
+        const int r = static_cast<int>((t % kPp) * kTp + p + j * kTp * kPp);
+        if (keeper_replica(t, dp) == j) {
+          parts[r].kept.push_back(shard_id(t, p));
+        } else {
+          parts[r].needs.push_back({shard_id(t, p), 2});
+          parts[r].indices.push_back(r == 0 ? index_at_0.at(shard_id(t, p)) : static_cast<uint32_t>(t / kPp));
+        }
+      }
+    }
+    std::vector<std::string> routed(static_cast<size_t>(ranks));
+    for (const auto& [r, part] : parts) routed[static_cast<size_t>(r)] = local::encode_shard_routing(part);
+    return routed;
+  };
+  const auto bytes_of = [](const std::vector<std::string>& messages) {
+    uint64_t n = 0;
+    for (const std::string& m : messages) n += m.size();
+    return n;
+  };
+  std::map<int, std::vector<size_t>> routed_kept;
+  steps.push_back(timed("route (each rank)", 0, 0, [&] { local::route_shards(kept, needed, ranks, routed_kept); }));
+  {
+    const std::vector<std::string> routed = routed_to(busiest);
+    steps.push_back(timed("schedule (busiest scheduler)", busiest, bytes_of(routed),
+                          [&] { local::schedule_shard_transfers(routed, busiest, uint64_t{32} << 20); }));
+  }
+  {
+    std::vector<std::string> answers(static_cast<size_t>(ranks));
+    std::set<int> schedulers;
+    for (const auto& k : kept) schedulers.insert(plan::planner_of(k.identity, ranks));
+    for (const auto& n : needed) schedulers.insert(plan::planner_of(n.identity, ranks));
+    for (const int s : schedulers) {
+      answers[static_cast<size_t>(s)] = local::schedule_shard_transfers(routed_to(s), s, uint64_t{32} << 20)[0];
+    }
+    steps.push_back(timed("merge (each rank)", 0, bytes_of(answers),
+                          [&] { local::merge_shard_transfers(answers, 0, kept, needed, routed_kept); }));
+  }
+  return steps;
+}
+
 // ---- Strict key handling, *_ALL modes -----------------------------------------
 
 struct StrictFigures {
@@ -628,10 +752,11 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode,
                  "partitioned (what save runs), central (everything on the coordinator), load (a load's "
                  "planning on each rank), strict (the *_ALL key check of a load), local (a tensor-aware state "
-                 "dict's fully parallel distribution) or dry_run (dry_run_save)")
-      ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run"}));
+                 "dict's fully parallel distribution), dry_run (dry_run_save) or local_load (to_state_dict's exchange)")
+      ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run", "local_load"}));
   app.add_flag("--before", before,
-               "strict: the check as it was, every rank's key names all-gathered; load: every rank plans everything");
+               "strict: the check as it was, every rank's key names all-gathered; load, local_load: every rank "
+               "plans everything");
   CLI11_PARSE(app, argc, argv);
   for (const int r : ranks) {
     if (r % (kTp * kPp) != 0) {
@@ -641,6 +766,19 @@ int main(int argc, char** argv) {
   }
 
   fmt::print("tensors {}  mesh tp={} pp={} dp=ranks/128  (balanced writers, {} planning)\n", tensors, kTp, kPp, mode);
+  if (mode == "local_load") {
+    fmt::print(
+        "| ranks | needs (all ranks) | role | busiest rank | s | peak growth + messages MB | messages in MB "
+        "|\n|---|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      uint64_t needs = 0;
+      for (const Step& s : simulate_local_load(r, tensors, before, needs)) {
+        fmt::print("| {} | {} | {} | {} | {:.4f} | {:.1f} | {:.2f} |\n", r, needs, s.role, s.rank, s.seconds,
+                   s.peak_mb + s.input_mb, s.input_mb);
+      }
+    }
+    return 0;
+  }
   if (mode == "load" && before) {
     fmt::print(
         "| ranks | needs (all ranks) | gathered needs MB | shared pieces | each rank: s | each rank: peak growth MB "

@@ -103,7 +103,8 @@ TransferPlan plan_transfers(const std::vector<std::vector<ShardNeedMessage>>& ne
 
 uint64_t bytes_of(const at::Tensor& t) { return static_cast<uint64_t>(t.numel()) * t.element_size(); }
 
-// What this rank sends each scheduler; `routed_kept[s]`: the kept shards (indices into kept) sent to s, in order.
+}  // namespace
+
 std::vector<std::string> route_shards(const std::vector<KeptShard>& kept, const std::vector<NeededShard>& needed,
                                       int world, std::map<int, std::vector<size_t>>& routed_kept) {
   std::map<int, ShardRouting> parts;
@@ -123,8 +124,6 @@ std::vector<std::string> route_shards(const std::vector<KeptShard>& kept, const 
   for (const auto& [s, r] : parts) out[static_cast<size_t>(s)] = encode_shard_routing(r);
   return out;
 }
-
-}  // namespace
 
 std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>& routed, int me,
                                                   uint64_t batch_bytes) {
@@ -206,16 +205,6 @@ std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>
   return out;
 }
 
-namespace {
-
-// One entry of this rank's keyed transfers: what it sends (kept index) and receives (need index).
-struct ShardMove {
-  comm::KeyedTransfer keyed;
-  size_t kept = 0;
-  uint32_t need = 0;
-};
-
-// This rank's transfers from every scheduler's answer, checked against what it routed and needs.
 std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& answers, int me,
                                              const std::vector<KeptShard>& kept, const std::vector<NeededShard>& needed,
                                              const std::map<int, std::vector<size_t>>& routed_kept) {
@@ -256,6 +245,8 @@ std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& ans
   for (auto& [key, m] : moves) out.push_back(std::move(m));
   return out;
 }
+
+namespace {
 
 void exchange_partitioned(const std::vector<KeptShard>& kept, std::vector<NeededShard>& needed, Communicator& comm,
                           uint64_t batch_bytes) {

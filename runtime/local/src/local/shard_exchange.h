@@ -13,9 +13,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "comm/exchange.h"
 #include "distckpt/api/options.h"
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/sharded_tensor.h"
@@ -36,13 +38,31 @@ struct NeededShard {
   at::Tensor dest;          // filled by the exchange
 };
 
+// The steps of the partitioned exchange, each a pure function of the
+// messages of the step before (exchange_kept_shards moves them).
+//
+// route: part s for scheduler s; `routed_kept[s]`: the kept shards (indices
+// into `kept`) routed to s, in order.
+std::vector<std::string> route_shards(const std::vector<KeptShard>& kept, const std::vector<NeededShard>& needed,
+                                      int world, std::map<int, std::vector<size_t>>& routed_kept);
+// schedule, on what every rank routed to rank `me` (by rank): each rank's
+// transfers, part r for rank r. Throws ShardingError when a shard some rank
+// needs is kept by no rank.
+std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>& routed, int me, uint64_t batch_bytes);
+// merge, on a rank: its transfers from every scheduler's answer (by rank),
+// in (window, tag) order, checked against what it routed and needs
+// (ProtocolError).
+struct ShardMove {
+  comm::KeyedTransfer keyed;
+  size_t kept = 0;    // what it sends: an index into `kept`
+  uint32_t need = 0;  // what it receives: an index into `needed`
+};
+std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& answers, int me,
+                                             const std::vector<KeptShard>& kept, const std::vector<NeededShard>& needed,
+                                             const std::map<int, std::vector<size_t>>& routed_kept);
+
 // Collective. Throws ShardingError (on every rank, identically) when a shard
 // some rank needs is kept by no rank; communication failures throw CommError.
-// The scheduler's step of the partitioned exchange, on what every rank routed
-// to rank `me` (by rank): each rank's transfers, part r for rank r. Throws
-// ShardingError when a shard some rank needs is kept by no rank.
-std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>& routed, int me, uint64_t batch_bytes);
-
 void exchange_kept_shards(const std::vector<KeptShard>& kept, std::vector<NeededShard>& needed, Communicator& comm,
                           LoadExchange mode, uint64_t batch_bytes);
 
