@@ -190,7 +190,9 @@ TEST(ExchangeEngine, ARankSendsAndReceivesAtMostTheBatchPerRound) {
   EXPECT_EQ(received_most[2], 100u);
   for (size_t r = 1; r < 4; ++r) {
     EXPECT_LE(sent_most[r], kBatch) << "rank " << r;
-    if (r != 2) EXPECT_EQ(received_most[r], 0u) << "rank " << r;
+    if (r != 2) {
+      EXPECT_EQ(received_most[r], 0u) << "rank " << r;
+    }
   }
   for (size_t r = 0; r < 4; ++r) EXPECT_EQ(rounds[r], rounds[0]) << "every rank runs every round";
   EXPECT_EQ(rounds[0], 5u);

@@ -288,6 +288,38 @@ TEST(PartitionedLoadPlanning, EveryNeedReachesItsPiecesSchedulerOnly) {
   EXPECT_EQ(routed, total) << "every need goes to exactly one scheduler";
 }
 
+// A rank takes from each scheduler only shares of the pieces it schedules,
+// in windows of its own.
+TEST(PartitionedLoadPlanning, ARankRefusesASharePassedOffAsAnotherSchedulers) {
+  std::mt19937 rng(3);
+  const Catalog c = random_catalog(rng);
+  const int world = 5;
+  std::vector<std::vector<plan::PieceNeed>> needs(world);
+  for (int r = 0; r < world; ++r) {
+    for (uint32_t p = 0; p < c.pieces[0].size(); ++p) needs[static_cast<size_t>(r)].push_back({0, p, c.pieces[0][p]});
+  }
+  const PieceCatalog view = c.view();
+  ReadEngineOptions options;
+  Messages routes;
+  for (int r = 0; r < world; ++r)
+    routes.push_back(route_read_plan(as_rounds(needs[static_cast<size_t>(r)]), r, world, ""));
+  const Messages routed = transpose(routes);
+  Messages decisions;
+  for (int s = 0; s < world; ++s)
+    decisions.push_back(schedule_routed_needs(view, routed[static_cast<size_t>(s)], options, s));
+  std::vector<std::string> told = transpose(decisions)[0];
+  const int from = scheduler_of(0, 0, world), to = (from + 1) % world;
+  std::swap(told[static_cast<size_t>(from)], told[static_cast<size_t>(to)]);
+  std::vector<plan::LoadShare> shares;
+  std::vector<bool> within_host;
+  try {
+    merge_shares(view, told, {needs[0]}, 0, shares, within_host);
+    FAIL() << "no error";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("which it does not schedule"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PartitionedLoadPlanning, ASchedulerRefusesANeedOfAPieceItDoesNotSchedule) {
   Catalog c;
   c.shapes = {{8, 8}};

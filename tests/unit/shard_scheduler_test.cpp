@@ -3,6 +3,7 @@
 // balanced, and both ends of each transfer hold it with one window and tag;
 // a need no rank keeps fails naming the rank and the shard; a shard routed
 // to the wrong scheduler is refused.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -122,6 +123,25 @@ TEST(ShardScheduler, AShardRoutedToAnotherSchedulerIsRefused) {
   routed[1] = encode_shard_routing(p);
   EXPECT_TRUE(throws_with<ProtocolError>([&] { schedule_shard_transfers(routed, (owner + 1) % kWorld, 250); },
                                          "not its scheduler"));
+}
+
+// Two transfers under one window and tag would leave one of them unmatched.
+TEST(ShardScheduler, AMergeRefusesTwoTransfersUnderOneWindowAndTag) {
+  const at::Tensor one = at::empty({4}, at::kFloat);
+  const std::vector<KeptShard> kept = {{"k", one}};
+  const std::vector<NeededShard> needed = {{"a", "a", one.clone()}, {"b", "b", one.clone()}};
+  ShardTransferList list;
+  list.receives.push_back({0, 2, 16, uint64_t{1} << 32, 7});
+  list.receives.push_back({1, 3, 16, uint64_t{1} << 32, 7});
+  std::vector<std::string> answers(4);
+  answers[1] = encode_shard_transfers(list);
+  EXPECT_TRUE(throws_with<ProtocolError>([&] { merge_shard_transfers(answers, 0, kept, needed, {}); },
+                                         "shares its window and tag with another transfer"));
+  list.receives.pop_back();
+  list.receives.push_back({1, 3, 16, uint64_t{2} << 32, 8});  // in rank 2's windows, sent by rank 1
+  answers[1] = encode_shard_transfers(list);
+  EXPECT_TRUE(throws_with<ProtocolError>([&] { merge_shard_transfers(answers, 0, kept, needed, {}); },
+                                         "another scheduler's window"));
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 // rank sees whole assigned them (exchange_keyed).
 //
 // Transfers to oneself are produced and delivered locally, never sent. Extra
-// memory per rank: one window's payloads, at most batch_bytes moved in all
-// (point to point), or one round's, at most batch_bytes sent and batch_bytes
-// received by the rank (rounds).
+// memory per rank: one window's payloads, or one round's. The windows bound
+// them: cut_windows keeps a window to at most batch_bytes moved in all (point
+// to point), a round to at most batch_bytes sent and batch_bytes received by
+// each rank (rounds); a planner that keys transfers itself cuts them so.
 #pragma once
 
 #include <ATen/core/Tensor.h>

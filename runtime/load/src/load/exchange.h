@@ -30,7 +30,7 @@ struct ExchangeContext {
   Communicator& comm;
   const plan::LoadShare& share;
   const std::vector<TensorRead>& mine;  // this rank's reads, in the order of its needs
-  uint64_t batch_bytes;  // rounds: what a rank sends (and receives) per round; on one host: a slot of shared memory
+  uint64_t batch_bytes;  // on one host: what a slot of this rank's shared memory holds (the plan cut the windows)
 };
 
 // Collective. `rounds`: the rounds mode's number of rounds. Returns this

@@ -253,6 +253,14 @@ class HostExchange::Rounds {
       if (!(lines >> name >> peer_namespace >> layout.slabs >> layout.slot >> layout.rounds)) {
         throw ProtocolError(fmt::format("rank {} sent no usable shared-memory offer", p));
       }
+      // A reader has a slab in each of its rounds; its slots must fit a region
+      // (the mapping then checks the region holds them).
+      if (layout.rounds > layout.slabs || layout.slot > (uint64_t{1} << 48)) {
+        throw ProtocolError(
+            fmt::format("rank {} offered a shared-memory layout of {} rounds, {} slabs and slots of {} "
+                        "bytes",
+                        p, layout.rounds, layout.slabs, layout.slot));
+      }
       const bool reads_for_me = readers_.count(p) > 0;
       uint32_t tensor = 0, piece = 0, slab = 0;
       HostSlab h;
@@ -290,7 +298,7 @@ class HostExchange::Rounds {
     std::stable_sort(slabs_.begin(), slabs_.end(), [](const HostSlab& a, const HostSlab& b) {
       return std::tie(a.round, a.reader, a.seq) < std::tie(b.round, b.reader, b.seq);
     });
-    round_begin_.assign(rounds_ + 1, slabs_.size());
+    round_begin_.assign(static_cast<size_t>(rounds_) + 1, slabs_.size());
     for (size_t e = slabs_.size(); e-- > 0;) round_begin_[slabs_[e].round] = e;
     for (uint32_t t = rounds_; t-- > 0;) round_begin_[t] = std::min(round_begin_[t], round_begin_[t + 1]);
     threads_done_.assign(own_.rounds, 0);

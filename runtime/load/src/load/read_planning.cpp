@@ -101,29 +101,31 @@ std::string whole_read_plan(const std::vector<std::vector<TensorRead>>& rounds, 
 
 std::vector<std::string> route_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, int world,
                                          const std::string& host) {
-  const auto n = static_cast<size_t>(world);
-  // Per scheduler and round: the needs routed there and their indices.
-  std::vector<std::vector<std::vector<plan::PieceNeed>>> needs(
-      n, std::vector<std::vector<plan::PieceNeed>>(rounds.size()));
-  std::vector<std::vector<std::vector<uint32_t>>> indices(n, std::vector<std::vector<uint32_t>>(rounds.size()));
+  // Per scheduler with needs here, and round: the needs routed there and their indices.
+  struct Routed {
+    std::vector<std::vector<plan::PieceNeed>> needs;
+    std::vector<std::vector<uint32_t>> indices;
+  };
+  std::map<int, Routed> routed;
   for (size_t k = 0; k < rounds.size(); ++k) {
     for (uint32_t i = 0; i < rounds[k].size(); ++i) {
       const plan::PieceNeed& need = rounds[k][i].need;
-      const auto s = static_cast<size_t>(scheduler_of(need.tensor, need.piece, world));
-      needs[s][k].push_back(need);
-      indices[s][k].push_back(i);
+      Routed& r = routed[scheduler_of(need.tensor, need.piece, world)];
+      r.needs.resize(rounds.size());
+      r.indices.resize(rounds.size());
+      r.needs[k].push_back(need);
+      r.indices[k].push_back(i);
     }
   }
-  std::vector<std::string> parts(n);
-  for (size_t s = 0; s < n; ++s) {
+  // Never empty: every part carries the round count; the host goes where needs go.
+  std::vector<std::string> parts(static_cast<size_t>(world),
+                                 plan::encode_read_plan("", std::vector<std::string>(rounds.size())));
+  for (const auto& [s, r] : routed) {
     std::vector<std::string> round_needs;
-    bool any = false;
     for (size_t k = 0; k < rounds.size(); ++k) {
-      round_needs.push_back(needs[s][k].empty() ? std::string() : plan::encode_needs(rank, needs[s][k], indices[s][k]));
-      any = any || !needs[s][k].empty();
+      round_needs.push_back(r.needs[k].empty() ? std::string() : plan::encode_needs(rank, r.needs[k], r.indices[k]));
     }
-    // Never empty: it carries the round count. The host only where needs go.
-    parts[s] = plan::encode_read_plan(any ? host : std::string(), round_needs);
+    parts[static_cast<size_t>(s)] = plan::encode_read_plan(host, round_needs);
   }
   return parts;
 }
@@ -168,7 +170,7 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
   }
   rounds = std::max<size_t>(rounds, 1);  // a load runs at least one staging round
   by_round.resize(rounds);
-  std::vector<std::vector<plan::LoadShare>> shares(world, std::vector<plan::LoadShare>(rounds));
+  std::map<int, std::vector<plan::LoadShare>> shares;  // of the ranks that routed needs here, per round
   std::vector<uint32_t> host_rounds;
   const plan::PieceLookup& lookup = catalog.lookup;
   for (size_t k = 0; k < rounds; ++k) {
@@ -195,14 +197,17 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
       for (plan::SharePiece& p : dense[i].pieces) {
         for (uint32_t& need : p.own_needs) need = s.indices[i][need];  // the rank's own numbering
       }
-      shares[static_cast<size_t>(s.ranks[i])][k] = std::move(dense[i]);
+      std::vector<plan::LoadShare>& of_rank = shares[s.ranks[i]];
+      of_rank.resize(rounds);
+      of_rank[k] = std::move(dense[i]);
     }
   }
-  std::vector<std::string> parts(world);
-  for (size_t r = 0; r < world; ++r) {
+  // Every rank hears the round count and the host rounds; those with pieces here, their shares.
+  std::vector<std::string> parts(world, plan::encode_share_message(static_cast<uint32_t>(rounds), {}, host_rounds));
+  for (const auto& [r, of_rank] : shares) {
     std::vector<const plan::LoadShare*> mine;
-    for (const plan::LoadShare& share : shares[r]) mine.push_back(share.pieces.empty() ? nullptr : &share);
-    parts[r] = plan::encode_share_message(static_cast<uint32_t>(rounds), mine, host_rounds);
+    for (const plan::LoadShare& share : of_rank) mine.push_back(share.pieces.empty() ? nullptr : &share);
+    parts[static_cast<size_t>(r)] = plan::encode_share_message(static_cast<uint32_t>(rounds), mine, host_rounds);
   }
   return parts;
 }
@@ -230,9 +235,29 @@ size_t merge_shares(const PieceCatalog& catalog, const std::vector<std::string>&
   needs.resize(rounds);
   shares.assign(rounds, plan::LoadShare{});
   for (size_t k = 0; k < rounds; ++k) shares[k].slot.assign(needs[k].size(), -1);
+  std::vector<size_t> pieces_before(rounds), transfers_before(rounds);
   for (size_t s = 0; s < messages.size(); ++s) {
     const std::string origin = fmt::format("rank {}", s);
+    for (size_t k = 0; k < rounds; ++k) {
+      pieces_before[k] = shares[k].pieces.size();
+      transfers_before[k] = shares[k].transfers.size();
+    }
     plan::merge_share_message(messages[s], origin, me, world, catalog.lookup, needs, shares);
+    // What a scheduler sent is of its own pieces, with windows of its own.
+    for (size_t k = 0; k < rounds; ++k) {
+      for (size_t i = pieces_before[k]; i < shares[k].pieces.size(); ++i) {
+        const plan::SharePiece& p = shares[k].pieces[i];
+        if (scheduler_of(p.tensor, p.piece, world) != static_cast<int>(s)) {
+          throw ProtocolError(fmt::format("{} sent a share of piece {} of tensor {}, which it does not schedule",
+                                          origin, p.piece, p.tensor));
+        }
+      }
+      for (size_t i = transfers_before[k]; i < shares[k].transfers.size(); ++i) {
+        if (shares[k].transfers[i].window >> 32 != s) {
+          throw ProtocolError(fmt::format("{} sent a transfer in another scheduler's window", origin));
+        }
+      }
+    }
   }
   for (plan::LoadShare& share : shares) plan::sort_transfers(share);
   return rounds;
@@ -268,7 +293,7 @@ plan::LoadShare share_from_all_plans(const PieceCatalog& catalog, const std::vec
   const plan::LoadSchedule schedule = plan::make_load_schedule(needs, catalog.lookup, options.slab_bytes, true, {});
   const std::vector<plan::TransferKey> keys =
       cut_keys(schedule, needs, world, comm::ExchangeMode::kRounds, options.slab_bytes, 0, exchange_rounds);
-  std::vector<plan::LoadShare> all = plan::shares_of(schedule, needs, ranks, keys);
+  std::vector<plan::LoadShare> all = plan::shares_of(schedule, needs, ranks, keys, me);
   return std::move(all[static_cast<size_t>(me)]);
 }
 

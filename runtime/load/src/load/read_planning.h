@@ -45,8 +45,8 @@ int scheduler_of(uint32_t tensor, uint32_t piece, int world);
 
 // Not collective: what this rank sends, part r for rank r, as the load
 // agrees on planning, partitioned: each scheduler the needs of its pieces.
-// Every part carries the rank's host (empty: not asked) and its number of
-// staging rounds.
+// Every part carries the rank's number of staging rounds; those with needs
+// also its host (empty: not asked).
 std::vector<std::string> route_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, int world,
                                          const std::string& host);
 // Not collective: the rounds exchange's plan, which every rank gets.

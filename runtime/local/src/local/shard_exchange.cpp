@@ -208,7 +208,11 @@ std::vector<std::string> schedule_shard_transfers(const std::vector<std::string>
 std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& answers, int me,
                                              const std::vector<KeptShard>& kept, const std::vector<NeededShard>& needed,
                                              const std::map<int, std::vector<size_t>>& routed_kept) {
-  std::map<std::pair<uint64_t, uint32_t>, ShardMove> moves;  // by (window, tag)
+  struct Entry {
+    ShardMove move;
+    bool sends = false, receives = false;
+  };
+  std::map<std::pair<uint64_t, uint32_t>, Entry> moves;  // by (window, tag)
   std::vector<bool> received(needed.size(), false);
   for (size_t s = 0; s < answers.size(); ++s) {
     if (answers[s].empty()) continue;
@@ -217,14 +221,27 @@ std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& ans
     const auto bad = [&](const std::string& why) {
       throw ProtocolError(fmt::format("{} scheduled a shard transfer that {}", origin, why));
     };
+    // One entry per (window, tag), in the scheduler's own windows; two only
+    // as the halves of a transfer to oneself.
+    const auto entry = [&](uint64_t window, uint32_t tag, bool sending, int from, int to) -> Entry& {
+      if (window >> 32 != s) bad("lies in another scheduler's window");
+      auto [at, fresh] = moves.try_emplace({window, tag});
+      Entry& e = at->second;
+      const bool other_half = !fresh && from == me && to == me && e.move.keyed.transfer.from == me &&
+                              e.move.keyed.transfer.to == me &&
+                              (sending ? !e.sends && e.receives : e.sends && !e.receives);
+      if (!fresh && !other_half) bad("shares its window and tag with another transfer");
+      (sending ? e.sends : e.receives) = true;
+      return e;
+    };
     for (const auto& r : list.receives) {
       if (r.need >= needed.size() || received[r.need]) bad(fmt::format("names need {} of rank {}", r.need, me));
       if (r.bytes != bytes_of(needed[r.need].dest)) bad("has the wrong size");
       if (r.from < 0 || r.from >= static_cast<int>(answers.size())) bad(fmt::format("comes from rank {}", r.from));
       received[r.need] = true;
-      ShardMove& m = moves[{r.window, r.tag}];
-      m.keyed = comm::KeyedTransfer{comm::Transfer{r.from, me, r.bytes}, r.window, r.tag};
-      m.need = r.need;
+      Entry& e = entry(r.window, r.tag, false, r.from, me);
+      e.move.keyed = comm::KeyedTransfer{comm::Transfer{r.from, me, r.bytes}, r.window, r.tag};
+      e.move.need = r.need;
     }
     const auto routed = routed_kept.find(static_cast<int>(s));
     for (const auto& x : list.sends) {
@@ -232,9 +249,9 @@ std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& ans
       const size_t k = routed->second[x.kept];
       if (x.bytes != bytes_of(kept[k].data)) bad("has the wrong size");
       if (x.to < 0 || x.to >= static_cast<int>(answers.size())) bad(fmt::format("goes to rank {}", x.to));
-      ShardMove& m = moves[{x.window, x.tag}];
-      m.keyed = comm::KeyedTransfer{comm::Transfer{me, x.to, x.bytes}, x.window, x.tag};
-      m.kept = k;
+      Entry& e = entry(x.window, x.tag, true, me, x.to);
+      e.move.keyed = comm::KeyedTransfer{comm::Transfer{me, x.to, x.bytes}, x.window, x.tag};
+      e.move.kept = k;
     }
   }
   for (size_t i = 0; i < needed.size(); ++i) {
@@ -242,7 +259,13 @@ std::vector<ShardMove> merge_shard_transfers(const std::vector<std::string>& ans
   }
   std::vector<ShardMove> out;
   out.reserve(moves.size());
-  for (auto& [key, m] : moves) out.push_back(std::move(m));
+  for (auto& [key, e] : moves) {
+    const comm::Transfer& t = e.move.keyed.transfer;
+    if (t.from == me && t.to == me && !(e.sends && e.receives)) {
+      throw ProtocolError(fmt::format("a scheduler gave rank {} half of a transfer to itself", me));
+    }
+    out.push_back(std::move(e.move));
+  }
   return out;
 }
 
@@ -257,8 +280,10 @@ void exchange_partitioned(const std::vector<KeptShard>& kept, std::vector<Needed
   const std::vector<std::string> answers = all_to_all_agreed(comm, "match the needed shards with their keepers", [&] {
     return schedule_shard_transfers(routed, comm.rank(), batch_bytes);
   });
-  // A malformed answer (a bug) fails this rank alone; its peers then fail at the communicator's timeout.
-  const std::vector<ShardMove> moves = merge_shard_transfers(answers, comm.rank(), kept, needed, routed_kept);
+  // Agreed: a malformed answer (a bug) must not leave the peers waiting for this rank's transfers.
+  std::vector<ShardMove> moves;
+  run_agreed(comm, "check the shard transfers the schedulers sent",
+             [&] { moves = merge_shard_transfers(answers, comm.rank(), kept, needed, routed_kept); });
   std::vector<comm::KeyedTransfer> mine;
   for (const ShardMove& m : moves) mine.push_back(m.keyed);
   const at::Device device = comm.tensor_device();
@@ -314,9 +339,7 @@ void exchange_kept_shards(const std::vector<KeptShard>& kept, std::vector<Needed
     at::Tensor& dest = needed[plan.need_of[k]].dest;
     dest.copy_(payload.to(dest.device()).view(dest.scalar_type()).view(dest.sizes()));
   };
-  comm::exchange(comm, plan.transfers, callbacks,
-                 mode == LoadExchange::kAllGather ? comm::ExchangeMode::kRounds : comm::ExchangeMode::kPointToPoint,
-                 batch_bytes);
+  comm::exchange(comm, plan.transfers, callbacks, comm::ExchangeMode::kRounds, batch_bytes);
 }
 
 }  // namespace distckpt::local

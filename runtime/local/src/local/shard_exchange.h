@@ -5,8 +5,8 @@
 // shards it needs and keeps to the scheduler of each identity (a hash,
 // modulo the world; one all-to-all); a scheduler picks a keeper for each
 // need (plan/balance.h, within its identities) and tells each rank its
-// transfers with their windows (one all-to-all), so no rank holds the
-// world's needs. Batched rounds (kAllGather) cut the rounds over every
+// transfers with their windows (one all-to-all); the ranks agree that the
+// answers made sense, so no rank holds the world's needs. Batched rounds (kAllGather) cut the rounds over every
 // transfer: every rank gathers every rank's needs, then the offers of those
 // it keeps (two all-gathers), and derives the same transfer list.
 #pragma once

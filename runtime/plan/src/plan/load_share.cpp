@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include "distckpt/core/errors.h"
@@ -50,11 +51,12 @@ std::vector<Box> slabs_from_rows(const Box& piece, const std::vector<int64_t>& r
     return {piece};
   }
   std::vector<Box> slabs;
-  int64_t next = piece.offset[0];
+  int64_t next = rows[0];
+  if (next < piece.offset[0]) malformed(kWhat, origin, "a slab before its piece");
   for (size_t i = 0; i < rows.size(); i += 2) {
     const int64_t first = rows[i], count = rows[i + 1];
-    if (first < next || count <= 0 || count > piece.offset[0] + piece.length[0] - first) {
-      malformed(kWhat, origin, "slabs that are not ascending rows of their piece");
+    if (first != next || count <= 0 || count > piece.offset[0] + piece.length[0] - first) {
+      malformed(kWhat, origin, "slabs that are not consecutive rows of their piece");
     }
     Box b = piece;
     b.offset[0] = first;
@@ -76,13 +78,20 @@ uint64_t bytes_in_slab(const std::vector<const Box*>& parts, const Box& slab, ui
 }
 
 std::vector<LoadShare> shares_of(const LoadSchedule& schedule, const std::vector<std::vector<PieceNeed>>& needs,
-                                 const std::vector<int>& ranks, const std::vector<TransferKey>& keys) {
+                                 const std::vector<int>& ranks, const std::vector<TransferKey>& keys, int only) {
+  const auto made = [only](int dense) { return only < 0 || dense == only; };
   std::vector<LoadShare> out(needs.size());
-  for (size_t i = 0; i < needs.size(); ++i) out[i].slot.assign(needs[i].size(), -1);
+  for (size_t i = 0; i < needs.size(); ++i) {
+    if (made(static_cast<int>(i))) out[i].slot.assign(needs[i].size(), -1);
+  }
   std::vector<std::vector<uint32_t>> index(schedule.shared.size());  // per piece and needer: its place in the share
   for (size_t k = 0; k < schedule.shared.size(); ++k) {
     const SharedPiece& s = schedule.shared[k];
     for (const SharedPiece::Needer& n : s.needers) {
+      if (!made(n.rank)) {
+        index[k].push_back(0);  // never read: that needer's share is not made
+        continue;
+      }
       LoadShare& share = out[static_cast<size_t>(n.rank)];
       SharePiece p{s.tensor,    s.piece, s.geometry, ranks[static_cast<size_t>(s.reader)],
                    s.same_host, s.slabs, n.needs,    {}};
@@ -112,9 +121,11 @@ std::vector<LoadShare> shares_of(const LoadSchedule& schedule, const std::vector
     const int dense_to = s.needers[t.needer].rank;
     const int from = ranks[static_cast<size_t>(s.reader)], to = ranks[static_cast<size_t>(dense_to)];
     const int32_t other = t.needer == reader ? -1 : static_cast<int32_t>(other_index(t.needer, reader));
-    out[static_cast<size_t>(s.reader)].transfers.push_back(
-        ShareTransfer{index[t.shared][reader], t.slab, other, from, to, t.bytes, keys[k].window, keys[k].tag});
-    if (t.needer != reader) {
+    if (made(s.reader)) {
+      out[static_cast<size_t>(s.reader)].transfers.push_back(
+          ShareTransfer{index[t.shared][reader], t.slab, other, from, to, t.bytes, keys[k].window, keys[k].tag});
+    }
+    if (t.needer != reader && made(dense_to)) {
       out[static_cast<size_t>(dense_to)].transfers.push_back(
           ShareTransfer{index[t.shared][t.needer], t.slab, -1, from, to, t.bytes, keys[k].window, keys[k].tag});
     }
@@ -190,10 +201,12 @@ uint32_t merge_share_message(std::string_view bytes, const std::string& origin, 
                              std::vector<LoadShare>& shares) {
   const auto& m = verified_message<fb::LoadShareMessage>(bytes, kWhat, origin);
   if (!m.pieces()) return m.rounds();
+  std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;  // (round, tensor, piece): each once
   for (const fb::SharedPieceShare* x : *m.pieces()) {
     if (x->round() >= m.rounds() || x->round() >= shares.size() || x->round() >= my_needs.size()) {
       malformed(kWhat, origin, fmt::format("a piece of staging round {} of {}", x->round(), m.rounds()));
     }
+    if (!seen.emplace(x->round(), x->tensor(), x->piece()).second) malformed(kWhat, origin, "a piece sent twice");
     LoadShare& share = shares[x->round()];
     const std::vector<PieceNeed>& needs = my_needs[x->round()];
     SharePiece p;
@@ -224,15 +237,17 @@ uint32_t merge_share_message(std::string_view bytes, const std::string& origin, 
       malformed(kWhat, origin, "other needers that do not match their parts");
     }
     const size_t nd = p.geometry.box.ndim();
-    size_t next = 0;
+    size_t next = 0, zero_d_parts = 0;
     for (size_t o = 0; o < others.size(); ++o) {
       if (others[o] < 0 || others[o] >= world || others[o] == me || (o > 0 && others[o] <= others[o - 1])) {
         malformed(kWhat, origin, fmt::format("other needer {}", others[o]));
       }
       ShareNeeder needer{others[o], {}};
-      // Counts are checked against what the boxes can hold before any is made (0-d parts take no room).
-      const size_t room = nd == 0 ? bytes.size() : (offsets.size() - next) / nd;
+      // Counts are checked against what the boxes can hold before any is made
+      // (0-d parts take no room: all of them together, against the message).
+      const size_t room = nd == 0 ? bytes.size() - zero_d_parts : (offsets.size() - next) / nd;
       if (counts[o] == 0 || counts[o] > room) malformed(kWhat, origin, "a needer's parts overrun the boxes sent");
+      if (nd == 0) zero_d_parts += counts[o];
       for (uint32_t c = 0; c < counts[o]; ++c) {
         Box part{
             Shape(offsets.begin() + static_cast<ptrdiff_t>(next), offsets.begin() + static_cast<ptrdiff_t>(next + nd)),
@@ -244,6 +259,13 @@ uint32_t merge_share_message(std::string_view bytes, const std::string& origin, 
       p.others.push_back(std::move(needer));
     }
     if (next != offsets.size()) malformed(kWhat, origin, "boxes left over after the needers' parts");
+    // The slabs span every row of the parts they serve.
+    Box span = p.slabs.front();  // slabs are consecutive whole rows of the piece
+    if (span.ndim() > 0) span.length[0] = p.slabs.back().offset[0] + p.slabs.back().length[0] - span.offset[0];
+    const auto spanned = [&](const Box& part) { return contains(span, part); };
+    bool covered = std::all_of(my_parts.begin(), my_parts.end(), spanned);
+    for (const ShareNeeder& o : p.others) covered = covered && std::all_of(o.parts.begin(), o.parts.end(), spanned);
+    if (!covered) malformed(kWhat, origin, "slabs that miss rows of the parts they serve");
     std::vector<ShareTransfer> transfers = implied_transfers(p, at, me, my_parts);
     const std::vector<uint64_t> windows = scalars(x->windows(), kWhat, origin);
     const std::vector<uint32_t> tags = scalars(x->tags(), kWhat, origin);

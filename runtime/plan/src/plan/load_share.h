@@ -63,9 +63,10 @@ struct TransferKey {
 // The shares of a schedule's needers: `needs[i]` are the needs of rank
 // `ranks[i]` (those a scheduler got, or every rank's), `keys[k]` the window
 // and tag of slab_transfers(schedule, needs)[k]. Result i is ranks[i]'s share;
-// its slot covers needs[i].
+// its slot covers needs[i]. `only` >= 0: only that needer's share is made
+// (the others are left empty).
 std::vector<LoadShare> shares_of(const LoadSchedule& schedule, const std::vector<std::vector<PieceNeed>>& needs,
-                                 const std::vector<int>& ranks, const std::vector<TransferKey>& keys);
+                                 const std::vector<int>& ranks, const std::vector<TransferKey>& keys, int only = -1);
 
 // A scheduler's message to one rank: its shares, round by round (nullptr
 // where it has none), the number of staging rounds the load runs, and the
