@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "distckpt/core/errors.h"
@@ -60,6 +61,16 @@ TEST(BoxTest, Contains) {
   EXPECT_TRUE(contains(outer, Box{{3, 1}, {2, 5}}));
   EXPECT_FALSE(contains(outer, Box{{1, 1}, {2, 2}}));
   EXPECT_FALSE(contains(outer, Box{{3, 1}, {2, 6}}));
+}
+
+// A peer's box may hold anything: an end past int64 or a negative length is not inside.
+TEST(BoxTest, ContainsRefusesOverflowingAndNegativeBoxes) {
+  const Box outer{{0}, {8}};
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(contains(outer, Box{{4}, {kMax}}));
+  EXPECT_FALSE(contains(outer, Box{{kMax}, {kMax}}));
+  EXPECT_FALSE(contains(outer, Box{{4}, {-2}}));
+  EXPECT_TRUE(contains(outer, Box{{8}, {0}}));
 }
 
 TEST(BoxTest, ContiguousStrides) {

@@ -18,19 +18,13 @@
 #include "load/read_planning.h"
 #include "plan/load_share.h"
 #include "plan/messages.h"
+#include "support/all_to_all.h"
 
 namespace distckpt::loading {
 namespace {
 
-using Messages = std::vector<std::vector<std::string>>;  // [from][to]
-
-Messages transpose(const Messages& sent) {
-  Messages got(sent.size(), std::vector<std::string>(sent.size()));
-  for (size_t from = 0; from < sent.size(); ++from) {
-    for (size_t to = 0; to < sent.size(); ++to) got[to][from] = sent[from][to];
-  }
-  return got;
-}
+using testing::Messages;
+using testing::transpose;
 
 // Tensors of random shapes, each stored as a grid of row and column blocks.
 struct Catalog {

@@ -10,20 +10,14 @@
 #include <set>
 
 #include "distckpt/core/errors.h"
+#include "support/all_to_all.h"
 #include "support/throws_with.h"
 
 namespace distckpt::plan {
 namespace {
 
-using Messages = std::vector<std::vector<std::string>>;  // [from][to]
-
-Messages transpose(const Messages& sent) {
-  Messages got(sent.size(), std::vector<std::string>(sent.size()));
-  for (size_t from = 0; from < sent.size(); ++from) {
-    for (size_t to = 0; to < sent.size(); ++to) got[to][from] = sent[from][to];
-  }
-  return got;
-}
+using testing::Messages;
+using testing::transpose;
 
 struct Outcome {
   std::vector<std::vector<uint32_t>> assignments;
@@ -159,8 +153,8 @@ TEST(PartitionedPlan, DecidesWhatTheCentralPlannerDecides) {
       const std::vector<LocalPlan> plans = random_plans(tp, dp, seed * 31 + static_cast<uint32_t>(tp * dp));
       for (const WriterPolicy policy :
            {WriterPolicy::kBalanced, WriterPolicy::kLowestRank, WriterPolicy::kMainReplica}) {
-        SCOPED_TRACE(testing::Message() << "tp " << tp << " dp " << dp << " seed " << seed << " policy "
-                                        << static_cast<int>(policy));
+        SCOPED_TRACE(::testing::Message()
+                     << "tp " << tp << " dp " << dp << " seed " << seed << " policy " << static_cast<int>(policy));
         const GlobalSavePlan central = make_global_save_plan(plans, policy);
         expect_same_plan(central, plan_partitioned(plans, policy, /*coordinator=*/(tp * dp) / 2));
       }

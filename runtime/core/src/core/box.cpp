@@ -55,10 +55,10 @@ std::optional<Box> intersect(const Box& a, const Box& b) {
 bool contains(const Box& outer, const Box& inner) {
   require_same_rank(outer, inner, "contains");
   for (size_t axis = 0; axis < outer.ndim(); ++axis) {
-    if (inner.offset[axis] < outer.offset[axis]) return false;
-    if (inner.offset[axis] + inner.length[axis] > outer.offset[axis] + outer.length[axis]) {
-      return false;
-    }
+    // In 128 bits: a peer's box may hold any offsets and lengths.
+    const __int128 inner_end = static_cast<__int128>(inner.offset[axis]) + inner.length[axis];
+    const __int128 outer_end = static_cast<__int128>(outer.offset[axis]) + outer.length[axis];
+    if (inner.offset[axis] < outer.offset[axis] || inner.length[axis] < 0 || inner_end > outer_end) return false;
   }
   return true;
 }

@@ -10,6 +10,7 @@
 // computes the same choices from the same inputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
