@@ -57,15 +57,19 @@ std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row
   return slabs;
 }
 
-uint64_t SharedPiece::message_bytes(const std::vector<std::vector<PieceNeed>>& needs, const Needer& needer,
-                                    size_t slab) const {
+uint64_t bytes_in_slab(const std::vector<const Box*>& parts, const Box& slab, uint64_t element_size) {
   uint64_t bytes = 0;
-  for (uint32_t i : needer.needs) {
-    const Box& part = needs[static_cast<size_t>(needer.rank)][i].part;
-    if (const auto cut = intersect(part, slabs[slab]))
-      bytes += static_cast<uint64_t>(cut->numel()) * geometry.element_size;
+  for (const Box* part : parts) {
+    if (const auto cut = intersect(*part, slab)) bytes += static_cast<uint64_t>(cut->numel()) * element_size;
   }
   return bytes;
+}
+
+uint64_t SharedPiece::message_bytes(const std::vector<std::vector<PieceNeed>>& needs, const Needer& needer,
+                                    size_t slab) const {
+  std::vector<const Box*> parts;
+  for (uint32_t i : needer.needs) parts.push_back(&needs[static_cast<size_t>(needer.rank)][i].part);
+  return bytes_in_slab(parts, slabs[slab], geometry.element_size);
 }
 
 uint64_t SharedPiece::read_bytes() const {

@@ -81,6 +81,8 @@ std::vector<SlabTransfer> slab_transfers(const LoadSchedule& schedule,
 
 // Rows [first, last) of `piece` that cover `parts` (axis 0; a 0-d piece is one row).
 std::pair<int64_t, int64_t> row_span(const Box& piece, const std::vector<const Box*>& parts);
+// Bytes of `parts` inside `slab` (a needer's message from that slab).
+uint64_t bytes_in_slab(const std::vector<const Box*>& parts, const Box& slab, uint64_t element_size);
 // `rows` of `piece` cut into slabs of at most `slab_bytes` (at least one row each).
 std::vector<Box> cut_slabs(const Box& piece, int64_t first_row, int64_t last_row, uint64_t element_size,
                            uint64_t slab_bytes);

@@ -19,26 +19,31 @@ constexpr const char* kWhat = "load share";
 // Position of needers[n] among the reader's others (the needers but the reader).
 uint32_t other_index(uint32_t n, uint32_t reader) { return n < reader ? n : n - 1; }
 
+std::vector<const Box*> pointers(const std::vector<Box>& boxes) {
+  std::vector<const Box*> out;
+  for (const Box& b : boxes) out.push_back(&b);
+  return out;
+}
+
 // The transfers a rank's piece implies, in order (their keys travel apart).
 std::vector<ShareTransfer> implied_transfers(const SharePiece& p, uint32_t piece, int me,
                                              const std::vector<Box>& my_parts) {
   std::vector<ShareTransfer> out;
   if (p.same_host) return out;
+  // Whose parts travel: every other needer's from the reader, this rank's to it.
+  std::vector<std::vector<const Box*>> receivers;
+  if (p.reader == me) {
+    for (const ShareNeeder& o : p.others) receivers.push_back(pointers(o.parts));
+  } else {
+    receivers.push_back(pointers(my_parts));
+  }
   for (uint32_t i = 0; i < p.slabs.size(); ++i) {
-    if (p.reader == me) {
-      out.push_back(ShareTransfer{piece, i, -1, me, me, 0, 0, 0});
-      for (size_t o = 0; o < p.others.size(); ++o) {
-        std::vector<const Box*> parts;
-        for (const Box& b : p.others[o].parts) parts.push_back(&b);
-        const uint64_t bytes = bytes_in_slab(parts, p.slabs[i], p.geometry.element_size);
-        if (bytes > 0)
-          out.push_back(ShareTransfer{piece, i, static_cast<int32_t>(o), me, p.others[o].rank, bytes, 0, 0});
-      }
-    } else {
-      std::vector<const Box*> parts;
-      for (const Box& b : my_parts) parts.push_back(&b);
-      const uint64_t bytes = bytes_in_slab(parts, p.slabs[i], p.geometry.element_size);
-      if (bytes > 0) out.push_back(ShareTransfer{piece, i, -1, p.reader, me, bytes, 0, 0});
+    if (p.reader == me) out.push_back(ShareTransfer{piece, i, -1, me, me, 0, 0, 0});
+    for (size_t o = 0; o < receivers.size(); ++o) {
+      const uint64_t bytes = bytes_in_slab(receivers[o], p.slabs[i], p.geometry.element_size);
+      if (bytes == 0) continue;
+      out.push_back(p.reader == me ? ShareTransfer{piece, i, static_cast<int32_t>(o), me, p.others[o].rank, bytes, 0, 0}
+                                   : ShareTransfer{piece, i, -1, p.reader, me, bytes, 0, 0});
     }
   }
   return out;
@@ -68,14 +73,6 @@ std::vector<Box> slabs_from_rows(const Box& piece, const std::vector<int64_t>& r
 }
 
 }  // namespace
-
-uint64_t bytes_in_slab(const std::vector<const Box*>& parts, const Box& slab, uint64_t element_size) {
-  uint64_t bytes = 0;
-  for (const Box* part : parts) {
-    if (const auto cut = intersect(*part, slab)) bytes += static_cast<uint64_t>(cut->numel()) * element_size;
-  }
-  return bytes;
-}
 
 std::vector<LoadShare> shares_of(const LoadSchedule& schedule, const std::vector<std::vector<PieceNeed>>& needs,
                                  const std::vector<int>& ranks, const std::vector<TransferKey>& keys, int only) {

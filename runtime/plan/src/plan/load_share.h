@@ -93,7 +93,4 @@ uint32_t merge_share_message(std::string_view bytes, const std::string& origin, 
 // Orders a merged share's transfers by (window, tag).
 void sort_transfers(LoadShare& share);
 
-// Bytes of `parts` inside `slab`.
-uint64_t bytes_in_slab(const std::vector<const Box*>& parts, const Box& slab, uint64_t element_size);
-
 }  // namespace distckpt::plan
