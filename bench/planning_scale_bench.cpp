@@ -37,6 +37,10 @@
 // --mode strict: the *_ALL key check of a load of every tensor (nothing
 //   missing), as each role's real share (load/strict_keys.h); --before: as
 //   it was, every rank's key names all-gathered and merged on every rank.
+// --mode open: a rank's opening of the checkpoint's metadata.fb and the
+//   records a load decodes (format/metadata.h LazyMetadata: its stage's
+//   tensors and its share of the scheduled pieces), against decoding it
+//   whole as before; both read the whole file.
 // Each tensor is [4096, 4096] bf16 on one pp stage, split on rows over tp and
 // replicated over dp (4 MiB chunks, 1 MiB checksum blocks). tp = 8, pp = 16
 // and dp = ranks / 128, so 512 ranks have dp = 4 and 4096 ranks dp = 32.
@@ -50,6 +54,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -662,9 +667,20 @@ std::vector<std::string> requested_keys(int rank, int64_t tensors) {
 // when nothing is missing).
 StrictFigures simulate_strict(int ranks, int64_t tensors, bool before) {
   StrictFigures f;
+  // The checkpoint's keys in place order (sorted), looked up as a reader does.
+  std::vector<int64_t> tensor_at(static_cast<size_t>(tensors));
+  for (int64_t t = 0; t < tensors; ++t) tensor_at[static_cast<size_t>(t)] = t;
+  std::sort(tensor_at.begin(), tensor_at.end(), [](int64_t a, int64_t b) { return tensor_key(a) < tensor_key(b); });
+  std::vector<std::string> sorted_keys;
+  for (const int64_t t : tensor_at) sorted_keys.push_back(tensor_key(t));
+  const auto place_of = [&](const std::string& k) -> std::optional<size_t> {
+    const auto it = std::lower_bound(sorted_keys.begin(), sorted_keys.end(), k);
+    if (it == sorted_keys.end() || *it != k) return std::nullopt;
+    return static_cast<size_t>(it - sorted_keys.begin());
+  };
   loading::StoredKeys stored;
   stored.where = "the checkpoint";
-  for (int64_t t = 0; t < tensors; ++t) stored.tensors.insert(tensor_key(t));
+  stored.lookup = loading::StoredKeys::Lookup{sorted_keys.size(), place_of, [&](size_t i) { return sorted_keys[i]; }};
   if (before) {
     // Ranks of one stage send the same names: one message per stage, decoded once per rank.
     std::vector<std::string> by_stage;
@@ -682,7 +698,7 @@ StrictFigures simulate_strict(int ranks, int64_t tensors, bool before) {
           everywhere.insert(std::move(k));
       }
       size_t missing = 0;
-      for (const std::string& k : stored.tensors) missing += everywhere.count(k) ? 0 : 1;
+      for (const std::string& k : sorted_keys) missing += everywhere.count(k) ? 0 : 1;
       if (missing != 0) std::abort();
     });
     f.before_s = s.seconds;
@@ -700,28 +716,20 @@ StrictFigures simulate_strict(int ranks, int64_t tensors, bool before) {
       if (routed.size() != static_cast<size_t>(ranks)) std::abort();
     }));
   }
-  {  // owner: the one receiving the most digests checks the stored keys it owns
+  {  // owner: the one receiving the most places checks the stored keys it owns
     std::vector<uint64_t> load_of(static_cast<size_t>(ranks), 0);
-    std::vector<std::vector<int64_t>> owned(static_cast<size_t>(ranks));
-    for (int64_t t = 0; t < tensors; ++t) {
-      const std::string key = tensor_key(t);
-      const auto owner = static_cast<size_t>(io::xxh3(key.data(), key.size()) % static_cast<uint64_t>(ranks));
-      owned[owner].push_back(t);
-      load_of[owner] += static_cast<uint64_t>(ranks / kPp);  // every rank of its stage requests it
+    for (size_t place = 0; place < sorted_keys.size(); ++place) {
+      load_of[place % static_cast<size_t>(ranks)] += static_cast<uint64_t>(ranks / kPp);  // its stage's ranks ask
     }
     const int owner = static_cast<int>(std::max_element(load_of.begin(), load_of.end()) - load_of.begin());
     std::vector<std::string> routed(static_cast<size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
       plan::KeyDigests d;
-      for (const int64_t t : owned[static_cast<size_t>(owner)]) {
-        if (t % kPp != (r / kTp) % kPp) continue;
-        const std::string key = tensor_key(t);
-        d.requested.push_back(io::xxh3(key.data(), key.size()));
+      for (size_t place = static_cast<size_t>(owner); place < sorted_keys.size(); place += static_cast<size_t>(ranks)) {
+        if (tensor_at[place] % kPp == (r / kTp) % kPp) d.requested_places.push_back(place);
       }
-      if (!d.requested.empty()) routed[static_cast<size_t>(r)] = plan::encode_key_digests(d);
+      if (!d.requested_places.empty()) routed[static_cast<size_t>(r)] = plan::encode_key_digests(d);
     }
-    owned.clear();
-    owned.shrink_to_fit();
     f.after.push_back(timed("owner (check)", owner, bytes_of(routed), [&] {
       if (!loading::owned_unrequested_keys(stored, routed, owner, ranks).names.empty()) std::abort();
     }));
@@ -739,6 +747,71 @@ StrictFigures simulate_strict(int ranks, int64_t tensors, bool before) {
   return f;
 }
 
+// ---- Opening the checkpoint -------------------------------------------------
+
+// The metadata.fb a save of the model writes: each (tensor, tp rank) chunk
+// written by one dp replica (spread over the replicas), one file per writer.
+std::string checkpoint_metadata(int ranks, int64_t tensors) {
+  const int64_t dp = ranks / (kTp * kPp);
+  std::vector<int64_t> by_key(static_cast<size_t>(tensors));
+  for (int64_t t = 0; t < tensors; ++t) by_key[static_cast<size_t>(t)] = t;
+  std::sort(by_key.begin(), by_key.end(), [](int64_t a, int64_t b) { return tensor_key(a) < tensor_key(b); });
+  CheckpointMetadata m;
+  m.world_size = ranks;
+  m.checksum_block_size = uint64_t{1} << 20;
+  std::map<int64_t, uint32_t> file_of;  // writer rank -> file
+  constexpr uint64_t kChunkBytes = kRows / kTp * kCols * 2;
+  for (const int64_t t : by_key) {
+    TensorRecord& record = m.tensors.emplace_back();
+    record.key = tensor_key(t);
+    record.dtype = at::kBFloat16;
+    record.global_shape = {kRows, kCols};
+    for (int64_t tp = 0; tp < kTp; ++tp) {
+      const int64_t writer = (t / kPp) % dp * (kTp * kPp) + (t % kPp) * kTp + tp;
+      const auto [it, added] = file_of.emplace(writer, static_cast<uint32_t>(m.files.size()));
+      if (added) m.files.push_back({fmt::format("data/rank_{}.bin", writer), 0, static_cast<int32_t>(writer)});
+      FileRecord& file = m.files[it->second];
+      record.chunks.push_back({Box{{tp * kRows / kTp, 0}, {kRows / kTp, kCols}}, std::nullopt, it->second, file.size,
+                               kChunkBytes,
+                               std::vector<uint64_t>(kChunkBytes >> 20, 0x5eed + static_cast<uint64_t>(t))});
+      file.size += kChunkBytes;
+    }
+  }
+  return encode_metadata(m);
+}
+
+struct OpenFigures {
+  double metadata_mb = 0;
+  size_t files = 0, records = 0;
+  Step before, after;
+};
+
+// One rank's opening of the checkpoint and the records a load looks up:
+// before, metadata.fb decoded whole (every record); after (LazyMetadata), its
+// frame and files, then the records of the rank's keys (one pp stage) and of
+// its share of the pieces it schedules for others (pieces / ranks, rounded up).
+OpenFigures simulate_open(int ranks, int64_t tensors) {
+  OpenFigures f;
+  const std::string bytes = checkpoint_metadata(ranks, tensors);
+  f.metadata_mb = static_cast<double>(bytes.size()) / 1e6;
+  f.before = timed("decode whole (before)", 0, bytes.size(), [&] {
+    const CheckpointMetadata m = decode_metadata(bytes, "metadata.fb");
+    f.files = m.files.size();
+    if (m.tensors.size() != static_cast<size_t>(tensors)) std::abort();
+  });
+  std::string copy = bytes;  // what the storage read; handed over, not copied again
+  const std::vector<std::string> keys = requested_keys(0, tensors);
+  const auto scheduled = static_cast<size_t>((tensors * kTp + ranks - 1) / ranks);
+  f.after = timed("open + own records (after)", 0, bytes.size(), [&] {
+    LazyMetadata lazy(std::move(copy), "metadata.fb");
+    std::vector<TensorRecord> decoded;
+    for (const std::string& k : keys) decoded.push_back(lazy.tensor(*lazy.find(k)));
+    for (size_t i = 0; i < scheduled; ++i) decoded.push_back(lazy.tensor((i * 7919) % lazy.tensor_count()));
+    f.records = decoded.size();
+  });
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -749,11 +822,13 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "simulated world sizes (multiples of 128)");
   app.add_option("--tensors", tensors, "tensors in the model");
   bool before = false;
-  app.add_option("--mode", mode,
-                 "partitioned (what save runs), central (everything on the coordinator), load (a load's "
-                 "planning on each rank), strict (the *_ALL key check of a load), local (a tensor-aware state "
-                 "dict's fully parallel distribution), dry_run (dry_run_save) or local_load (to_state_dict's exchange)")
-      ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run", "local_load"}));
+  app.add_option(
+         "--mode", mode,
+         "partitioned (what save runs), central (everything on the coordinator), load (a load's "
+         "planning on each rank), strict (the *_ALL key check of a load), local (a tensor-aware state "
+         "dict's fully parallel distribution), dry_run (dry_run_save), local_load (to_state_dict's exchange) or "
+         "open (a rank's opening of the checkpoint and the metadata records it decodes)")
+      ->check(CLI::IsMember({"partitioned", "central", "load", "strict", "local", "dry_run", "local_load", "open"}));
   app.add_flag("--before", before,
                "strict: the check as it was, every rank's key names all-gathered; load, local_load: every rank "
                "plans everything");
@@ -828,6 +903,19 @@ int main(int argc, char** argv) {
       if (!f.after.empty()) {
         fmt::print("| {} | all steps on one rank (bound) | | **{:.4f}** | **{:.1f}** | |\n", r, total_s, total_mb);
       }
+    }
+    return 0;
+  }
+  if (mode == "open") {
+    fmt::print(
+        "| ranks | metadata.fb MB | files | decoding | records decoded | s | peak growth MB |\n"
+        "|---|---|---|---|---|---|---|\n");
+    for (const int r : ranks) {
+      const OpenFigures f = simulate_open(r, tensors);
+      fmt::print("| {} | {:.1f} | {} | {} | {} | {:.4f} | {:.1f} |\n", r, f.metadata_mb, f.files, f.before.role,
+                 tensors, f.before.seconds, f.before.peak_mb);
+      fmt::print("| {} | {:.1f} | {} | {} | {} | {:.4f} | {:.1f} |\n", r, f.metadata_mb, f.files, f.after.role,
+                 f.records, f.after.seconds, f.after.peak_mb);
     }
     return 0;
   }

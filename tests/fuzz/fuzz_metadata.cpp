@@ -1,11 +1,14 @@
-// Fuzzes the metadata reader (metadata.fb): decode_metadata must either throw
-// CheckpointError or return records that keep every promise it documents.
+// Fuzzes the metadata readers (metadata.fb): decode_metadata must either throw
+// CheckpointError or return records that keep every promise it documents, and
+// LazyMetadata (records decoded one at a time) must never crash and must
+// decode every record alike where decode_metadata accepts the buffer.
 // Anything else (another exception, a crash, a broken promise) is a bug.
 #include <c10/core/ScalarType.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -38,16 +41,54 @@ void check_consistent(const distckpt::CheckpointMetadata& m) {
   }
 }
 
+bool same_record(const distckpt::TensorRecord& a, const distckpt::TensorRecord& b) {
+  if (a.key != b.key || a.dtype != b.dtype || a.global_shape != b.global_shape || a.chunks.size() != b.chunks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.chunks.size(); ++i) {
+    const distckpt::ChunkRecord& x = a.chunks[i];
+    const distckpt::ChunkRecord& y = b.chunks[i];
+    if (!(x.box == y.box) || x.file != y.file || x.byte_offset != y.byte_offset || x.byte_length != y.byte_length ||
+        x.block_checksums != y.block_checksums) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Looks up and decodes (at most 64) records lazily; where `whole` decoded
+// the buffer, every lookup must succeed and agree with it.
+void check_lazy(std::string_view bytes, const std::optional<distckpt::CheckpointMetadata>& whole) {
+  try {
+    distckpt::LazyMetadata lazy{std::string(bytes), "metadata.fb"};
+    if (whole) require(lazy.tensor_count() == whole->tensors.size());
+    for (size_t i = 0; i < lazy.tensor_count() && i < 64; ++i) {
+      try {
+        const std::string key(lazy.key_at(i));
+        const distckpt::TensorRecord record = lazy.tensor(i);
+        require(record.key == key);
+        if (whole) require(lazy.find(key) == i && lazy.lower_bound(key) == i && same_record(record, whole->tensors[i]));
+      } catch (const distckpt::CheckpointError&) {
+        require(!whole);
+      }
+    }
+  } catch (const distckpt::CheckpointError&) {
+    require(!whole);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  distckpt::CheckpointMetadata m;
+  std::optional<distckpt::CheckpointMetadata> whole;
   try {
-    m = distckpt::decode_metadata(bytes, "metadata.fb");
+    whole = distckpt::decode_metadata(bytes, "metadata.fb");
   } catch (const distckpt::CheckpointError&) {  // CorruptionError, or a newer format version
-    return 0;
   }
+  check_lazy(bytes, whole);
+  if (!whole) return 0;
+  const distckpt::CheckpointMetadata& m = *whole;
   check_consistent(m);
   // What was accepted encodes and decodes back to the same bytes.
   const std::string encoded = distckpt::encode_metadata(m);

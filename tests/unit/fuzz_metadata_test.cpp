@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -124,6 +125,39 @@ TEST(FuzzMetadataTest, MutatedMetadataDecodesOrThrowsError) {
   EXPECT_EQ(outcome.decoded + outcome.rejected, kIterations);
   EXPECT_GT(outcome.rejected, kIterations / 4);  // the mutations do reach the checks
   EXPECT_GT(outcome.decoded, 0);                 // and some edits are harmless
+}
+
+// Records decoded one at a time: a mutated buffer opens and decodes each
+// record or throws distckpt::Error, and where decode_metadata accepts it,
+// every record decodes the same.
+TEST(FuzzMetadataTest, MutatedMetadataDecodesLazilyOrThrowsError) {
+  const std::string seed = encode_metadata(fuzz_seed_metadata());
+  const Outcome outcome = fuzz(seed, [](const std::string& bytes) {
+    std::optional<CheckpointMetadata> whole;
+    try {
+      whole = decode_metadata(bytes, "fuzz.fb");
+    } catch (const Error&) {
+    }
+    try {
+      LazyMetadata lazy(bytes, "fuzz.fb");
+      for (size_t i = 0; i < lazy.tensor_count(); ++i) {
+        const std::string key(lazy.key_at(i));
+        const TensorRecord record = lazy.tensor(i);
+        EXPECT_EQ(record.key, key);
+        EXPECT_EQ(lazy.find(key), i);
+        if (whole) {
+          EXPECT_EQ(record.global_shape, whole->tensors[i].global_shape);
+          EXPECT_EQ(record.chunks.size(), whole->tensors[i].chunks.size());
+        }
+      }
+    } catch (const Error&) {
+      EXPECT_FALSE(whole.has_value()) << "decode_metadata accepts what LazyMetadata refuses";
+      throw;
+    }
+  });
+  EXPECT_EQ(outcome.decoded + outcome.rejected, kIterations);
+  EXPECT_GT(outcome.rejected, kIterations / 4);
+  EXPECT_GT(outcome.decoded, 0);
 }
 
 TEST(FuzzMetadataTest, MutatedCommonStateDecodesOrThrowsError) {

@@ -77,11 +77,11 @@ int inspect(const std::string& dir, bool as_json) {
     j["dir"] = dir;
     j["format"] = storage->format().name();
     if (ours != nullptr) {
-      j["format_version"] = ours->metadata().format_version;
-      j["world_size"] = ours->metadata().world_size;
-      j["layout"] = {{"name", ours->metadata().layout_name}, {"fingerprint", ours->metadata().layout_fingerprint}};
+      j["format_version"] = ours->header().format_version;
+      j["world_size"] = ours->header().world_size;
+      j["layout"] = {{"name", ours->header().layout_name}, {"fingerprint", ours->header().layout_fingerprint}};
       j["name_mappings"] = nlohmann::json::array();
-      for (const distckpt::NameMapping& m : ours->metadata().name_mappings) j["name_mappings"].push_back(m.name());
+      for (const distckpt::NameMapping& m : ours->header().name_mappings) j["name_mappings"].push_back(m.name());
     }
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : md.tensors) {
@@ -106,13 +106,12 @@ int inspect(const std::string& dir, bool as_json) {
   for (const auto& t : md.tensors) total += stored_bytes(t);
   if (ours != nullptr) {
     fmt::print("checkpoint {}\n  format version {}, saved by {}, {}, {} ({} bytes), {}\n", dir,
-               ours->metadata().format_version, count(ours->metadata().world_size, "rank"),
-               count(md.files.size(), "file"), count(md.tensors.size(), "tensor"), total,
-               count(md.objects.size(), "object"));
-    if (!ours->metadata().layout_name.empty()) {
-      fmt::print("  layout {} ({})\n", ours->metadata().layout_name, ours->metadata().layout_fingerprint);
+               ours->header().format_version, count(ours->header().world_size, "rank"), count(md.files.size(), "file"),
+               count(md.tensors.size(), "tensor"), total, count(md.objects.size(), "object"));
+    if (!ours->header().layout_name.empty()) {
+      fmt::print("  layout {} ({})\n", ours->header().layout_name, ours->header().layout_fingerprint);
     }
-    for (const distckpt::NameMapping& m : ours->metadata().name_mappings) {
+    for (const distckpt::NameMapping& m : ours->header().name_mappings) {
       fmt::print("  name mapping {} (convert --to safetensors --map {})\n", m.name(), m.name());
     }
   } else {
@@ -229,7 +228,7 @@ std::string mapping_name(const std::string& src, const std::string& map) {
   const std::unique_ptr<distckpt::StorageReader> storage =
       distckpt::open_storage(src, distckpt::StorageOptions{distckpt::StorageFormat::detected(), false});
   const auto* ours = dynamic_cast<const distckpt::storage::DistckptStorage*>(storage.get());
-  const std::string saved = ours == nullptr ? "" : ours->metadata().layout_name;
+  const std::string saved = ours == nullptr ? "" : ours->header().layout_name;
   if (saved != layout) {
     throw distckpt::Error(fmt::format("--map {}: '{}' was saved {}, not by layout '{}'", map, src,
                                       saved.empty() ? "without a layout" : "by layout '" + saved + "'", layout));

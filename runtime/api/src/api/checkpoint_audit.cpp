@@ -110,6 +110,7 @@ VerifyReport verify_checkpoint(const std::string& path, const VerifyProgress& pr
   std::unique_ptr<StorageReader> storage;
   try {
     storage = open_storage(path, StorageOptions{format, /*verify_checksums=*/false});
+    storage->index();  // every record decoded and checked (a format may decode them on demand)
   } catch (const CorruptionError& e) {
     return stop(VerifyReport::Status::kCorrupt, e.what());
   } catch (const CheckpointError& e) {

@@ -41,23 +41,45 @@ std::optional<StateDict> load_content_metadata(const std::string& dir) {
   return per_rank_reader(dir).storage().read_content_metadata();
 }
 
-StateDict load_tensors_metadata(const std::string& dir) {
-  const loading::CheckpointReader reader = per_rank_reader(dir);
+namespace {
+
+// The places of the tensors `selection` names (CheckpointError for a key not
+// stored or a prefix no key starts with), sorted.
+std::set<size_t> selected_places(loading::CheckpointReader& reader, const TensorSelection& selection,
+                                 const std::string& dir) {
+  const StorageReader& storage = reader.storage();
+  std::set<size_t> places;
+  for (const std::string& key : selection.keys) places.insert(reader.tensor_index(reader.tensor_record(key)));
+  for (const std::string& prefix : selection.prefixes) {
+    size_t i = storage.lower_bound_tensor(prefix);
+    const size_t first = i;
+    for (; i < storage.tensor_count() && storage.tensor_at(i).key.compare(0, prefix.size(), prefix) == 0; ++i) {
+      places.insert(i);
+    }
+    if (i == first) {
+      throw CheckpointError(
+          fmt::format("no tensor key of '{}' starts with '{}'; `distckpt inspect {}` lists them", dir, prefix, dir));
+    }
+  }
+  return places;
+}
+
+StateDict tensors_metadata(const std::string& dir, const std::vector<const TensorRecord*>& records) {
   StateDict out = Value::dict();
   std::vector<std::string> skipped;
-  for (const TensorRecord& record : reader.index().tensors) {
-    if (record.unrepresentable) {
-      skipped.push_back(record.key);
+  for (const TensorRecord* record : records) {
+    if (record->unrepresentable) {
+      skipped.push_back(record->key);
       continue;
     }
     ShardedTensor t;
-    t.key = record.key;
-    t.dtype = record.dtype;
-    t.local_shape = record.global_shape;
-    t.global_shape = record.global_shape;
-    t.global_offset = Shape(record.global_shape.size(), 0);
-    t.axis_fragmentations = Shape(record.global_shape.size(), 1);
-    out[record.key] = Value(std::move(t));
+    t.key = record->key;
+    t.dtype = record->dtype;
+    t.local_shape = record->global_shape;
+    t.global_shape = record->global_shape;
+    t.global_offset = Shape(record->global_shape.size(), 0);
+    t.axis_fragmentations = Shape(record->global_shape.size(), 1);
+    out[record->key] = Value(std::move(t));
   }
   if (!skipped.empty()) {
     log_message(LogLevel::kWarning,
@@ -66,6 +88,22 @@ StateDict load_tensors_metadata(const std::string& dir) {
                             dir, quoted_list(skipped)));
   }
   return out;
+}
+
+}  // namespace
+
+StateDict load_tensors_metadata(const std::string& dir) {
+  const loading::CheckpointReader reader = per_rank_reader(dir);
+  std::vector<const TensorRecord*> records;
+  for (const TensorRecord& record : reader.index().tensors) records.push_back(&record);
+  return tensors_metadata(dir, records);
+}
+
+StateDict load_tensors_metadata(const std::string& dir, const TensorSelection& selection) {
+  loading::CheckpointReader reader = per_rank_reader(dir);
+  std::vector<const TensorRecord*> records;
+  for (const size_t i : selected_places(reader, selection, dir)) records.push_back(&reader.tensor_at(i));
+  return tensors_metadata(dir, records);
 }
 
 StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::string& dir) {
@@ -94,21 +132,11 @@ StateDict load_plain_tensors(const std::string& dir) {
 
 StateDict load_plain_tensors(const std::string& dir, const TensorSelection& selection) {
   loading::CheckpointReader reader(dir);
-  const std::vector<TensorRecord>& tensors = reader.index().tensors;  // sorted by key
-  std::set<std::string> keys;
-  for (const std::string& key : selection.keys) keys.insert(reader.tensor_record(key).key);
-  for (const std::string& prefix : selection.prefixes) {
-    auto it = std::lower_bound(tensors.begin(), tensors.end(), prefix,
-                               [](const TensorRecord& t, const std::string& p) { return t.key < p; });
-    size_t matched = 0;
-    for (; it != tensors.end() && it->key.compare(0, prefix.size(), prefix) == 0; ++it, ++matched) keys.insert(it->key);
-    if (matched == 0) {
-      throw CheckpointError(
-          fmt::format("no tensor key of '{}' starts with '{}'; `distckpt inspect {}` lists them", dir, prefix, dir));
-    }
-  }
   StateDict out = Value::dict();
-  for (const std::string& key : keys) out[key] = Value(reader.read_whole(reader.tensor_record(key)));
+  for (const size_t i : selected_places(reader, selection, dir)) {
+    const TensorRecord& record = reader.tensor_at(i);
+    out[record.key] = Value(reader.read_whole(record));
+  }
   return out;
 }
 

@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <optional>
+#include <stdexcept>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/checkpoint_generated.h"
@@ -127,7 +131,8 @@ class MetadataDecoder {
   MetadataDecoder(const fb::CheckpointMetadata& root, size_t buffer_size, const std::string& origin)
       : root_(root), origin_(origin), budget_(buffer_size, origin) {}
 
-  CheckpointMetadata decode() {
+  // Everything but the tensor records (and the checks that need them all).
+  CheckpointMetadata decode_header() {
     CheckpointMetadata m;
     m.format_version = check_version(root_.format_version());
     m.world_size = root_.world_size();
@@ -138,9 +143,7 @@ class MetadataDecoder {
                        StorageIndex::kMaxChecksumBlockSize));
     }
     m.files = decode_files();
-    m.tensors = decode_tensors(m.files);
     m.objects = decode_objects(m.files);
-    check_disjoint_bytes(m);
     m.common_file = std::string(view(root_.common_file()));
     if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
     // A data file named like the marker, the metadata or the common state:
@@ -166,13 +169,49 @@ class MetadataDecoder {
     return m;
   }
 
- private:
+  CheckpointMetadata decode() {
+    CheckpointMetadata m = decode_header();
+    m.tensors = decode_tensors(m.files);
+    check_disjoint_bytes(m);
+    return m;
+  }
+
+  TensorRecord decode_tensor(const fb::TensorRecord& r, const std::vector<FileRecord>& files) {
+    budget_.charge_table();
+    budget_.charge_string(r.key());
+    budget_.charge_string(r.dtype());
+    TensorRecord t;
+    t.key = std::string(view(r.key()));
+    if (t.key.empty()) fail("a tensor record has an empty key");
+    try {
+      ResolvedDtype dtype = resolve_stored_dtype(std::string(view(r.dtype())), r.element_size());
+      t.dtype = dtype.type;
+      t.unrepresentable = std::move(dtype.unrepresentable);
+    } catch (const CorruptionError& e) {
+      fail(fmt::format("tensor '{}': {}", t.key, e.what()), e.path());
+    }
+    t.global_shape = budget_.copy_vector(r.global_shape());
+    if (!checked_numel(t.global_shape.begin(), t.global_shape.end())) {
+      fail(
+          fmt::format("tensor '{}' has global shape {}: extents must be non-negative and the element count "
+                      "must fit in int64",
+                      t.key, to_string(t.global_shape)));
+    }
+    const auto* chunks = r.chunks();
+    t.chunks.reserve(length_of(chunks));
+    for (size_t i = 0; chunks != nullptr && i < chunks->size(); ++i) {
+      t.chunks.push_back(decode_chunk(*chunks->Get(static_cast<flatbuffers::uoffset_t>(i)), t, i, files));
+    }
+    return t;
+  }
+
   // `path`: the file the failure is about, when a check names one other than the metadata file.
   [[noreturn]] void fail(const std::string& what, const std::string& path = {}) const {
     throw CorruptionError(fmt::format("{}: {}; the checkpoint metadata is corrupted", origin_, what),
                           path.empty() ? origin_ : path);
   }
 
+ private:
   // Only what the buffer itself can get wrong is checked here: negative
   // counts and extents. NameMapping::expand() checks the rest when used.
   std::vector<NameMapping> decode_mappings() {
@@ -282,35 +321,6 @@ class MetadataDecoder {
       }
     }
     return tensors;
-  }
-
-  TensorRecord decode_tensor(const fb::TensorRecord& r, const std::vector<FileRecord>& files) {
-    budget_.charge_table();
-    budget_.charge_string(r.key());
-    budget_.charge_string(r.dtype());
-    TensorRecord t;
-    t.key = std::string(view(r.key()));
-    if (t.key.empty()) fail("a tensor record has an empty key");
-    try {
-      ResolvedDtype dtype = resolve_stored_dtype(std::string(view(r.dtype())), r.element_size());
-      t.dtype = dtype.type;
-      t.unrepresentable = std::move(dtype.unrepresentable);
-    } catch (const CorruptionError& e) {
-      fail(fmt::format("tensor '{}': {}", t.key, e.what()), e.path());
-    }
-    t.global_shape = budget_.copy_vector(r.global_shape());
-    if (!checked_numel(t.global_shape.begin(), t.global_shape.end())) {
-      fail(
-          fmt::format("tensor '{}' has global shape {}: extents must be non-negative and the element count "
-                      "must fit in int64",
-                      t.key, to_string(t.global_shape)));
-    }
-    const auto* chunks = r.chunks();
-    t.chunks.reserve(length_of(chunks));
-    for (size_t i = 0; chunks != nullptr && i < chunks->size(); ++i) {
-      t.chunks.push_back(decode_chunk(*chunks->Get(static_cast<flatbuffers::uoffset_t>(i)), t, i, files));
-    }
-    return t;
   }
 
   ChunkRecord decode_chunk(const fb::ChunkRecord& r, const TensorRecord& t, size_t index,
@@ -502,6 +512,159 @@ CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& or
   if (!fb::VerifyCheckpointMetadataBuffer(verifier)) throw invalid();
   return MetadataDecoder(*fb::GetCheckpointMetadata(aligned.data()), aligned.size(), origin).decode();
 }
+
+namespace {
+
+// The root table verified like the generated Verify, but for the tensor
+// records: only the vector of their offsets is checked here, each record when
+// it is first decoded (LazyMetadata::tensor). Keep in step with checkpoint.fbs.
+bool verify_header(const fb::CheckpointMetadata& root, flatbuffers::Verifier& v) {
+  using M = fb::CheckpointMetadata;
+  // Generated tables hide their flatbuffers::Table base; the bytes are one.
+  const auto& t = *reinterpret_cast<const flatbuffers::Table*>(&root);
+  return t.VerifyTableStart(v) && t.VerifyField<uint32_t>(v, M::VT_FORMAT_VERSION, 4) &&
+         t.VerifyField<int32_t>(v, M::VT_WORLD_SIZE, 4) && t.VerifyField<uint64_t>(v, M::VT_CHECKSUM_BLOCK_SIZE, 8) &&
+         t.VerifyOffset(v, M::VT_TENSORS) && v.VerifyVector(root.tensors()) && t.VerifyOffset(v, M::VT_OBJECTS) &&
+         v.VerifyVector(root.objects()) && v.VerifyVectorOfTables(root.objects()) && t.VerifyOffset(v, M::VT_FILES) &&
+         v.VerifyVector(root.files()) && v.VerifyVectorOfTables(root.files()) && t.VerifyOffset(v, M::VT_COMMON_FILE) &&
+         v.VerifyString(root.common_file()) && t.VerifyOffset(v, M::VT_LAYOUT_NAME) &&
+         v.VerifyString(root.layout_name()) && t.VerifyOffset(v, M::VT_LAYOUT_FINGERPRINT) &&
+         v.VerifyString(root.layout_fingerprint()) && t.VerifyOffset(v, M::VT_LAYOUT_SCHEMA) &&
+         v.VerifyString(root.layout_schema()) && t.VerifyOffset(v, M::VT_PLAN_HASHES) &&
+         v.VerifyVector(root.plan_hashes()) && t.VerifyOffset(v, M::VT_WRITER_POLICY) &&
+         v.VerifyString(root.writer_policy()) && t.VerifyOffset(v, M::VT_NAME_MAPPINGS) &&
+         v.VerifyVector(root.name_mappings()) && v.VerifyVectorOfTables(root.name_mappings()) && v.EndTable();
+}
+
+// Only the key of a record, for a binary search's probe.
+bool verify_key(const fb::TensorRecord& record, flatbuffers::Verifier& v) {
+  const auto& t = *reinterpret_cast<const flatbuffers::Table*>(&record);
+  return t.VerifyTableStart(v) && t.VerifyOffset(v, fb::TensorRecord::VT_KEY) && v.VerifyString(record.key()) &&
+         v.EndTable();
+}
+
+}  // namespace
+
+struct LazyMetadata::State {
+  State(std::string b, std::string o)
+      : bytes(std::move(b)),
+        origin(std::move(o)),
+        aligned(bytes),
+        verifier(aligned.data(), aligned.size(), fb_support::verifier_options(aligned.size(), kMaxVerifierDepth)) {}
+  std::string bytes;
+  std::string origin;
+  fb_support::AlignedBytes aligned;
+  // One verifier for every record decoded: its table count is cumulative,
+  // so records that alias each other cannot make verification quadratic.
+  flatbuffers::Verifier verifier;
+  const fb::CheckpointMetadata* root = nullptr;
+  std::optional<MetadataDecoder> decoder;
+  CheckpointMetadata header;
+  // The first record that failed: the buffer is corrupt, and the verifier's
+  // depth and the budget are spent, so every later decode reports it.
+  std::exception_ptr failed;
+
+  flatbuffers::Verifier probe_verifier() const {
+    return flatbuffers::Verifier(aligned.data(), aligned.size(), fb_support::verifier_options(aligned.size(), 4));
+  }
+  const fb::TensorRecord* record(size_t i) const {
+    return root->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  }
+};
+
+namespace {
+
+std::string checked_size(std::string bytes, const std::string& origin) {
+  if (bytes.size() >= fb_support::kMaxBufferSize) {
+    throw CorruptionError(
+        fmt::format("{}: not a valid distckpt metadata buffer (failed FlatBuffers verification)", origin), origin);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+LazyMetadata::LazyMetadata(std::string bytes, std::string origin)
+    : state_(std::make_unique<State>(checked_size(std::move(bytes), origin), origin)) {
+  State& s = *state_;
+  const auto invalid = [&] {
+    return CorruptionError(
+        fmt::format("{}: not a valid distckpt metadata buffer (failed FlatBuffers verification)", s.origin), s.origin);
+  };
+  flatbuffers::Verifier v(s.aligned.data(), s.aligned.size(),
+                          fb_support::verifier_options(s.aligned.size(), kMaxVerifierDepth));
+  // What VerifyBuffer checks before the root table: room, identifier, root offset.
+  const bool framed = s.aligned.size() >= sizeof(flatbuffers::uoffset_t) + flatbuffers::kFileIdentifierLength &&
+                      fb::CheckpointMetadataBufferHasIdentifier(s.aligned.data()) && v.VerifyOffset(0) != 0;
+  if (!framed) throw invalid();
+  s.root = fb::GetCheckpointMetadata(s.aligned.data());
+  if (!verify_header(*s.root, v)) throw invalid();
+  s.decoder.emplace(*s.root, s.aligned.size(), s.origin);
+  s.header = s.decoder->decode_header();
+  // Lookups binary-search the keys: check their order now (the keys alone,
+  // no record decoded), so that a damaged order is corruption, not a key
+  // that seems missing.
+  std::string_view previous;
+  for (size_t i = 0; i < tensor_count(); ++i) {
+    const std::string_view key = key_at(i);
+    if (i > 0 && !(previous < key)) {
+      s.decoder->fail(fmt::format("tensor keys are not sorted and unique: '{}' is followed by '{}'", previous, key));
+    }
+    previous = key;
+  }
+}
+
+LazyMetadata::~LazyMetadata() = default;
+
+const CheckpointMetadata& LazyMetadata::header() const { return state_->header; }
+
+size_t LazyMetadata::tensor_count() const { return length_of(state_->root->tensors()); }
+
+std::string_view LazyMetadata::key_at(size_t i) const {
+  const State& s = *state_;
+  if (i >= tensor_count()) throw std::out_of_range("LazyMetadata::key_at");
+  flatbuffers::Verifier v = s.probe_verifier();
+  const fb::TensorRecord* r = s.record(i);
+  if (!verify_key(*r, v)) s.decoder->fail(fmt::format("tensor record {} fails FlatBuffers verification", i));
+  return view(r->key());
+}
+
+size_t LazyMetadata::lower_bound(const std::string& key) const {
+  size_t low = 0, high = tensor_count();  // tensor records are sorted by key
+  while (low < high) {
+    const size_t mid = low + (high - low) / 2;
+    if (key_at(mid) < key) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return low;
+}
+
+std::optional<size_t> LazyMetadata::find(const std::string& key) const {
+  const size_t i = lower_bound(key);
+  if (i < tensor_count() && key_at(i) == key) return i;
+  return std::nullopt;
+}
+
+TensorRecord LazyMetadata::tensor(size_t i) {
+  State& s = *state_;
+  if (i >= tensor_count()) throw std::out_of_range("LazyMetadata::tensor");
+  if (s.failed) std::rethrow_exception(s.failed);
+  try {
+    const fb::TensorRecord* r = s.record(i);
+    if (!s.verifier.VerifyTable(r)) {
+      s.decoder->fail(fmt::format("tensor record {} fails FlatBuffers verification", i));
+    }
+    return s.decoder->decode_tensor(*r, s.header.files);
+  } catch (const Error&) {
+    s.failed = std::current_exception();
+    throw;
+  }
+}
+
+CheckpointMetadata LazyMetadata::decode_all() const { return decode_metadata(state_->bytes, state_->origin); }
 
 CorruptionError missing_listed_file(const std::string& path) {
   return CorruptionError(fmt::format("checkpoint file {} listed in the metadata is missing; the checkpoint is "

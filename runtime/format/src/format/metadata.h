@@ -3,7 +3,10 @@
 // is verified, then every record is checked for internal consistency.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +47,42 @@ std::string encode_metadata(const CheckpointMetadata& metadata);
 // elements * dtype size, checksum counts match, file indices valid, sorted
 // unique keys. `origin` names the file in messages. Throws CorruptionError.
 CheckpointMetadata decode_metadata(std::string_view bytes, const std::string& origin);
+// metadata.fb opened for lookups by key. The buffer's frame, every record
+// but the tensors' and the order of the tensor keys (sorted, unique) are
+// checked at once; a tensor record is verified, checked and decoded when
+// asked for, so that a rank loading a few tensors of a large checkpoint
+// decodes those alone. decode_all also checks that no two records share
+// bytes (a load reads only the bytes its own requests size). After a record
+// fails, every later tensor() reports that failure. The lookups (find,
+// lower_bound, key_at) touch nothing mutable and may run on any threads,
+// beside a tensor() too; tensor() calls must not overlap (callers lock).
+class LazyMetadata {
+ public:
+  // CorruptionError (or CheckpointError for a newer format) as decode_metadata.
+  LazyMetadata(std::string bytes, std::string origin);
+  ~LazyMetadata();
+  LazyMetadata(const LazyMetadata&) = delete;
+  LazyMetadata& operator=(const LazyMetadata&) = delete;
+
+  // Everything but the tensors (`tensors` is empty).
+  const CheckpointMetadata& header() const;
+  size_t tensor_count() const;
+  // The place of `key` among the records, and of the first key not less
+  // than `key` (tensor_count() when none): binary searches over keys alone.
+  std::optional<size_t> find(const std::string& key) const;
+  size_t lower_bound(const std::string& key) const;
+  // The key of record `i` (< tensor_count()), its record not decoded.
+  std::string_view key_at(size_t i) const;
+  // Record `i` (< tensor_count()), checked as decode_metadata checks it.
+  TensorRecord tensor(size_t i);
+  // The whole metadata, checked (decode_metadata).
+  CheckpointMetadata decode_all() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // The error for `path`, a file the metadata lists, that does not exist: the
 // checkpoint is incomplete (CorruptionError with path() set), whoever looks.
 CorruptionError missing_listed_file(const std::string& path);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 
 #include "distckpt/core/errors.h"
 #include "format/dtype.h"
@@ -76,27 +78,33 @@ CheckpointReader::CheckpointReader(std::unique_ptr<StorageReader> storage) : Che
 }
 
 CheckpointReader::CheckpointReader(StorageReader& storage) : storage_(&storage) {
-  const std::vector<ObjectRecord>& objects = index().objects;
+  const std::vector<ObjectRecord>& objects = storage.objects();
   for (size_t i = 0; i < objects.size(); ++i) object_by_unique_key_.emplace(objects[i].unique_key(), i);
 }
 
 const TensorRecord& CheckpointReader::tensor(const std::string& key) const {
-  if (const TensorRecord* record = index().find_tensor(key)) return *record;
+  if (const std::optional<size_t> i = storage_->find_tensor(key)) return storage_->tensor_at(*i);
   throw KeyMismatchError(fmt::format(
       "tensor '{}' is not in the checkpoint '{}' (it holds {} tensors). Fix the key (see `distckpt inspect`), "
       "or load with a strict mode that skips unexpected keys (e.g. log_unexpected)",
-      key, dir(), index().tensors.size()));
+      key, dir(), storage_->tensor_count()));
+}
+
+uint32_t CheckpointReader::tensor_index(const TensorRecord& record) const {
+  const std::optional<size_t> i = storage_->find_tensor(record.key);
+  if (!i) throw std::logic_error(fmt::format("tensor '{}' is not a record of '{}'", record.key, dir()));
+  return static_cast<uint32_t>(*i);
 }
 
 const ObjectRecord* CheckpointReader::find_object(const std::string& unique_key) const {
   auto it = object_by_unique_key_.find(unique_key);
-  return it == object_by_unique_key_.end() ? nullptr : &index().objects[it->second];
+  return it == object_by_unique_key_.end() ? nullptr : &storage_->objects()[it->second];
 }
 
 const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) {
   std::lock_guard<std::mutex> lock(indexes_mutex_);
   auto& slot = indexes_[&record];
-  if (!slot) slot = std::make_unique<plan::ChunkIndex>(record, index().files);
+  if (!slot) slot = std::make_unique<plan::ChunkIndex>(record, storage_->files());
   return *slot;
 }
 
@@ -163,12 +171,12 @@ at::Tensor CheckpointReader::read_whole(const TensorRecord& record) {
 }
 
 const TensorRecord& CheckpointReader::tensor_record(const std::string& key) const {
-  const TensorRecord* record = index().find_tensor(key);
-  if (record == nullptr) {
+  const std::optional<size_t> i = storage_->find_tensor(key);
+  if (!i) {
     throw CheckpointError(
         fmt::format("'{}' holds no tensor '{}'; `distckpt inspect {}` lists the stored keys", dir(), key, dir()));
   }
-  return *record;
+  return storage_->tensor_at(*i);
 }
 
 void CheckpointReader::read_region(const TensorRecord& record, const Box& region, at::Tensor dest) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,12 +35,18 @@ class CheckpointReader {
 
   const std::string& dir() const { return storage_->location(); }
   StorageReader& storage() { return *storage_; }
+  // Every record (a format that decodes records on demand decodes them all:
+  // tools use it; a load looks up its own tensors below).
   const StorageIndex& index() const { return storage_->index(); }
   // KeyMismatchError naming the key when absent.
   const TensorRecord& tensor(const std::string& key) const;
-  uint32_t tensor_index(const TensorRecord& record) const {
-    return static_cast<uint32_t>(&record - index().tensors.data());
-  }
+  // Records by their place in the checkpoint (sorted by key), the number
+  // planning messages carry; std::out_of_range past tensor_count().
+  const TensorRecord& tensor_at(size_t i) const { return storage_->tensor_at(i); }
+  size_t tensor_count() const { return storage_->tensor_count(); }
+  std::optional<size_t> find_tensor(const std::string& key) const { return storage_->find_tensor(key); }
+  const std::vector<ObjectRecord>& objects() const { return storage_->objects(); }
+  uint32_t tensor_index(const TensorRecord& record) const;
   // The stored pieces of a tensor (built once, then shared).
   const plan::ChunkIndex& index_for(const TensorRecord& record);
   const ObjectRecord* find_object(const std::string& unique_key) const;

@@ -83,7 +83,7 @@ class SlabExchange {
   }
 
  private:
-  const TensorRecord& record_of(const plan::SharePiece& p) const { return c_.reader.index().tensors.at(p.tensor); }
+  const TensorRecord& record_of(const plan::SharePiece& p) const { return c_.reader.tensor_at(p.tensor); }
 
   // Slab `slab` of piece `piece` in slab_, read once; false (and the error
   // kept) when the read failed.

@@ -398,7 +398,7 @@ class HostExchange::Rounds {
         const HostSlab& h = slabs_[e];
         if (h.reader != me_ || thread_of_[h.piece] != which) continue;
         const plan::SharePiece& s = c_.share.pieces[h.piece];
-        const TensorRecord& record = c_.reader.index().tensors.at(s.tensor);
+        const TensorRecord& record = c_.reader.tensor_at(s.tensor);
         uint8_t* data = slot_of(base, me_, u) + h.offset;
         uint8_t status = kOk;
         try {
@@ -444,7 +444,7 @@ class HostExchange::Rounds {
 
   void copy_parts(const HostSlab& h, const uint8_t* data) const {
     const plan::SharePiece& s = c_.share.pieces[h.piece];
-    const at::ScalarType dtype = c_.reader.index().tensors.at(s.tensor).dtype;
+    const at::ScalarType dtype = c_.reader.tensor_at(s.tensor).dtype;
     for (uint32_t need : s.own_needs) {
       const TensorRead& r = c_.mine[need];
       copy_slab_to_dest(data, s.slabs[h.slab], dtype, r.need.part, r.dest);

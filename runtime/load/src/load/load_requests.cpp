@@ -41,12 +41,12 @@ void plan_region(CheckpointReader& reader, const TensorRecord& stored, const Box
   const plan::ChunkIndex& index = reader.index_for(stored);
   std::vector<const plan::StoredPiece*> pieces;
   index.query(region, pieces);
+  const uint32_t tensor = reader.tensor_index(stored);
   int64_t covered = 0;
   for (const plan::StoredPiece* piece : pieces) {
     const Box part = region.ndim() == 0 ? region : *intersect(region, piece->box);
     const auto piece_index = static_cast<uint32_t>(piece - index.pieces().data());
-    reads.push_back(
-        TensorRead{plan::PieceNeed{reader.tensor_index(stored), piece_index, part}, sub_view(view, region, part)});
+    reads.push_back(TensorRead{plan::PieceNeed{tensor, piece_index, part}, sub_view(view, region, part)});
     covered += part.numel();
   }
   if (covered != region.numel()) {

@@ -131,9 +131,8 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
   // In the order the bytes lie in the files (a file system reads ahead;
   // a format such as DCP stores items in an order of its own), each piece's
   // reads together.
-  const StorageIndex& m = reader.index();
   const auto place = [&](const plan::PieceNeed& n) {
-    const TensorRecord& record = m.tensors[n.tensor];
+    const TensorRecord& record = reader.tensor_at(n.tensor);
     const plan::StoredPiece& piece = reader.index_for(record).pieces()[n.piece];
     const ChunkRecord& chunk = record.chunks[piece.chunk];
     return std::make_tuple(chunk.file, chunk.byte_offset + piece.byte_in_chunk, n.tensor, n.piece);
@@ -141,7 +140,7 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
   std::vector<decltype(place(plan::PieceNeed{}))> places(reads.size());
   for (const size_t i : order) places[i] = place(reads[i].need);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return places[a] < places[b]; });
-  const uint64_t block = std::max<uint64_t>(m.checksum_block_size, 1);
+  const uint64_t block = std::max<uint64_t>(reader.storage().checksum_block_size(), 1);
   const uint64_t step = std::max<uint64_t>(1, slab_bytes / block) * block;  // whole checksum blocks per task
   std::vector<Task> tasks;
   for (size_t i = 0; i < order.size();) {
@@ -149,7 +148,7 @@ std::vector<Task> private_tasks(CheckpointReader& reader, const std::vector<Tens
     const plan::PieceNeed& first = reads[order[i]].need;
     while (j < order.size() && reads[order[j]].need.tensor == first.tensor && reads[order[j]].need.piece == first.piece)
       ++j;
-    const TensorRecord& record = m.tensors[first.tensor];
+    const TensorRecord& record = reader.tensor_at(first.tensor);
     const plan::StoredPiece& piece = reader.index_for(record).pieces()[first.piece];
     const uint64_t element = record.element_size();
     bool as_stored = true, dense = true;  // every destination holds the stored bytes as they are / in one run

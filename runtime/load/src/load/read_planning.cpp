@@ -52,21 +52,19 @@ std::vector<plan::TransferKey> cut_keys(const plan::LoadSchedule& schedule,
 PieceCatalog catalog_of(CheckpointReader& reader) {
   PieceCatalog c;
   c.lookup = [&reader](uint32_t tensor, uint32_t piece) {
-    const StorageIndex& m = reader.index();
-    if (tensor >= m.tensors.size() || piece >= reader.index_for(m.tensors[tensor]).pieces().size()) {
+    if (tensor >= reader.tensor_count() || piece >= reader.index_for(reader.tensor_at(tensor)).pieces().size()) {
       throw ProtocolError(
           fmt::format("a peer named piece {} of tensor {}, which the checkpoint does not hold: a bug, "
                       "or ranks loading different checkpoints",
                       piece, tensor));
     }
-    const TensorRecord& record = m.tensors[tensor];
+    const TensorRecord& record = reader.tensor_at(tensor);
     return plan::PieceGeometry{reader.index_for(record).pieces()[piece].box, record.element_size()};
   };
   c.check = [&reader](const std::vector<plan::PieceNeed>& needs, int rank) {
-    const StorageIndex& m = reader.index();
     for (const plan::PieceNeed& n : needs) {
-      const bool tensor_ok = n.tensor < m.tensors.size();
-      const auto* pieces = tensor_ok ? &reader.index_for(m.tensors[n.tensor]).pieces() : nullptr;
+      const bool tensor_ok = n.tensor < reader.tensor_count();
+      const auto* pieces = tensor_ok ? &reader.index_for(reader.tensor_at(n.tensor)).pieces() : nullptr;
       if (!tensor_ok || n.piece >= pieces->size() || n.part.ndim() != (*pieces)[n.piece].box.ndim() ||
           !contains((*pieces)[n.piece].box, n.part)) {
         throw UsageError(

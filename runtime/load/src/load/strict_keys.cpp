@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "comm/agreement.h"
@@ -25,7 +26,10 @@ uint64_t key_digest(const std::string& key) { return io::xxh3(key.data(), key.si
 
 int owner_of(uint64_t digest, int world) { return static_cast<int>(digest % static_cast<uint64_t>(world)); }
 
-// Calls `f` on every stored key, tensors and objects, in order.
+int owner_of_place(uint64_t place, int world) { return static_cast<int>(place % static_cast<uint64_t>(world)); }
+
+// Calls `f` on every stored key owned by digest, tensors (unless looked up
+// by place) and objects, in order.
 template <typename F>
 void for_each_stored_key(const StoredKeys& stored, F&& f) {
   for (const auto* keys : {&stored.tensors, &stored.object_keys}) {
@@ -33,19 +37,34 @@ void for_each_stored_key(const StoredKeys& stored, F&& f) {
   }
 }
 
-// The digests every rank routed here (requested; `asked`: the stored ones,
-// by asking rank, when given).
-std::set<uint64_t> decode_routed(const std::vector<std::string>& routed, int world,
-                                 std::vector<std::vector<uint64_t>>* asked) {
+// Whether rank `r` owns stored key `k` (a key naming both a looked-up tensor
+// and an object has two owners).
+bool owns(const StoredKeys& stored, const std::string& k, int r, int world) {
+  if (stored.lookup) {
+    const std::optional<size_t> place = stored.lookup->find(k);
+    if (place && owner_of_place(*place, world) == r) return true;
+  }
+  const bool by_digest = stored.tensors.count(k) > 0 || stored.object_keys.count(k) > 0;
+  return by_digest && owner_of(key_digest(k), world) == r;
+}
+
+// What every rank routed here: requested digests and places (`asked`: the
+// stored digests, by asking rank, when given).
+struct Routed {
+  std::set<uint64_t> digests;
+  std::set<uint64_t> places;
+};
+Routed decode_routed(const std::vector<std::string>& routed, int world, std::vector<std::vector<uint64_t>>* asked) {
   if (routed.size() != static_cast<size_t>(world)) {
     throw ProtocolError(fmt::format("{} key routings for {} ranks", routed.size(), world));
   }
-  std::set<uint64_t> requested;
+  Routed requested;
   if (asked) asked->assign(routed.size(), {});
   for (size_t r = 0; r < routed.size(); ++r) {
     if (routed[r].empty()) continue;
     plan::KeyDigests d = plan::decode_key_digests(routed[r], fmt::format("rank {}", r));
-    requested.insert(d.requested.begin(), d.requested.end());
+    requested.digests.insert(d.requested.begin(), d.requested.end());
+    requested.places.insert(d.requested_places.begin(), d.requested_places.end());
     if (asked) (*asked)[r] = std::move(d.stored);
   }
   return requested;
@@ -66,8 +85,7 @@ std::set<std::string> unrequested_keys(const StoredKeys& stored, const std::vect
     for (size_t r = 0; r < answers.size(); ++r) {
       if (answers[r].empty()) continue;
       for (std::string& k : plan::decode_unrequested_keys(answers[r], fmt::format("rank {}", r)).names) {
-        const bool is_stored = stored.tensors.count(k) > 0 || stored.object_keys.count(k) > 0;
-        if (!is_stored || owner_of(key_digest(k), comm.size()) != static_cast<int>(r)) {
+        if (!owns(stored, k, static_cast<int>(r), comm.size())) {
           throw ProtocolError(fmt::format("rank {} answered for key '{}', which is not a stored key it owns", r, k));
         }
         missing.insert(std::move(k));
@@ -98,25 +116,32 @@ std::set<std::string> unrequested_keys(const StoredKeys& stored, const std::vect
 StoredKeys stored_keys_of(const CheckpointReader& reader) {
   StoredKeys stored;
   stored.where = fmt::format("the checkpoint '{}'", reader.dir());
-  for (const TensorRecord& t : reader.index().tensors) stored.tensors.insert(t.key);
-  for (const ObjectRecord& o : reader.index().objects) stored.add_object(o.key, o.unique_key());
+  stored.lookup =
+      StoredKeys::Lookup{reader.tensor_count(), [&reader](const std::string& k) { return reader.find_tensor(k); },
+                         [&reader](size_t i) { return reader.tensor_at(i).key; }};
+  for (const ObjectRecord& o : reader.objects()) stored.add_object(o.key, o.unique_key());
   return stored;
 }
 
 plan::UnrequestedKeys owned_unrequested_keys(const StoredKeys& stored, const std::vector<std::string>& routed, int me,
                                              int world) {
-  const std::set<uint64_t> requested = decode_routed(routed, world, nullptr);
+  const Routed requested = decode_routed(routed, world, nullptr);
   plan::UnrequestedKeys mine;
+  if (stored.lookup) {
+    for (size_t i = static_cast<size_t>(me); i < stored.lookup->count; i += static_cast<size_t>(world)) {
+      if (!requested.places.count(i)) mine.names.push_back(stored.lookup->key_at(i));
+    }
+  }
   for_each_stored_key(stored, [&](const std::string& k) {
     const uint64_t d = key_digest(k);
-    if (owner_of(d, world) == me && !requested.count(d)) mine.names.push_back(k);
+    if (owner_of(d, world) == me && !requested.digests.count(d)) mine.names.push_back(k);
   });
   return mine;
 }
 
 std::vector<std::string> answer_stored_key_questions(const std::vector<std::string>& routed, int world) {
   std::vector<std::vector<uint64_t>> asked;
-  const std::set<uint64_t> requested = decode_routed(routed, world, &asked);
+  const std::set<uint64_t> requested = decode_routed(routed, world, &asked).digests;
   std::vector<std::string> out(routed.size());
   for (size_t r = 0; r < asked.size(); ++r) {
     plan::UnrequestedKeys answer;
@@ -134,9 +159,17 @@ bool key_check_is_collective(StrictHandling mode) {
 
 std::vector<std::string> route_key_digests(const Value& sharded, const StoredKeys& stored, int world) {
   std::map<int, plan::KeyDigests> by_owner;  // at most one entry per key
-  std::set<uint64_t> requested;
-  for (const Value* leaf : nested_values(sharded)) requested.insert(key_digest(report_key(*leaf)));
+  std::set<uint64_t> requested, places;
+  for (const Value* leaf : nested_values(sharded)) {
+    // A key counts as requested whatever kind of leaf names it, as the owners
+    // of both a tensor and an object of that key see it.
+    const std::string& key = report_key(*leaf);
+    const std::optional<size_t> place = stored.lookup ? stored.lookup->find(key) : std::nullopt;
+    if (place) places.insert(*place);
+    if (!place || stored.object_keys.count(key) > 0) requested.insert(key_digest(key));
+  }
   for (const uint64_t d : requested) by_owner[owner_of(d, world)].requested.push_back(d);
+  for (const uint64_t p : places) by_owner[owner_of_place(p, world)].requested_places.push_back(p);
   if (stored.per_rank) {
     std::set<uint64_t> kept;
     for_each_stored_key(stored, [&](const std::string& k) { kept.insert(key_digest(k)); });
@@ -165,7 +198,7 @@ KeyMismatch handle_key_mismatch(Value& sharded, const StoredKeys& stored, Commun
   KeyMismatch found;
   if (mode == StrictHandling::kAssumeOkUnexpected) return found;
   auto is_stored = [&](const Value& leaf) {
-    return leaf.kind() == Kind::kShardedTensor ? stored.tensors.count(leaf.as_sharded_tensor().key) > 0
+    return leaf.kind() == Kind::kShardedTensor ? stored.has_tensor(leaf.as_sharded_tensor().key)
                                                : stored.object_shards.count(leaf.as_sharded_object().unique_key()) > 0;
   };
   bool skip = false;

@@ -2,16 +2,20 @@
 //
 // Unexpected keys (requested here, not stored) are found by each rank alone.
 // Missing keys (stored, requested by no rank: the *_ALL modes) are found
-// without any rank holding every rank's keys: each rank routes the digests
-// of its requested keys to their owners (digest modulo the world, inside an
-// agreement the caller already runs), and the owners report the stored keys
-// they own that no rank requested, to every rank when all read one
-// checkpoint, else to the ranks that store them. Keys are compared by
-// 64-bit digest: a stored key whose digest equals a requested key's would
-// go unreported (odds about 2^-64 per pair).
+// without any rank holding every rank's keys: each rank routes its requested
+// keys to their owners (inside an agreement the caller already runs), and
+// the owners report the stored keys they own that no rank requested, to
+// every rank when all read one checkpoint, else to the ranks that store
+// them. A checkpoint's tensors are routed by their place in it (place modulo
+// the world), so an owner decodes only its own records; other keys by digest
+// (digest modulo the world), compared by 64-bit digest: a stored key whose
+// digest equals a requested key's would go unreported (odds about 2^-64 per
+// pair).
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,7 +37,17 @@ struct KeyMismatch {
 // unique keys (which shards), and how messages name the checkpoint ("the
 // checkpoint 'DIR'").
 struct StoredKeys {
+  // The tensor keys, all of them (a local checkpoint, a simulation) ...
   std::set<std::string> tensors;
+  // ... or looked up in a checkpoint on storage, which no rank decodes whole:
+  // keys are owned by their place in it (sorted by key), and an owner lists
+  // only the keys it owns.
+  struct Lookup {
+    size_t count = 0;
+    std::function<std::optional<size_t>(const std::string&)> find;
+    std::function<std::string(size_t)> key_at;
+  };
+  std::optional<Lookup> lookup;
   std::set<std::string> object_keys;
   std::set<std::string> object_shards;  // ShardedObject::unique_key()
   std::string where;
@@ -43,7 +57,11 @@ struct StoredKeys {
     object_keys.insert(key);
     object_shards.insert(std::move(unique_key));
   }
+  bool has_tensor(const std::string& key) const {
+    return lookup ? lookup->find(key).has_value() : tensors.count(key) > 0;
+  }
 };
+// Looks tensors up in `reader` (which must outlive the result).
 StoredKeys stored_keys_of(const CheckpointReader& reader);
 
 // Whether handle_key_mismatch is collective in `mode` (the *_ALL modes).

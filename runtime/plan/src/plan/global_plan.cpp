@@ -111,11 +111,17 @@ bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const 
 
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank) {
+  return local_assignment_from_metadata(
+      metadata, [&](const std::string& key) { return metadata.find_tensor(key); }, plan, rank);
+}
+
+std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& metadata, const RecordLookup& find,
+                                                     const LocalPlan& plan, int rank) {
   std::vector<uint32_t> items;
   for (uint32_t i = 0; i < plan.tensors.size(); ++i) {
     const ShardPlan& s = plan.tensors[i];
     if (s.stored_numel() == 0) continue;  // never stored
-    const TensorRecord* record = metadata.find_tensor(s.key);
+    const TensorRecord* record = find(s.key);
     const ChunkRecord* match = nullptr;
     if (record) {
       for (const ChunkRecord& c : record->chunks) {  // chunks of one key: few, and only at restart

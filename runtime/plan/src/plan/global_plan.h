@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ GlobalSavePlan global_plan_from_metadata(const CheckpointMetadata& metadata);
 // CheckpointError if an item is not in the metadata at all.
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank);
+// The same with the tensors' records looked up one by one (`find`: nullptr
+// when absent), and the files and objects of `outline` (its tensors unused):
+// a rank decodes only the records of its own keys.
+using RecordLookup = std::function<const TensorRecord*(const std::string& key)>;
+std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& outline, const RecordLookup& find,
+                                                     const LocalPlan& plan, int rank);
 // Whether every object this rank holds the main replica of was written by
 // this rank in `metadata`. Checkpoints from before objects were always
 // written by their main replica may record another holder: such a plan is

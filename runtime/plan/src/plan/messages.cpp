@@ -33,15 +33,18 @@ uint64_t decode_save_progress(std::string_view bytes, const std::string& origin)
 }
 
 std::string encode_key_digests(const KeyDigests& digests) {
-  flatbuffers::FlatBufferBuilder b(64 + 8 * (digests.requested.size() + digests.stored.size()));
-  b.Finish(fb::CreateKeyDigests(b, b.CreateVector(digests.requested), b.CreateVector(digests.stored)));
+  flatbuffers::FlatBufferBuilder b(
+      64 + 8 * (digests.requested.size() + digests.stored.size() + digests.requested_places.size()));
+  b.Finish(fb::CreateKeyDigests(b, b.CreateVector(digests.requested), b.CreateVector(digests.stored),
+                                b.CreateVector(digests.requested_places)));
   return plan::message_bytes(b);
 }
 
 KeyDigests decode_key_digests(std::string_view bytes, const std::string& origin) {
   constexpr const char* kWhat = "key digests";
   const auto& m = plan::verified_message<fb::KeyDigests>(bytes, kWhat, origin);
-  return KeyDigests{plan::scalars(m.requested(), kWhat, origin), plan::scalars(m.stored(), kWhat, origin)};
+  return KeyDigests{plan::scalars(m.requested(), kWhat, origin), plan::scalars(m.stored(), kWhat, origin),
+                    plan::scalars(m.requested_places(), kWhat, origin)};
 }
 
 std::string encode_unrequested_keys(const UnrequestedKeys& keys) {

@@ -35,6 +35,10 @@ CommonLeafHashes decode_common_leaf_hashes(std::string_view bytes, const std::st
 struct KeyDigests {
   std::vector<uint64_t> requested;  // keys the rank requests
   std::vector<uint64_t> stored;     // keys it stores, asked about (ranks storing different keys)
+  // Requested tensors of a checkpoint every rank reads, by their place in it
+  // (owned by place, so that an owner lists its stored keys without decoding
+  // the others').
+  std::vector<uint64_t> requested_places;
 };
 std::string encode_key_digests(const KeyDigests& digests);
 KeyDigests decode_key_digests(std::string_view bytes, const std::string& origin);

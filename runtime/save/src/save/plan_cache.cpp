@@ -13,8 +13,9 @@ std::shared_ptr<SavePlanCache> SavePlanCache::create() { return std::shared_ptr<
 
 std::shared_ptr<SavePlanCache> SavePlanCache::from_checkpoint(const std::string& dir) {
   std::shared_ptr<SavePlanCache> cache = create();
-  const storage::DistckptStorage stored(std::shared_ptr<Backend>(open_backend(dir)), /*verify_checksums=*/false);
-  cache->state_->seed = std::make_shared<const CheckpointMetadata>(stored.metadata());
+  // Opened, not decoded: each rank looks its own records up when it plans.
+  cache->state_->seed = std::make_shared<const storage::DistckptStorage>(std::shared_ptr<Backend>(open_backend(dir)),
+                                                                         /*verify_checksums=*/false);
   return cache;
 }
 

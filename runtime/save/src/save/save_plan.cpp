@@ -25,7 +25,7 @@ namespace distckpt {
 
 uint64_t SavePlanCache::State::digest() const {
   if (valid) return saving::plan_digest(hashes);
-  if (seed && !seed->plan_hashes.empty()) return saving::plan_digest(seed->plan_hashes);
+  if (seed && !seed->header().plan_hashes.empty()) return saving::plan_digest(seed->header().plan_hashes);
   return 0;
 }
 
@@ -104,9 +104,16 @@ void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCach
     return;
   }
   run_agreed(comm, "recover the save plan recorded in the checkpoint", [&] {
-    p.assignment = plan::local_assignment_from_metadata(*cache.seed, local, p.rank);
+    const storage::DistckptStorage& seed = *cache.seed;
+    p.assignment = plan::local_assignment_from_metadata(
+        seed.header(),
+        [&](const std::string& key) -> const TensorRecord* {
+          const std::optional<size_t> i = seed.find_tensor(key);
+          return i ? &seed.tensor_at(*i) : nullptr;
+        },
+        local, p.rank);
     if (p.is_coordinator()) {
-      p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(*cache.seed));
+      p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(seed.metadata()));
     }
   });
 }
@@ -264,7 +271,7 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       common_hashes = hash_common_leaves(p->split.common);
       // A seed whose objects were written by other replicas (an older planner) is planned again.
       const bool seed_fits = !cache || cache->valid || !cache->seed ||
-                             plan::objects_written_by_main_replicas(*cache->seed, local, p->rank);
+                             plan::objects_written_by_main_replicas(cache->seed->header(), local, p->rank);
       const plan::PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
                                         cache && seed_fits ? cache->digest() : 0, common_hashes.digest(),
                                         p->coordinator, p->is_coordinator() ? storage::new_save_id() : 0};

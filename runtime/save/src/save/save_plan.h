@@ -16,6 +16,7 @@
 #include "distckpt/storage/backend.h"
 #include "distckpt/storage/storage_writer.h"
 #include "plan/global_plan.h"
+#include "storage/distckpt_storage.h"
 #include "storage/distckpt_writer.h"
 
 namespace distckpt {
@@ -25,7 +26,9 @@ struct SavePlanCache::State {
   std::vector<uint64_t> hashes;                        // each rank's structure hash the plan was made for
   std::vector<uint32_t> assignment;                    // this rank's items, canonical order
   std::shared_ptr<const plan::GlobalSavePlan> global;  // coordinator only
-  std::shared_ptr<const CheckpointMetadata> seed;      // from_checkpoint, until used
+  // from_checkpoint, until used: ranks look their own records up in it, the
+  // coordinator decodes it whole.
+  std::shared_ptr<const storage::DistckptStorage> seed;
   uint64_t made = 0;
   uint64_t reused = 0;
 

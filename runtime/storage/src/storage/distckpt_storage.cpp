@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distckpt/core/errors.h"
@@ -77,9 +78,10 @@ DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_c
   // Version 1 markers record no checksums: the file name is fixed.
   const std::string name = config_.metadata ? config_.metadata->path : kMetadataFile;
   const std::string path = backend_->describe(name);
-  const std::string bytes = read_listed(*backend_, name, kMaxFlatBufferBytes);
+  std::string bytes = read_listed(*backend_, name, kMaxFlatBufferBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
-  metadata_ = decode_metadata(bytes, path);
+  lazy_ = std::make_unique<LazyMetadata>(std::move(bytes), path);
+  metadata_ = lazy_->header();
   if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
       metadata_.world_size != config_.world_size) {
     throw CorruptionError(
@@ -97,6 +99,30 @@ DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_c
   }
   if (check_every_file) check_listed_files(metadata_, *backend_);
   ranges_ = std::make_unique<FileRanges>(backend_, metadata_, verify_checksums);
+}
+
+const CheckpointMetadata& DistckptStorage::metadata() const {
+  std::call_once(decoded_all_, [&] { metadata_.tensors = lazy_->decode_all().tensors; });
+  return metadata_;
+}
+
+const TensorRecord& DistckptStorage::tensor_at(size_t i) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<TensorRecord>& slot = decoded_[i];
+  if (!slot) {
+    try {
+      slot = std::make_unique<TensorRecord>(lazy_->tensor(i));
+    } catch (...) {
+      decoded_.erase(i);
+      throw;
+    }
+  }
+  return *slot;
+}
+
+size_t DistckptStorage::tensors_decoded() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return decoded_.size();
 }
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
@@ -124,6 +150,7 @@ std::optional<Value> DistckptStorage::read_content_metadata() const {
 
 void DistckptStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
   report.format_version = config_.version;
+  metadata();  // FileRanges walks every record
   report.files += 2 + metadata_.files.size() + (metadata_.common_file.empty() ? 0 : 1);
   try {
     read_common_state();

@@ -1,5 +1,5 @@
-// StorageReader's default scattered read: the runs' span in bounded windows,
-// each read (and checked) with read_chunk, the runs copied out.
+// StorageReader's defaults: lookups answered from the whole index, and the
+// scattered read (the runs' span in bounded windows, each read and checked with read_chunk, the runs copied out).
 #include "distckpt/storage/storage_reader.h"
 
 #include <algorithm>
@@ -7,6 +7,20 @@
 #include <vector>
 
 namespace distckpt {
+
+std::optional<size_t> StorageReader::find_tensor(const std::string& key) const {
+  const StorageIndex& index = this->index();
+  const TensorRecord* record = index.find_tensor(key);
+  if (record == nullptr) return std::nullopt;
+  return static_cast<size_t>(record - index.tensors.data());
+}
+
+size_t StorageReader::lower_bound_tensor(const std::string& key) const {
+  const std::vector<TensorRecord>& tensors = index().tensors;
+  return static_cast<size_t>(std::lower_bound(tensors.begin(), tensors.end(), key,
+                                              [](const TensorRecord& t, const std::string& k) { return t.key < k; }) -
+                             tensors.begin());
+}
 
 void StorageReader::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
   constexpr uint64_t kWindow = uint64_t{8} << 20;

@@ -41,14 +41,18 @@ StateDict load_sharded_objects(const StateDict& sharded_state_dict, const std::s
 // conversion and inspection on one process; needs memory for all tensors.
 StateDict load_plain_tensors(const std::string& dir);
 
-// Which tensors load_plain_tensors reads: those named in `keys` and those
-// whose key starts with one of `prefixes`. A key not stored, or a prefix no
-// stored key starts with, is a CheckpointError (a typo, not an empty result).
+// Which tensors load_plain_tensors and load_tensors_metadata read: those
+// named in `keys` and those whose key starts with one of `prefixes`. A key
+// not stored, or a prefix no stored key starts with, is a CheckpointError (a
+// typo, not an empty result).
 struct TensorSelection {
   std::vector<std::string> keys;
   std::vector<std::string> prefixes;
 };
 StateDict load_plain_tensors(const std::string& dir, const TensorSelection& selection);
+// load_tensors_metadata for the selected tensors: in the distckpt format only
+// their records are decoded, whatever the checkpoint's size.
+StateDict load_tensors_metadata(const std::string& dir, const TensorSelection& selection);
 // One stored tensor, whole.
 at::Tensor load_plain_tensor(const std::string& dir, const std::string& key);
 

@@ -26,7 +26,8 @@ class SavePlanCache {
   static std::shared_ptr<SavePlanCache> create();
   // Seeded from a committed checkpoint: the next save reuses its plan if
   // every rank's structure matches what that checkpoint recorded. Reads the
-  // checkpoint's metadata (on every rank that calls it).
+  // checkpoint's metadata on every rank that calls it; the next save decodes
+  // the records of each rank's own keys there (the coordinator's: all).
   static std::shared_ptr<SavePlanCache> from_checkpoint(const std::string& dir);
 
   ~SavePlanCache();

@@ -7,6 +7,7 @@
 // through what each method must do.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,6 +61,24 @@ class StorageReader {
   // Everything stored, checked when the reader was opened: boxes inside
   // their tensors, byte ranges inside their files. Valid as long as the reader.
   virtual const StorageIndex& index() const = 0;
+  // What a load looks up, for formats that decode a record when first asked
+  // for it (distckpt's): a rank then decodes only the tensors it reads, not
+  // the whole index. Records are numbered as in index().tensors (sorted by
+  // key); references stay valid as long as the reader. The defaults answer
+  // from index(). Thread-safe.
+  virtual size_t tensor_count() const { return index().tensors.size(); }
+  // std::out_of_range when `i` >= tensor_count().
+  virtual const TensorRecord& tensor_at(size_t i) const { return index().tensors.at(i); }
+  virtual std::optional<size_t> find_tensor(const std::string& key) const;
+  // The place of the first tensor whose key is not less than `key`
+  // (tensor_count() when none), to walk the keys under a prefix.
+  virtual size_t lower_bound_tensor(const std::string& key) const;
+  virtual const std::vector<FileRecord>& files() const { return index().files; }
+  virtual const std::vector<ObjectRecord>& objects() const { return index().objects; }
+  virtual uint64_t checksum_block_size() const { return index().checksum_block_size; }
+  // How many tensor records tensor_at decoded so far (a format that decodes
+  // every record when opened: all).
+  virtual size_t tensors_decoded() const { return tensor_count(); }
 
   // Bytes [begin, end) of chunk `chunk` of `tensor` (relative to the chunk's
   // first byte) into `out`, checking whatever the format records about them
