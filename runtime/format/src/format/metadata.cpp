@@ -132,49 +132,9 @@ class MetadataDecoder {
       : root_(root), origin_(origin), budget_(buffer_size, origin) {}
 
   // Everything but the tensor records (and the checks that need them all).
-  CheckpointMetadata decode_header() {
-    CheckpointMetadata m;
-    m.format_version = check_version(root_.format_version());
-    m.world_size = root_.world_size();
-    if (m.world_size < 1) fail(fmt::format("world_size is {}, it must be at least 1", m.world_size));
-    m.checksum_block_size = root_.checksum_block_size();
-    if (m.checksum_block_size > StorageIndex::kMaxChecksumBlockSize) {
-      fail(fmt::format("checksum blocks of {} bytes, more than the {} a writer uses", m.checksum_block_size,
-                       StorageIndex::kMaxChecksumBlockSize));
-    }
-    m.files = decode_files();
-    m.objects = decode_objects(m.files);
-    m.common_file = std::string(view(root_.common_file()));
-    if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
-    // A data file named like the marker, the metadata or the common state:
-    // removing tensors (which deletes data files no longer used) would
-    // delete those.
-    for (const FileRecord& f : m.files) {
-      if (f.path == kCommitFile || f.path == kCommonFile || f.path == m.common_file ||
-          f.path.rfind("metadata", 0) == 0) {
-        fail(fmt::format("file '{}' has the name of a file that is not data", f.path));
-      }
-    }
-    m.layout_name = std::string(view(root_.layout_name()));
-    m.layout_fingerprint = std::string(view(root_.layout_fingerprint()));
-    m.layout_schema = std::string(view(root_.layout_schema()));
-    budget_.charge(m.common_file.size() + m.layout_name.size() + m.layout_fingerprint.size() + m.layout_schema.size());
-    m.plan_hashes = budget_.copy_vector(root_.plan_hashes());
-    if (!m.plan_hashes.empty() && m.plan_hashes.size() != static_cast<size_t>(m.world_size)) {
-      fail(fmt::format("{} plan hashes recorded for a world of {} ranks", m.plan_hashes.size(), m.world_size));
-    }
-    m.writer_policy = std::string(view(root_.writer_policy()));
-    budget_.charge(m.writer_policy.size());
-    m.name_mappings = decode_mappings();
-    return m;
-  }
+  CheckpointMetadata decode_header() { return decode_records(false); }
 
-  CheckpointMetadata decode() {
-    CheckpointMetadata m = decode_header();
-    m.tensors = decode_tensors(m.files);
-    check_disjoint_bytes(m);
-    return m;
-  }
+  CheckpointMetadata decode() { return decode_records(true); }
 
   TensorRecord decode_tensor(const fb::TensorRecord& r, const std::vector<FileRecord>& files) {
     budget_.charge_table();
@@ -212,6 +172,45 @@ class MetadataDecoder {
   }
 
  private:
+  CheckpointMetadata decode_records(bool with_tensors) {
+    CheckpointMetadata m;
+    m.format_version = check_version(root_.format_version());
+    m.world_size = root_.world_size();
+    if (m.world_size < 1) fail(fmt::format("world_size is {}, it must be at least 1", m.world_size));
+    m.checksum_block_size = root_.checksum_block_size();
+    if (m.checksum_block_size > StorageIndex::kMaxChecksumBlockSize) {
+      fail(fmt::format("checksum blocks of {} bytes, more than the {} a writer uses", m.checksum_block_size,
+                       StorageIndex::kMaxChecksumBlockSize));
+    }
+    m.files = decode_files();
+    if (with_tensors) m.tensors = decode_tensors(m.files);
+    m.objects = decode_objects(m.files);
+    if (with_tensors) check_disjoint_bytes(m);
+    m.common_file = std::string(view(root_.common_file()));
+    if (!m.common_file.empty()) check_path(m.common_file, "the common state file");
+    // A data file named like the marker, the metadata or the common state:
+    // removing tensors (which deletes data files no longer used) would
+    // delete those.
+    for (const FileRecord& f : m.files) {
+      if (f.path == kCommitFile || f.path == kCommonFile || f.path == m.common_file ||
+          f.path.rfind("metadata", 0) == 0) {
+        fail(fmt::format("file '{}' has the name of a file that is not data", f.path));
+      }
+    }
+    m.layout_name = std::string(view(root_.layout_name()));
+    m.layout_fingerprint = std::string(view(root_.layout_fingerprint()));
+    m.layout_schema = std::string(view(root_.layout_schema()));
+    budget_.charge(m.common_file.size() + m.layout_name.size() + m.layout_fingerprint.size() + m.layout_schema.size());
+    m.plan_hashes = budget_.copy_vector(root_.plan_hashes());
+    if (!m.plan_hashes.empty() && m.plan_hashes.size() != static_cast<size_t>(m.world_size)) {
+      fail(fmt::format("{} plan hashes recorded for a world of {} ranks", m.plan_hashes.size(), m.world_size));
+    }
+    m.writer_policy = std::string(view(root_.writer_policy()));
+    budget_.charge(m.writer_policy.size());
+    m.name_mappings = decode_mappings();
+    return m;
+  }
+
   // Only what the buffer itself can get wrong is checked here: negative
   // counts and extents. NameMapping::expand() checks the rest when used.
   std::vector<NameMapping> decode_mappings() {
