@@ -158,6 +158,28 @@ TEST(FullyParallelLoad, MissingShardFailsEveryRankWithinTheTimeout) {
         << messages[static_cast<size_t>(r)];
 }
 
+// The batched rounds are cut alike on every rank: ranks passing different
+// batches would wait for rounds that never come, so every rank refuses.
+TEST(FullyParallelLoad, RoundsWithDifferentBatchesFailEveryRankAlike) {
+  TempDir tmp("pl-batches");
+  const std::string dir = save_fixture(tmp);
+  std::vector<std::string> messages(4);
+  run_ranks(4, [&](Communicator& comm) {
+    LoadOptions options;
+    options.exchange = LoadExchange::kAllGather;
+    options.exchange_batch_bytes = comm.rank() == 1 ? 2048 : 1024;
+    try {
+      load(column_request(comm.rank(), 1), dir, comm, options);
+    } catch (const UsageError& e) {
+      messages[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("pass the same value on every rank"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1 passed exchange_batch_bytes = 2048"), std::string::npos) << m;
+  }
+}
+
 TEST(FullyParallelLoad, CorruptPieceFailsEveryRankAndNamesTheReader) {
   TempDir tmp("pl-corrupt");
   const std::string dir = save_fixture(tmp);

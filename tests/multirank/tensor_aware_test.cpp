@@ -78,6 +78,27 @@ TEST(TensorAware, AtomicKeepsEverythingAndFillsTheRequest) {
   });
 }
 
+// The batched rounds are cut alike on every rank: different batches are
+// refused on every rank instead of leaving ranks in rounds that never meet.
+TEST(TensorAware, RoundsWithDifferentBatchesFailEveryRankAlike) {
+  std::vector<std::string> messages(4);
+  run_ranks(4, [&](Communicator& comm) {
+    TensorAwareStateDict tasd =
+        TensorAwareStateDict::from_state_dict(model(comm.rank()), comm, TensorAwareAlgo::kFullyParallel);
+    ToStateDictOptions options;
+    options.exchange = LoadExchange::kAllGather;
+    options.exchange_batch_bytes = comm.rank() == 3 ? 128 : 64;
+    try {
+      tasd.to_state_dict(model(comm.rank(), false), comm, options);
+    } catch (const UsageError& e) {
+      messages[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("pass the same value on every rank"), std::string::npos) << m;
+  }
+}
+
 TEST(TensorAware, FullyParallelKeepsEachReplicatedShardOnceAndExchanges) {
   for (const LoadExchange mode : {LoadExchange::kBroadcast, LoadExchange::kAllGather}) {
     std::vector<std::vector<std::string>> kept_keys(4);

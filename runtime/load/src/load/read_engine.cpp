@@ -311,7 +311,7 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
     });
   }
   if (!partitioned_reads(options)) {
-    return gather_agreed(comm, phase, [&] { return whole_read_plan(plan(), comm.rank()); });
+    return gather_agreed(comm, phase, [&] { return whole_read_plan(plan(), comm.rank(), options.slab_bytes); });
   }
   return all_to_all_agreed(comm, phase, [&] {
     const std::vector<std::vector<TensorRead>>& rounds = plan();

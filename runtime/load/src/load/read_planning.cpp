@@ -91,10 +91,10 @@ int scheduler_of(uint32_t tensor, uint32_t piece, int world) {
   return static_cast<int>(x % static_cast<uint64_t>(world));
 }
 
-std::string whole_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank) {
+std::string whole_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, uint64_t batch_bytes) {
   std::vector<std::string> round_needs;
   for (const std::vector<TensorRead>& reads : rounds) round_needs.push_back(plan::encode_needs(rank, needs_of(reads)));
-  return plan::encode_read_plan("", round_needs);
+  return plan::encode_read_plan("", round_needs, batch_bytes);
 }
 
 std::vector<std::string> route_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, int world,
@@ -281,6 +281,13 @@ plan::LoadShare share_from_all_plans(const PieceCatalog& catalog, const std::vec
   for (size_t r = 0; r < world; ++r) {
     const std::string origin = fmt::format("rank {}", r);
     const plan::ReadPlanMessage m = plan::decode_read_plan(plans[r], origin);
+    if (m.batch_bytes != options.slab_bytes) {
+      // Rounds cut with other batches would not meet: every rank sees this and stops alike.
+      throw UsageError(fmt::format(
+          "LoadExchange::kAllGather cuts its rounds on every rank alike, but rank {} passed exchange_batch_bytes = {} "
+          "and rank {} {}: pass the same value on every rank (or use the point-to-point exchange)",
+          r, m.batch_bytes, me, options.slab_bytes));
+    }
     ranks[r] = static_cast<int>(r);
     hosts.push_back(host_ids.emplace(m.host, static_cast<int>(host_ids.size())).first->second);
     if (round >= m.rounds.size()) continue;

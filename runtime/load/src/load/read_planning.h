@@ -49,8 +49,9 @@ int scheduler_of(uint32_t tensor, uint32_t piece, int world);
 // also its host (empty: not asked).
 std::vector<std::string> route_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, int world,
                                          const std::string& host);
-// Not collective: the rounds exchange's plan, which every rank gets.
-std::string whole_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank);
+// Not collective: the rounds exchange's plan, which every rank gets, with
+// this rank's batch (every rank must cut the rounds alike).
+std::string whole_read_plan(const std::vector<std::vector<TensorRead>>& rounds, int rank, uint64_t batch_bytes);
 
 // Partitioned, on a scheduler: given what every rank routed here (by rank),
 // checked against the checkpoint, the share of every rank, part r for rank r.

@@ -60,17 +60,19 @@ std::string decode_recovery_status(std::string_view bytes, const std::string& or
   return string_or_empty(plan::verified_message<fb::RecoveryStatus>(bytes, "recovery status", origin).problem());
 }
 
-std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs) {
+std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs, uint64_t batch_bytes) {
   flatbuffers::FlatBufferBuilder b(256);
   std::vector<flatbuffers::Offset<fb::ShardNeed>> out;
   out.reserve(needs.size());
   for (const ShardNeedMessage& n : needs) out.push_back(fb::CreateShardNeed(b, b.CreateString(n.identity), n.bytes));
-  b.Finish(fb::CreateShardNeeds(b, b.CreateVector(out)));
+  b.Finish(fb::CreateShardNeeds(b, b.CreateVector(out), 0, 0, batch_bytes));
   return plan::message_bytes(b);
 }
 
-std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const std::string& origin) {
+std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const std::string& origin,
+                                                 uint64_t* batch_bytes) {
   const auto& m = plan::verified_message<fb::ShardNeeds>(bytes, "shard needs", origin);
+  if (batch_bytes) *batch_bytes = m.batch_bytes();
   std::vector<ShardNeedMessage> out;
   if (!m.needs()) return out;
   out.reserve(m.needs()->size());

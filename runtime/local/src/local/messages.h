@@ -38,8 +38,10 @@ struct ShardNeedMessage {
   std::string identity;
   uint64_t bytes = 0;
 };
-std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs);
-std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const std::string& origin);
+// `batch_bytes`: the rounds exchange's batch, which every rank gets (0: none).
+std::string encode_shard_needs(const std::vector<ShardNeedMessage>& needs, uint64_t batch_bytes = 0);
+std::vector<ShardNeedMessage> decode_shard_needs(std::string_view bytes, const std::string& origin,
+                                                 uint64_t* batch_bytes = nullptr);
 
 std::string encode_shard_offers(const std::vector<std::string>& identities);
 std::vector<std::string> decode_shard_offers(std::string_view bytes, const std::string& origin);

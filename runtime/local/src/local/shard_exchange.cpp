@@ -21,15 +21,26 @@ namespace {
 at::Tensor as_bytes(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
 
 // Every rank's needs (identity and bytes), by rank.
-std::vector<std::vector<ShardNeedMessage>> gather_needs(const std::vector<NeededShard>& needed, Communicator& comm) {
+std::vector<std::vector<ShardNeedMessage>> gather_needs(const std::vector<NeededShard>& needed, Communicator& comm,
+                                                        uint64_t batch_bytes) {
   std::vector<ShardNeedMessage> mine;
   mine.reserve(needed.size());
   for (const NeededShard& n : needed) {
     mine.push_back(ShardNeedMessage{n.identity, static_cast<uint64_t>(n.dest.numel()) * n.dest.element_size()});
   }
-  const std::vector<std::string> gathered = comm.all_gather_bytes(encode_shard_needs(mine));
+  const std::vector<std::string> gathered = comm.all_gather_bytes(encode_shard_needs(mine, batch_bytes));
   std::vector<std::vector<ShardNeedMessage>> needs(gathered.size());
-  for (size_t r = 0; r < gathered.size(); ++r) needs[r] = decode_shard_needs(gathered[r], fmt::format("rank {}", r));
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    uint64_t batch = 0;
+    needs[r] = decode_shard_needs(gathered[r], fmt::format("rank {}", r), &batch);
+    if (batch != batch_bytes) {
+      // Rounds cut with other batches would not meet: every rank sees this and stops alike.
+      throw UsageError(fmt::format(
+          "LoadExchange::kAllGather cuts its rounds on every rank alike, but rank {} passed exchange_batch_bytes = {} "
+          "and rank {} {}: pass the same value on every rank (or use the point-to-point exchange)",
+          r, batch, comm.rank(), batch_bytes));
+    }
+  }
   return needs;
 }
 
@@ -313,7 +324,7 @@ void exchange_kept_shards(const std::vector<KeptShard>& kept, std::vector<Needed
                           LoadExchange mode, uint64_t batch_bytes) {
   if (mode != LoadExchange::kAllGather) return exchange_partitioned(kept, needed, comm, batch_bytes);
   // The rounds are cut over every rank's transfers: every rank gathers every rank's needs and offers.
-  const std::vector<std::vector<ShardNeedMessage>> needs = gather_needs(needed, comm);
+  const std::vector<std::vector<ShardNeedMessage>> needs = gather_needs(needed, comm, batch_bytes);
   std::set<std::string> wanted;
   for (const auto& rank_needs : needs) {
     for (const ShardNeedMessage& n : rank_needs) wanted.insert(n.identity);

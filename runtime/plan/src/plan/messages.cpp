@@ -127,11 +127,13 @@ std::string_view take_bytes(std::string_view& bytes, uint64_t length, const std:
 }  // namespace
 
 // u32 host length, host (encode_host_name), u32 rounds, then per round a u64 length and its needs.
-std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs) {
+std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs,
+                             uint64_t batch_bytes) {
   const std::string host_bytes = host.empty() ? std::string() : encode_host_name(host);
   std::string out;
   put(out, static_cast<uint32_t>(host_bytes.size()));
   out += host_bytes;
+  put(out, batch_bytes);
   put(out, static_cast<uint32_t>(round_needs.size()));
   for (const std::string& needs : round_needs) {
     put(out, static_cast<uint64_t>(needs.size()));
@@ -145,6 +147,7 @@ ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& orig
   const auto host_length = take<uint32_t>(bytes, origin, "header");
   const std::string_view host = take_bytes(bytes, host_length, origin, "host name");
   if (!host.empty()) m.host = decode_host_name(std::string(host), origin);
+  m.batch_bytes = take<uint64_t>(bytes, origin, "batch size");
   const auto rounds = take<uint32_t>(bytes, origin, "round count");
   // Each round takes at least its length: a count the bytes cannot hold is refused before reserving.
   if (rounds > bytes.size() / sizeof(uint64_t)) {

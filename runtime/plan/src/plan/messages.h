@@ -61,8 +61,10 @@ std::string decode_host_name(std::string_view bytes, const std::string& origin);
 struct ReadPlanMessage {
   std::string host;
   std::vector<std::string_view> rounds;  // views of the decoded bytes: each round's encoded needs
+  uint64_t batch_bytes = 0;              // the rounds exchange's batch (0: not sent)
 };
-std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs);
+std::string encode_read_plan(const std::string& host, const std::vector<std::string>& round_needs,
+                             uint64_t batch_bytes = 0);
 ReadPlanMessage decode_read_plan(std::string_view bytes, const std::string& origin);
 
 }  // namespace distckpt::plan

@@ -45,10 +45,14 @@ enum class LoadExchange {
   kNone,  // every rank reads everything it needs itself
   // One rank (balanced by bytes) reads the piece, in bounded slabs, and sends
   // every other rank that needs part of it exactly that part, point to point.
+  // Planned partitioned (kAuto too): no rank holds every rank's needs.
   kBroadcast,
   // Same reads; the parts travel in batched rounds (Megatron's
   // gather_rounds), one all-to-all each: fewer, larger collectives, and in a
   // round a rank sends and receives at most exchange_batch_bytes of its own.
+  // The rounds are cut over every rank's transfers, so every rank gathers
+  // every rank's needs and plans the whole load, and every rank must pass
+  // the same exchange_batch_bytes (UsageError on every rank otherwise).
   kAllGather,
 };
 LoadExchange parse_load_exchange(const std::string& name);  // "auto", "none", "broadcast", "all_gather"

@@ -64,10 +64,12 @@ struct ToStateDictOptions {
   // Null: the communicator passed to to_state_dict.
   Communicator* parallelization_group = nullptr;
   // How shards kept by another rank (fully parallel) arrive: kBroadcast sends
-  // each point to point, kAllGather batches them into rounds of one
-  // all-to-all each.
+  // each point to point (planned partitioned), kAllGather batches them into
+  // rounds of one all-to-all each (planned on every rank from every rank's
+  // needs; every rank must pass the same exchange_batch_bytes).
   LoadExchange exchange = LoadExchange::kBroadcast;
-  uint64_t exchange_batch_bytes = uint64_t{32} << 20;  // kAllGather: bytes a rank sends (and receives) per round
+  // kAllGather: bytes a rank sends (and receives) per round; kBroadcast: per window.
+  uint64_t exchange_batch_bytes = uint64_t{32} << 20;
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   // As LoadOptions::validate_access_integrity: all ranks' requested main
   // replicas must tile each tensor exactly once (one gather).
