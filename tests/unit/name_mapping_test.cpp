@@ -95,6 +95,22 @@ TEST(NameMapping, RoundTripsThroughTheMetadata) {
 }
 
 // Every field through to_json and back: the expansions are equal.
+// A checkpoint whose metadata is mostly a large mapping of short names (few
+// tensors, many entries, several indices each) decodes: what decoding
+// charges against the buffer's size is what the buffer holds of each entry.
+TEST(NameMapping, AMappingOfManyShortEntriesDecodes) {
+  CheckpointMetadata m;
+  NameMapping& mapping = m.name_mappings.emplace_back("m");
+  for (int i = 0; i < 2000; ++i) {
+    mapping.map(std::to_string(i), "e" + std::to_string(i) + ".{a}.{b}", {2, 2}).over("a", 2).over("b", 2);
+  }
+  const std::string bytes = encode_metadata(m);
+  const CheckpointMetadata back = decode_metadata(bytes, "metadata.fb");
+  ASSERT_EQ(back.name_mappings.at(0).tensors().size(), 2000U);
+  EXPECT_EQ(back.name_mappings[0].tensors().at(1999).indices.size(), 2U);
+  EXPECT_EQ(LazyMetadata(bytes, "metadata.fb").header().name_mappings.at(0).tensors().size(), 2000U);
+}
+
 TEST(NameMapping, JsonRoundTripKeepsEveryExpansion) {
   NameMapping m("llama");
   m.map("layers.qkv", "l.{layer}.k", {12, 4}).over("layer", 2).part(0, 6, 3);

@@ -216,14 +216,19 @@ class MetadataDecoder {
   std::vector<NameMapping> decode_mappings() {
     std::vector<NameMapping> out;
     if (root_.name_mappings() == nullptr) return out;
+    // Charged as the other records are, what the buffer holds of each (a
+    // table, its strings): a genuine buffer stays within its own size.
     for (const fb::NameMapping* m : *root_.name_mappings()) {
+      budget_.charge_table();
+      budget_.charge_string(m->name());
       NameMapping& mapping = out.emplace_back(std::string(view(m->name())));
-      budget_.charge(64 + mapping.name().size());
       if (m->tensors() == nullptr) continue;
       for (const fb::MappedTensor* t : *m->tensors()) {
+        budget_.charge_table();
+        budget_.charge_string(t->key());
+        budget_.charge_string(t->external());
         MappedTensor& entry =
             mapping.map(std::string(view(t->key())), std::string(view(t->external())), budget_.copy_vector(t->shape()));
-        budget_.charge(96 + entry.key.size() + entry.external.size());
         for (const int64_t extent : entry.shape) {
           if (extent < 0) fail(fmt::format("name mapping '{}': negative extent for '{}'", mapping.name(), entry.key));
         }
@@ -234,8 +239,9 @@ class MetadataDecoder {
         if (t->indices() == nullptr) continue;
         for (const fb::MappingIndex* index : *t->indices()) {
           if (index->count() < 0) fail(fmt::format("name mapping '{}': negative index count", mapping.name()));
+          budget_.charge_table();
+          budget_.charge_string(index->name());
           entry.indices.push_back({std::string(view(index->name())), index->count(), index->leading_axis()});
-          budget_.charge(32 + entry.indices.back().name.size());
         }
       }
     }
