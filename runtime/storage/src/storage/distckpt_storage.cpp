@@ -81,29 +81,28 @@ DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_c
   std::string bytes = read_listed(*backend_, name, kMaxFlatBufferBytes);
   if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
   lazy_ = std::make_unique<LazyMetadata>(std::move(bytes), path);
-  metadata_ = lazy_->header();
-  if (metadata_.format_version != static_cast<uint32_t>(config_.version) ||
-      metadata_.world_size != config_.world_size) {
+  const CheckpointMetadata& opened = lazy_->header();
+  if (opened.format_version != static_cast<uint32_t>(config_.version) || opened.world_size != config_.world_size) {
     throw CorruptionError(
         fmt::format(
             "{}: format version {} and world size {} disagree with the commit marker's (version {}, {} ranks); the "
             "checkpoint is corrupt or mixes files of two checkpoints",
-            path, metadata_.format_version, metadata_.world_size, config_.version, config_.world_size),
+            path, opened.format_version, opened.world_size, config_.version, config_.world_size),
         path);
   }
-  if (config_.common && config_.common->path != metadata_.common_file) {
+  if (config_.common && config_.common->path != opened.common_file) {
     throw CorruptionError(
         fmt::format("{}: the common state file is '{}' but the commit marker records '{}'; the checkpoint is corrupt",
-                    path, metadata_.common_file, config_.common->path),
+                    path, opened.common_file, config_.common->path),
         path);
   }
-  if (check_every_file) check_listed_files(metadata_, *backend_);
-  ranges_ = std::make_unique<FileRanges>(backend_, metadata_, verify_checksums);
+  if (check_every_file) check_listed_files(opened, *backend_);
+  ranges_ = std::make_unique<FileRanges>(backend_, opened, verify_checksums);
 }
 
 const CheckpointMetadata& DistckptStorage::metadata() const {
-  std::call_once(decoded_all_, [&] { metadata_.tensors = lazy_->decode_all().tensors; });
-  return metadata_;
+  std::call_once(decoded_all_, [&] { all_ = std::make_unique<const CheckpointMetadata>(lazy_->decode_all()); });
+  return *all_;
 }
 
 const TensorRecord& DistckptStorage::tensor_at(size_t i) const {
@@ -126,23 +125,23 @@ size_t DistckptStorage::tensors_decoded() const {
 }
 
 std::string DistckptStorage::common_bytes(std::string& path) const {
-  path = backend_->describe(metadata_.common_file);
+  path = backend_->describe(header().common_file);
   std::string bytes =
-      read_listed(*backend_, metadata_.common_file,
+      read_listed(*backend_, header().common_file,
                   std::min(config_.common ? config_.common->bytes : kMaxFlatBufferBytes, kMaxFlatBufferBytes));
   if (config_.common) check_recorded_file(*config_.common, bytes, path);
   return bytes;
 }
 
 Value DistckptStorage::read_common_state() const {
-  if (metadata_.common_file.empty()) return Value::dict();
+  if (header().common_file.empty()) return Value::dict();
   std::string path;
   const std::string bytes = common_bytes(path);
   return decode_common_state(bytes, path);
 }
 
 std::optional<Value> DistckptStorage::read_content_metadata() const {
-  if (metadata_.common_file.empty()) return std::nullopt;
+  if (header().common_file.empty()) return std::nullopt;
   std::string path;
   const std::string bytes = common_bytes(path);
   return decode_content_metadata(bytes, path);
@@ -150,14 +149,13 @@ std::optional<Value> DistckptStorage::read_content_metadata() const {
 
 void DistckptStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
   report.format_version = config_.version;
-  metadata();  // FileRanges walks every record
-  report.files += 2 + metadata_.files.size() + (metadata_.common_file.empty() ? 0 : 1);
+  report.files += 2 + header().files.size() + (header().common_file.empty() ? 0 : 1);
   try {
     read_common_state();
   } catch (const Error& e) {
     report.problems.push_back(e.what());
   }
-  ranges_->verify_all(report, progress);
+  ranges_->verify_all(metadata(), report, progress);
 }
 
 }  // namespace distckpt::storage

@@ -64,9 +64,7 @@ class DistckptStorage final : public FileBackedStorage {
   mutable std::mutex mutex_;
   mutable std::unordered_map<size_t, std::unique_ptr<TensorRecord>> decoded_;  // by tensor_at, under mutex_
   mutable std::once_flag decoded_all_;
-  // The header, then (metadata()) every record: FileRanges reads its files
-  // and, to verify, its tensors.
-  mutable CheckpointMetadata metadata_;
+  mutable std::unique_ptr<const CheckpointMetadata> all_;  // metadata(), once asked for
 };
 
 // Every data file and the common state file the metadata lists: present,

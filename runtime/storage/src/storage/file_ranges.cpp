@@ -261,21 +261,21 @@ std::string FileRanges::read_object(const ObjectRecord& object) {
   return bytes;
 }
 
-void FileRanges::verify_all(VerifyReport& report, const VerifyProgress& progress) {
+void FileRanges::verify_all(const StorageIndex& index, VerifyReport& report, const VerifyProgress& progress) {
   uint64_t total = 0;
-  for (const TensorRecord& t : index_.tensors) {
+  for (const TensorRecord& t : index.tensors) {
     for (const ChunkRecord& chunk : t.chunks) total += chunk.byte_length;
   }
-  for (const ObjectRecord& o : index_.objects) total += o.byte_length;
-  BlockChecker checker(*this, index_, total, progress, report);
-  for (const TensorRecord& t : index_.tensors) {
+  for (const ObjectRecord& o : index.objects) total += o.byte_length;
+  BlockChecker checker(*this, index, total, progress, report);
+  for (const TensorRecord& t : index.tensors) {
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       const ChunkRecord& chunk = t.chunks[c];
       checker.check(chunk.file, chunk.byte_offset, chunk.byte_length, chunk.block_checksums,
                     fmt::format("tensor '{}' chunk {} ({})", t.key, c, to_string(chunk.box)));
     }
   }
-  for (const ObjectRecord& o : index_.objects) {
+  for (const ObjectRecord& o : index.objects) {
     checker.check(o.file, o.byte_offset, o.byte_length, o.block_checksums, fmt::format("object '{}'", o.unique_key()));
   }
   checker.finish();

@@ -45,9 +45,11 @@ class FileRanges {
   std::string read_object(const ObjectRecord& object);
   uint64_t bytes_read() const { return bytes_read_.load(); }
 
-  // Re-reads every tensor chunk and object, comparing checksums where the
-  // index has them; one problem line per damaged block or unreadable range.
-  void verify_all(VerifyReport& report, const VerifyProgress& progress);
+  // Re-reads every tensor chunk and object of `index` (the index the ranges
+  // were made with, or the same with every record decoded), comparing
+  // checksums where it has them; one problem line per damaged block or
+  // unreadable range.
+  void verify_all(const StorageIndex& index, VerifyReport& report, const VerifyProgress& progress);
 
  private:
   std::shared_ptr<ObjectReader> file(uint32_t index);  // from the bounded set of open files

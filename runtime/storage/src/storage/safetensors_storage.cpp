@@ -166,7 +166,7 @@ std::optional<Value> SafetensorsStorage::read_content_metadata() const {
 
 void SafetensorsStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
   report.files += index_.files.size() + (index_file_.empty() ? 0 : 1);
-  ranges_->verify_all(report, progress);
+  ranges_->verify_all(index_, report, progress);
 }
 
 }  // namespace distckpt::storage
