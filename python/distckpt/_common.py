@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ._errors import CheckpointError, CorruptionError, UsageError
-from ._format import DTYPE_NAMES, FORMAT_VERSION, OLDEST_VERSION, dtype_of, itemsize, name_of, numel
+from ._format import DTYPE_NAMES, OLDEST_VERSION, READ_VERSION, WRITE_VERSION, dtype_of, itemsize, name_of, numel
 
 try:
     from .fb import CommonState as _State, Node as _Node
@@ -48,7 +48,7 @@ def encode(root: dict, content_metadata: Optional[dict] = None) -> bytes:
     node = _encode(b, root, None, [])
     content = None if content_metadata is None else _encode(b, content_metadata, None, ["<content_metadata>"])
     _State.Start(b)
-    _State.AddFormatVersion(b, FORMAT_VERSION)
+    _State.AddFormatVersion(b, WRITE_VERSION)
     _State.AddRoot(b, node)
     if content is not None:
         _State.AddContentMetadata(b, content)
@@ -122,9 +122,9 @@ def decode(buf: bytes, origin: str, content_metadata: bool = False):
             raise CorruptionError(f"{origin}: not a distckpt common state buffer (identifier DCKC missing)")
         state = _State.CommonState.GetRootAs(buf, 0)
         version = state.FormatVersion()
-        if version > FORMAT_VERSION:
+        if version > READ_VERSION:
             raise CheckpointError(f"{origin}: written by a newer distckpt (version {version}); this reads version "
-                                  f"{FORMAT_VERSION}. Upgrade distckpt to load this checkpoint")
+                                  f"{READ_VERSION}. Upgrade distckpt to load this checkpoint")
         if version < OLDEST_VERSION:
             raise CorruptionError(f"{origin}: format_version {version} is not a valid version")
         if content_metadata:

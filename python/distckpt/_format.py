@@ -6,6 +6,7 @@ before anything trusts it.
 A checkpoint directory holds
     metadata.json   the commit marker, written last: format, version, world
                     size, and the size and XXH3 of metadata.fb and common.fb
+                    (from version 3 also the XXH3 of metadata.fb's head)
     metadata.fb     tensors (chunks with byte ranges and per-block XXH3),
                     objects, files
     common.fb       the common (non-sharded) state
@@ -35,8 +36,13 @@ except ImportError as e:  # pragma: no cover - a packaging mistake, not a user e
                       "or use the build tree's python/ directory") from e
 
 FORMAT_NAME = "distckpt"
-FORMAT_VERSION = 2
+# Versions 1..READ_VERSION are read; WRITE_VERSION is written (version 3 adds
+# fields the writer has no use for, and a version 2 checkpoint is read by
+# every distckpt that reads version 3).
+READ_VERSION = 3
+WRITE_VERSION = 2
 OLDEST_VERSION = 1
+_HEAD_VERSION = 3  # the first version whose marker records the head of metadata.fb
 MAX_BLOCK_SIZE = 1 << 30  # StorageIndex::kMaxChecksumBlockSize: a reader holds a block to check it
 BACKEND = "distckpt-fb"
 COMMIT_FILE = "metadata.json"
@@ -172,7 +178,7 @@ class Metadata:
     objects: List[ObjectRecord]
     files: List[FileRecord]
     common_file: str = ""
-    format_version: int = FORMAT_VERSION
+    format_version: int = WRITE_VERSION
     layout_name: str = ""
 
 
@@ -181,6 +187,10 @@ class RecordedFile:
     path: str
     size: int
     xxh3: int
+    # The XXH3 of the first head_size bytes: metadata.fb from version 3 on
+    # (None before, and for common.fb).
+    head_size: Optional[int] = None
+    head_xxh3: Optional[int] = None
 
 
 @dataclass
@@ -233,9 +243,9 @@ def parse_commit_marker(text: bytes, origin: str) -> CommitMarker:
         return value
 
     version = field_of(doc, "version", int, "")
-    if version > FORMAT_VERSION:
+    if version > READ_VERSION:
         raise CheckpointError(f"{origin}: checkpoint format version {version} is newer than this distckpt reads "
-                              f"(version {FORMAT_VERSION}); upgrade distckpt to load it")
+                              f"(version {READ_VERSION}); upgrade distckpt to load it")
     if version < OLDEST_VERSION:
         reject(f"format version {version} is not valid")
     for name in ("sharded_backend", "common_backend"):
@@ -253,31 +263,44 @@ def parse_commit_marker(text: bytes, origin: str) -> CommitMarker:
     if doc["sharded_backend"] != BACKEND or doc["common_backend"] != BACKEND:
         reject(f"unknown backend '{doc['sharded_backend']}'/'{doc['common_backend']}' (this reads '{BACKEND}')")
 
-    def recorded(name):
+    def recorded(name, head):
         entry = doc.get(name)
         if not isinstance(entry, dict):
             reject(f"field \"{name}\" is missing or not an object")
         where = f"field \"{name}\": "
+        known = ("file", "bytes", "xxh3") + (("head_bytes", "head_xxh3") if head else ())
         for key in entry:
-            if key not in ("file", "bytes", "xxh3"):
+            if key not in known:
                 reject(f"{where}unknown field \"{key}\"; the commit marker is damaged or was edited")
         path = field_of(entry, "file", str, where)
         try:
             validate_relative(path)
         except CorruptionError as e:
             reject(f"{where}{e}")
-        digest = field_of(entry, "xxh3", str, where)
-        if len(digest) != 16 or any(c not in "0123456789abcdef" for c in digest):
-            reject(f"{name}: \"xxh3\" must be 16 lowercase hex digits, not \"{digest}\"")
-        return RecordedFile(path, field_of(entry, "bytes", int, where), int(digest, 16))
 
-    return CommitMarker(version, world_size, field_of(doc, "created_by", str, ""), recorded("metadata"),
-                        recorded("common"))
+        def hex64(key):
+            digest = field_of(entry, key, str, where)
+            if len(digest) != 16 or any(c not in "0123456789abcdef" for c in digest):
+                reject(f"{name}: \"{key}\" must be 16 lowercase hex digits, not \"{digest}\"")
+            return int(digest, 16)
+
+        record = RecordedFile(path, field_of(entry, "bytes", int, where), hex64("xxh3"))
+        if head:
+            record.head_size, record.head_xxh3 = field_of(entry, "head_bytes", int, where), hex64("head_xxh3")
+            if record.head_size > record.size:
+                reject(f"{where}\"head_bytes\" {record.head_size} is more than \"bytes\" {record.size}; the "
+                       "commit marker is damaged")
+        return record
+
+    return CommitMarker(version, world_size, field_of(doc, "created_by", str, ""),
+                        recorded("metadata", version >= _HEAD_VERSION), recorded("common", False))
 
 
 def commit_marker_text(world_size: int, metadata: RecordedFile, common: RecordedFile, created_by: str) -> bytes:
+    """A marker of WRITE_VERSION: it records no head (a version 2 marker
+    must not)."""
     doc = {
-        "format": FORMAT_NAME, "version": FORMAT_VERSION, "sharded_backend": BACKEND, "common_backend": BACKEND,
+        "format": FORMAT_NAME, "version": WRITE_VERSION, "sharded_backend": BACKEND, "common_backend": BACKEND,
         "world_size": world_size, "created_by": created_by,
         "metadata": {"file": metadata.path, "bytes": metadata.size, "xxh3": f"{metadata.xxh3:016x}"},
         "common": {"file": common.path, "bytes": common.size, "xxh3": f"{common.xxh3:016x}"},
@@ -295,6 +318,14 @@ def check_recorded(record: RecordedFile, data: bytes, full_path: str) -> None:
         raise CorruptionError(f"checksum mismatch in {full_path}: XXH3 {actual:016x} but the commit marker "
                               f"({COMMIT_FILE}) records {record.xxh3:016x}; the checkpoint is corrupt, run "
                               "`distckpt verify` and load an intact copy")
+    # A reader that trusts the head alone must get the bytes the whole-file XXH3 covers.
+    if record.head_size is not None:
+        head = xxh3(memoryview(data)[:record.head_size])
+        if head != record.head_xxh3:
+            raise CorruptionError(f"checksum mismatch in {full_path}: XXH3 {head:016x} of its first "
+                                  f"{record.head_size} bytes but the commit marker ({COMMIT_FILE}) records "
+                                  f"{record.head_xxh3:016x}; the checkpoint is corrupt, run `distckpt verify` and "
+                                  "load an intact copy")
 
 
 def open_regular(path: str) -> int:
@@ -392,9 +423,9 @@ class _Decoder:
             self.fail("not a distckpt metadata buffer (identifier DCKP missing)")
         root = _Meta.CheckpointMetadata.GetRootAs(self.buf, 0)
         version = root.FormatVersion()
-        if version > FORMAT_VERSION:
+        if version > READ_VERSION:
             raise CheckpointError(f"{self.origin}: written by a newer distckpt (version {version}); this reads "
-                                  f"version {FORMAT_VERSION}. Upgrade distckpt to load this checkpoint")
+                                  f"version {READ_VERSION}. Upgrade distckpt to load this checkpoint")
         if version < OLDEST_VERSION:
             self.fail(f"format_version {version} is not a valid version")
         world = root.WorldSize()
@@ -608,7 +639,7 @@ def encode_metadata(m: Metadata) -> bytes:
     common = b.CreateString(m.common_file) if m.common_file else None
     policy = b.CreateString("python")
     _Meta.Start(b)
-    _Meta.AddFormatVersion(b, FORMAT_VERSION)
+    _Meta.AddFormatVersion(b, WRITE_VERSION)
     _Meta.AddWorldSize(b, m.world_size)
     _Meta.AddChecksumBlockSize(b, m.block_size)
     _Meta.AddTensors(b, tensor_vector)

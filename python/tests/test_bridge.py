@@ -6,12 +6,14 @@ Multi-process cases against the C++ runtime are in tests/e2e/python_bridge_test.
     PYTHONPATH=<build>/python /usr/bin/python3 -m unittest discover -s python/tests
 """
 import itertools
+import json
 import math
 import os
 import shutil
 import tempfile
 import unittest
 import warnings
+from unittest import mock
 
 import flatbuffers
 import torch
@@ -213,6 +215,103 @@ class Bridge(unittest.TestCase):
             f.write(text.replace('"world_size"', '"world_sise"'))
         with self.assertRaisesRegex(distckpt.CorruptionError, "commit marker is damaged"):
             distckpt.inspect(self.ckpt)
+
+    def edit_marker(self, version, common=None, **head):
+        """The marker the writer wrote, rewritten with VERSION and HEAD's
+        fields in its "metadata" entry (COMMON's in its "common" entry)."""
+        path = os.path.join(self.ckpt, _format.COMMIT_FILE)
+        if not hasattr(self, "written_marker"):
+            with open(path) as f:
+                self.written_marker = f.read()
+        doc = json.loads(self.written_marker)
+        doc["version"] = version
+        doc["metadata"].update(head)
+        doc["common"].update(common or {})
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=2)
+
+    def v3_head(self, size):
+        """The head fields of metadata.fb's first SIZE bytes, and its size."""
+        with open(os.path.join(self.ckpt, "metadata.fb"), "rb") as f:
+            raw = f.read()
+        return {"head_bytes": size, "head_xxh3": f"{_format.xxh3(raw[:size]):016x}"}, len(raw)
+
+    def test_a_version_3_marker_checks_the_head_of_metadata(self):
+        # Only the marker is version 3 (metadata.fb still says 2): the reader
+        # takes each file's version as it finds it.
+        save({"w": torch.arange(8.0), "step": 1}, self.ckpt)
+        _, size = self.v3_head(0)
+        for head_size in (0, size // 2, size):
+            self.edit_marker(3, **self.v3_head(head_size)[0])
+            self.assertEqual(distckpt.inspect(self.ckpt)["format_version"], 3)
+            self.assertTrue(distckpt.verify(self.ckpt).intact)
+            self.assertTrue(torch.equal(load({"w": torch.zeros(8)}, self.ckpt)["w"], torch.arange(8.0)))
+        head, _ = self.v3_head(size // 2)
+        head["head_xxh3"] = f"{int(head['head_xxh3'], 16) ^ 1:016x}"
+        self.edit_marker(3, **head)
+        with self.assertRaisesRegex(distckpt.CorruptionError, rf"checksum mismatch in .*metadata\.fb: XXH3 [0-9a-f]+ "
+                                    rf"of its first {size // 2} bytes but the commit marker"):
+            distckpt.FileSystemReader(self.ckpt).read_metadata()
+        self.assertEqual(distckpt.verify(self.ckpt).status, "corrupt")
+
+    def test_a_version_3_marker_without_a_valid_head_is_damaged(self):
+        save({"w": torch.ones(2)}, self.ckpt)
+        head, size = self.v3_head(16)
+        for edit, message in [
+                ({"head_bytes": None}, 'field "metadata": field "head_bytes" is missing'),
+                ({"head_xxh3": None}, 'field "metadata": field "head_xxh3" is missing'),
+                ({"head_bytes": size + 1}, f'"head_bytes" {size + 1} is more than "bytes" {size}'),
+                ({"head_bytes": -1}, '"head_bytes" is not a non-negative integer'),
+                ({"head_bytes": "16"}, '"head_bytes" is not a non-negative integer'),
+                ({"head_xxh3": head["head_xxh3"].upper()}, '"head_xxh3" must be 16 lowercase hex digits')]:
+            with self.subTest(edit=edit):
+                fields = {**head, **edit}
+                self.edit_marker(3, **{k: v for k, v in fields.items() if v is not None})
+                with self.assertRaisesRegex(distckpt.CorruptionError, message):
+                    distckpt.inspect(self.ckpt)
+                self.assertEqual(distckpt.verify(self.ckpt).status, "corrupt")
+
+    def test_the_head_fields_are_version_3_and_metadata_only(self):
+        save({"w": torch.ones(2)}, self.ckpt)
+        head, _ = self.v3_head(16)
+        self.edit_marker(2, **head)  # version 2 knows no head: the strict parse refuses it
+        with self.assertRaisesRegex(distckpt.CorruptionError, 'field "metadata": unknown field "head_bytes"'):
+            distckpt.inspect(self.ckpt)
+        self.edit_marker(3, common=head, **head)
+        with self.assertRaisesRegex(distckpt.CorruptionError, 'field "common": unknown field "head_bytes"'):
+            distckpt.inspect(self.ckpt)
+        self.edit_marker(4)
+        with self.assertRaisesRegex(distckpt.CheckpointError, "version 4 is newer than this distckpt reads "
+                                    r"\(version 3\)"):
+            distckpt.inspect(self.ckpt)
+
+    def test_the_writer_writes_version_2(self):
+        save({"w": torch.ones(2), "step": 1}, self.ckpt)
+        with open(os.path.join(self.ckpt, _format.COMMIT_FILE)) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["version"], 2)
+        self.assertEqual(sorted(doc["metadata"]), ["bytes", "file", "xxh3"])
+        with open(os.path.join(self.ckpt, "metadata.fb"), "rb") as f:
+            self.assertEqual(_format.decode_metadata(f.read(), "metadata.fb").format_version, 2)
+        with open(os.path.join(self.ckpt, "common.fb"), "rb") as f:
+            self.assertEqual(CommonState.CommonState.GetRootAs(f.read(), 0).FormatVersion(), 2)
+
+    def test_buffers_of_version_3_are_read_and_of_4_refused(self):
+        def buffers(version):  # metadata.fb and common.fb as a writer of VERSION writes them
+            with mock.patch.object(_format, "WRITE_VERSION", version), \
+                    mock.patch.object(_common, "WRITE_VERSION", version):
+                return (_format.encode_metadata(_format.Metadata(1, 0, [], [], [], common_file="common.fb")),
+                        _common.encode({"step": 1}))
+
+        metadata, common = buffers(3)
+        self.assertEqual(_format.decode_metadata(metadata, "metadata.fb").format_version, 3)
+        self.assertEqual(_common.decode(common, "common.fb"), {"step": 1})
+        metadata, common = buffers(4)
+        newer = r"written by a newer distckpt \(version 4\); this reads version 3"
+        with self.assertRaisesRegex(distckpt.CheckpointError, newer):
+            _format.decode_metadata(metadata, "metadata.fb")
+        with self.assertRaisesRegex(distckpt.CheckpointError, newer):
+            _common.decode(common, "common.fb")
 
     def test_foreign_directory_says_who_wrote_it(self):
         os.makedirs(self.ckpt)
