@@ -68,7 +68,7 @@ TEST(DemoEndToEnd, VerifyExitCodesAndJsonReport) {
   const nlohmann::json report = nlohmann::json::parse(ok.output);
   EXPECT_EQ(report.at("status"), "intact");
   EXPECT_EQ(report.at("exit_code"), 0);
-  EXPECT_EQ(report.at("format_version"), 2);
+  EXPECT_EQ(report.at("format_version"), 3);
   EXPECT_EQ(report.at("files"), 5);
   EXPECT_GT(report.at("blocks_checked").get<int>(), 0);
   EXPECT_TRUE(report.at("problems").empty());

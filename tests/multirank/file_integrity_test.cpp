@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include "distckpt/distckpt.h"
+#include "format/metadata.h"
+#include "io/checksum.h"
 #include "io/file.h"
 #include "load/checkpoint_reader.h"
 #include "multirank/checkpoint_fixtures.h"
@@ -47,14 +49,17 @@ TEST(FileIntegrity, TheMarkerRecordsMetadataAndCommonState) {
   TempDir tmp("v2");
   const std::string dir = save_small(tmp);
   const nlohmann::json m = marker(dir);
-  EXPECT_EQ(m.at("version"), 2);
+  EXPECT_EQ(m.at("version"), 3);
   EXPECT_EQ(m.at("metadata").at("file"), "metadata.fb");
   EXPECT_EQ(m.at("metadata").at("bytes"), io::file_size(dir + "/metadata.fb"));
+  const std::string metadata = io::read_file(dir + "/metadata.fb", 1 << 20);
+  EXPECT_EQ(m.at("metadata").at("head_bytes"), metadata_head_bytes(metadata));
+  EXPECT_EQ(m.at("metadata").at("head_xxh3"), io::hex64(io::xxh3(metadata.data(), metadata_head_bytes(metadata))));
   EXPECT_EQ(m.at("common").at("file"), "common.fb");
   EXPECT_EQ(m.at("common").at("bytes"), io::file_size(dir + "/common.fb"));
   const VerifyReport report = verify_checkpoint(dir);
   EXPECT_TRUE(report.intact()) << ::testing::PrintToString(report.problems);
-  EXPECT_EQ(report.format_version, 2);
+  EXPECT_EQ(report.format_version, 3);
   EXPECT_EQ(report.files, 5u);  // marker, metadata, common, two data files
   EXPECT_EQ(report.bytes_checked, 64u);
   EXPECT_EQ(report.blocks_checked, 2u);
@@ -93,6 +98,27 @@ TEST(FileIntegrity, AFlipInTheMetadataIsRejectedBeforeDecoding) {
   const VerifyReport report = verify_checkpoint(dir);
   EXPECT_EQ(report.status, VerifyReport::Status::kCorrupt);
   ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("metadata.fb: XXH3"), std::string::npos) << report.problems[0];
+}
+
+// Past the head: a rank reads a tensor record alone and checks it against the
+// head's XXH3 of it; verify checks the whole file against the marker.
+TEST(FileIntegrity, AFlipInATensorRecordIsRejectedByTheRankThatReadsIt) {
+  TempDir tmp("v3-record");
+  const std::string dir = save_small(tmp);
+  const std::string metadata = io::read_file(dir + "/metadata.fb", 1 << 20);
+  flip_byte(dir + "/metadata.fb", metadata_head_bytes(metadata) + 8);
+  run_ranks(2, [&](Communicator& comm) {
+    StateDict request = Value::dict();
+    request["t"] = ShardedTensor::from_rank_offsets("t", at::zeros({4, 2}), {{0, comm.rank(), 2}});
+    EXPECT_TRUE(throws_with<CorruptionError>([&] { load(request, dir, comm); },
+                                             "checksum mismatch in the record of tensor 't'"));
+  });
+  // A reader of the whole index checks the whole file against the marker.
+  EXPECT_TRUE(throws_with<CorruptionError>([&] { load_plain_tensors(dir); }, "metadata.fb: XXH3"));
+  const VerifyReport report = verify_checkpoint(dir);
+  EXPECT_EQ(report.status, VerifyReport::Status::kCorrupt);
+  ASSERT_FALSE(report.problems.empty());
   EXPECT_NE(report.problems[0].find("metadata.fb: XXH3"), std::string::npos) << report.problems[0];
 }
 

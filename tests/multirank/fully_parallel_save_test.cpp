@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <set>
 
+#include "format/commit.h"
 #include "format/metadata.h"
+#include "io/file.h"
 #include "multirank/checkpoint_fixtures.h"
 #include "support/ranks.h"
 
@@ -185,6 +187,31 @@ TEST(FullyParallelSave, PlanReusedAfterRestartFromTheCheckpointItRecorded) {
     EXPECT_FALSE(save(sd, tmp.path() + "/iter3", comm, options).plan_reused);
   });
   expect_whole_values(tmp.path() + "/iter3", 3);
+}
+
+// A plan cache seeded from a checkpoint of the previous format (version 2)
+// saves in this build's format, which loads.
+TEST(FullyParallelSave, PlanSeededFromAFormatTwoCheckpointSavesInTheCurrentFormat) {
+  TempDir tmp("fps-v2-seed");
+  const std::string iter1 = tmp.path() + "/iter1";
+  run_ranks(8, [&](Communicator& comm) { save(tp2_dp4(comm.rank(), 1), iter1, comm); });
+  // Rewrite it as a version 2 checkpoint (the layout and marker that version wrote).
+  CheckpointMetadata m = decode_metadata(io::read_file(iter1 + "/metadata.fb", 1 << 24), "metadata.fb");
+  m.format_version = 2;
+  const std::string v2 = encode_metadata(m);
+  io::write_file_atomic(iter1 + "/metadata.fb", v2);
+  CheckpointConfig config = *maybe_load_config(iter1);
+  config.version = 2;
+  config.metadata = record_file("metadata.fb", v2);
+  write_commit_marker(iter1, config);
+  ASSERT_EQ(maybe_load_config(iter1)->version, 2);
+  run_ranks(8, [&](Communicator& comm) {
+    SaveOptions options;
+    options.plan_cache = SavePlanCache::from_checkpoint(iter1);
+    EXPECT_TRUE(save(tp2_dp4(comm.rank(), 2), tmp.path() + "/iter2", comm, options).plan_reused);
+  });
+  EXPECT_EQ(maybe_load_config(tmp.path() + "/iter2")->version, static_cast<int>(kFormatVersion));
+  expect_whole_values(tmp.path() + "/iter2", 2);
 }
 
 // Limits the size of any file this process writes (the kernel answers EFBIG

@@ -12,6 +12,7 @@
 #include "distckpt/storage/storage_reader.h"
 #include "load/read_planning.h"
 #include "multirank/checkpoint_fixtures.h"
+#include "storage/distckpt_storage.h"
 #include "support/ranks.h"
 
 namespace distckpt {
@@ -53,7 +54,7 @@ class MetadataShare : public ::testing::Test {
 
   // Every rank loads its share of the first `count` tensors; returns what
   // each rank decoded and checks the values.
-  static std::vector<size_t> load_shares(int count, StrictHandling strict) {
+  static std::vector<size_t> load_shares(int count, StrictHandling strict, std::vector<uint64_t>* read = nullptr) {
     std::vector<size_t> decoded(kWorld);
     run_ranks(kWorld, [&](Communicator& comm) {
       std::unique_ptr<StorageReader> storage = open_storage(path());
@@ -70,6 +71,10 @@ class MetadataShare : public ::testing::Test {
         EXPECT_TRUE(at::equal(result.state_dict[key_of(t)].as_tensor(), values_of(t))) << key_of(t);
       }
       decoded[static_cast<size_t>(comm.rank())] = storage->tensors_decoded();
+      if (read != nullptr) {
+        (*read)[static_cast<size_t>(comm.rank())] =
+            dynamic_cast<const storage::DistckptStorage&>(*storage).metadata_bytes_read();
+      }
     });
     return decoded;
   }
@@ -98,6 +103,26 @@ TEST_F(MetadataShare, ALoadDecodesItsKeysAndThePiecesItSchedules) {
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(decoded[static_cast<size_t>(r)], expected(r, kTensors, false)) << "rank " << r;
     EXPECT_LT(decoded[static_cast<size_t>(r)], static_cast<size_t>(kTensors) / 2) << "rank " << r;
+  }
+}
+
+TEST_F(MetadataShare, ALoadReadsTheMetadataHeadAndItsOwnRecords) {
+  const std::optional<CheckpointConfig> config = maybe_load_config(path());
+  ASSERT_TRUE(config && config->metadata);
+  const uint64_t head = config->metadata->head_bytes, total = config->metadata->bytes;
+  ASSERT_GT(head, 0u);
+  ASSERT_LT(head, total / 3);
+  std::vector<uint64_t> read(kWorld);
+  const std::vector<size_t> decoded = load_shares(kTensors, StrictHandling::kAssumeOkUnexpected, &read);
+  // The records are alike in size: a rank reads the head, its records and
+  // the file records they name, in proportion to what it decoded.
+  const double per_record = static_cast<double>(total - head) / kTensors;
+  for (int r = 0; r < kWorld; ++r) {
+    const auto i = static_cast<size_t>(r);
+    EXPECT_GT(read[i], head) << "rank " << r;
+    EXPECT_LT(static_cast<double>(read[i] - head), per_record * (1.5 * static_cast<double>(decoded[i]) + 8))
+        << "rank " << r;
+    EXPECT_LT(read[i], total) << "rank " << r;
   }
 }
 

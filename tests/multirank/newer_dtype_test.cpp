@@ -33,7 +33,7 @@ void rename_dtype(const std::string& dir, const std::string& key, const std::str
     }
   }
   const std::string encoded = encode_metadata(m);
-  config.metadata = record_file("metadata-newer.fb", encoded);
+  config.metadata = record_metadata("metadata-newer.fb", encoded);
   io::write_file_atomic(io::safe_join(dir, "metadata-newer.fb"), encoded);
   write_commit_marker(dir, config);
 }

@@ -45,7 +45,10 @@ TensorRecord flat_ranges(int64_t rows, int64_t cols, int64_t parts) {
   return t;
 }
 
-std::vector<FileRecord> files_for(const TensorRecord& t) { return std::vector<FileRecord>(t.chunks.size()); }
+// Every file written by rank 0.
+ChunkIndex::WriterOf files_for(const TensorRecord& /*t*/) {
+  return [](uint32_t) { return 0; };
+}
 
 std::set<const StoredPiece*> brute_force(const ChunkIndex& index, const Box& region) {
   std::set<const StoredPiece*> hits;

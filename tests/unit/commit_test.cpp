@@ -17,11 +17,14 @@
 namespace distckpt {
 namespace {
 
-// What save records: the metadata and common files with sizes and hashes.
-CheckpointConfig v2_config(int world_size) {
+// What save records: the metadata and common files with sizes and hashes,
+// and the metadata's head (its first 8 bytes here).
+CheckpointConfig v3_config(int world_size) {
   CheckpointConfig config;
   config.world_size = world_size;  // everything else: this build's values
   config.metadata = record_file("metadata.fb", "metadata bytes");
+  config.metadata->head_bytes = 8;
+  config.metadata->head_xxh3 = io::xxh3("metadata", 8);
   config.common = record_file("common.fb", "common bytes");
   return config;
 }
@@ -32,7 +35,7 @@ TEST(FormatCommitTest, MarkerRoundTrip) {
   EXPECT_FALSE(is_distributed_checkpoint(dir.path()));
   EXPECT_FALSE(maybe_load_config(dir.file("absent")).has_value());
 
-  CheckpointConfig config = v2_config(4);
+  CheckpointConfig config = v3_config(4);
   write_commit_marker(dir.path(), config);
   auto written = nlohmann::json::parse(io::read_file(dir.file("metadata.json"), 4096));
   const std::string created_by = written.at("created_by").get<std::string>();
@@ -41,21 +44,28 @@ TEST(FormatCommitTest, MarkerRoundTrip) {
   written.erase("created_by");
   const nlohmann::json expected = {
       {"format", "distckpt"},
-      {"version", 2},
+      {"version", 3},
       {"sharded_backend", "distckpt-fb"},
       {"common_backend", "distckpt-fb"},
       {"world_size", 4},
-      {"metadata", {{"file", "metadata.fb"}, {"bytes", 14}, {"xxh3", io::hex64(io::xxh3("metadata bytes", 14))}}},
+      {"metadata",
+       {{"file", "metadata.fb"},
+        {"bytes", 14},
+        {"xxh3", io::hex64(io::xxh3("metadata bytes", 14))},
+        {"head_bytes", 8},
+        {"head_xxh3", io::hex64(io::xxh3("metadata", 8))}}},
       {"common", {{"file", "common.fb"}, {"bytes", 12}, {"xxh3", io::hex64(io::xxh3("common bytes", 12))}}}};
   EXPECT_EQ(written, expected);
   const auto loaded = maybe_load_config(dir.path());
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(loaded->format, "distckpt");
-  EXPECT_EQ(loaded->version, 2);
+  EXPECT_EQ(loaded->version, 3);
   EXPECT_EQ(loaded->sharded_backend, "distckpt-fb");
   EXPECT_EQ(loaded->common_backend, "distckpt-fb");
-  EXPECT_EQ(loaded->sharded_backend_version, 2);  // the format version versions both backends
-  EXPECT_EQ(loaded->common_backend_version, 2);
+  EXPECT_EQ(loaded->sharded_backend_version, 3);  // the format version versions both backends
+  EXPECT_EQ(loaded->common_backend_version, 3);
+  EXPECT_EQ(loaded->metadata->head_bytes, 8u);
+  EXPECT_EQ(loaded->metadata->head_xxh3, io::xxh3("metadata", 8));
   EXPECT_EQ(loaded->world_size, 4);
   EXPECT_EQ(loaded->created_by, created_by);
   ASSERT_TRUE(loaded->metadata && loaded->common);
@@ -100,10 +110,36 @@ TEST(FormatCommitTest, VersionTwoMarkersAreParsedStrictly) {
   EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["xxh3"] = "123"; }, "16 lowercase hex digits"));
   EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["bytes"] = -1; }, "field \"bytes\" is out of range"));
   EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["size"] = 1; }, "unknown field \"size\""));
+  EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["head_bytes"] = 1; }, "unknown field \"head_bytes\""));
   EXPECT_TRUE(rejects([](auto& d) { d["common"]["file"] = "../common.fb"; }, "unsafe path"));
   EXPECT_TRUE(rejects([](auto& d) { d["sharded_backend"] = "distckpt-fc"; }, "unknown backend 'distckpt-fc'"));
   EXPECT_TRUE(rejects([](auto& d) { d["world_size"] = 0; }, "world_size 0 is not valid"));
   EXPECT_TRUE(rejects([](auto& d) { d["version"] = 0; }, "format version 0 is not valid"));
+}
+
+TEST(FormatCommitTest, VersionThreeMarkersRecordTheMetadataHead) {
+  nlohmann::json good = nlohmann::json::parse(R"({"format": "distckpt", "version": 3,
+      "sharded_backend": "distckpt-fb", "common_backend": "distckpt-fb", "world_size": 2, "created_by": "x",
+      "metadata": {"file": "metadata.fb", "bytes": 10, "xxh3": "0123456789abcdef", "head_bytes": 4,
+                   "head_xxh3": "00000000000000ff"},
+      "common": {"file": "common.fb", "bytes": 3, "xxh3": "fedcba9876543210"}})");
+  const CheckpointConfig config = parse_commit_marker(good.dump(), "m");
+  EXPECT_EQ(config.metadata->head_bytes, 4u);
+  EXPECT_EQ(config.metadata->head_xxh3, 0xffu);
+  const auto rejects = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& message) {
+    nlohmann::json doc = good;
+    edit(doc);
+    return throws_with<CorruptionError>([&] { parse_commit_marker(doc.dump(), "m"); }, message);
+  };
+  EXPECT_TRUE(rejects([](auto& d) { d["metadata"].erase("head_bytes"); }, "field \"head_bytes\" is missing"));
+  EXPECT_TRUE(rejects([](auto& d) { d["metadata"].erase("head_xxh3"); }, "field \"head_xxh3\" is missing"));
+  EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["head_bytes"] = 11; }, "field \"head_bytes\" is out of range"));
+  EXPECT_TRUE(rejects([](auto& d) { d["metadata"]["head_xxh3"] = "ff"; }, "16 lowercase hex digits"));
+  EXPECT_TRUE(rejects([](auto& d) { d["common"]["head_bytes"] = 1; }, "unknown field \"head_bytes\""));
+  // A writer must say where the head ends.
+  CheckpointConfig no_head = v3_config(2);
+  no_head.metadata->head_bytes = 0;
+  EXPECT_THROW(encode_commit_marker(no_head), UsageError);
 }
 
 TEST(FormatCommitTest, RecordedFilesCatchEveryChange) {
@@ -129,9 +165,9 @@ TEST(FormatCommitTest, RejectsForeignMalformedAndNewerMarkers) {
                                            "field \"version\" is not an integer"));
   EXPECT_TRUE(throws_with<CorruptionError>(load_with(R"({"format": "distckpt", "version": 1, "world_size": 2})"),
                                            "field \"sharded_backend\" is missing"));
-  EXPECT_TRUE(throws_with<CheckpointError>(load_with(R"({"format": "distckpt", "version": 3, )" + ok_tail),
-                                           "checkpoint format version 3 is newer than this build of distckpt reads "
-                                           "(version 2); upgrade distckpt"));
+  EXPECT_TRUE(throws_with<CheckpointError>(load_with(R"({"format": "distckpt", "version": 4, )" + ok_tail),
+                                           "checkpoint format version 4 is newer than this build of distckpt reads "
+                                           "(version 3); upgrade distckpt"));
   EXPECT_TRUE(throws_with<CorruptionError>(load_with(std::string(2 << 20, ' ')), "more than the 1048576 bytes"));
 }
 

@@ -165,9 +165,9 @@ TEST(FormatCommonStateTest, RejectsCorruptBuffers) {
       "unknown dtype 'float8'"));
   EXPECT_TRUE(throws_with<CheckpointError>(
       [&] {
-        decode_common_state(raw_common_state(3, tensor("int8", {1, 2})), "c");
+        decode_common_state(raw_common_state(4, tensor("int8", {1, 2})), "c");
       },
-      "written by a newer distckpt (version 3)"));
+      "written by a newer distckpt (version 4)"));
   const auto odd_kind = [](flatbuffers::FlatBufferBuilder& fbb) {
     return fb::CreateNodeDirect(fbb, static_cast<fb::NodeKind>(42), "k");
   };

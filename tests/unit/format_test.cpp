@@ -307,8 +307,8 @@ TEST(FormatMetadataTest, RejectsBadKeysFilesAndHeader) {
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.files[1].writer_rank = 2; },
                                        "has writer rank 2, outside the world of 2 ranks"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.world_size = 0; }, "world_size is 0"));
-  EXPECT_TRUE(rejects<CheckpointError>([](auto& m) { m.format_version = 3; },
-                                       "written by a newer distckpt (version 3); this build reads version 2"));
+  EXPECT_TRUE(rejects<CheckpointError>([](auto& m) { m.format_version = 4; },
+                                       "written by a newer distckpt (version 4); this build reads version 3"));
   EXPECT_TRUE(rejects<CorruptionError>([](auto& m) { m.format_version = 0; }, "format_version 0 is not a valid"));
 }
 

@@ -148,14 +148,14 @@ at::Tensor load_plain_tensor(const std::string& dir, const std::string& key) {
 StateDict load_sharded_objects_metadata(const std::string& dir) {
   const loading::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const ObjectRecord& record : reader.index().objects) out[record.unique_key()] = Value(object_of(record));
+  for (const ObjectRecord& record : reader.objects()) out[record.unique_key()] = Value(object_of(record));
   return out;
 }
 
 StateDict load_all_sharded_objects(const std::string& dir) {
   loading::CheckpointReader reader(dir);
   StateDict out = Value::dict();
-  for (const ObjectRecord& record : reader.index().objects) {
+  for (const ObjectRecord& record : reader.objects()) {
     ShardedObject object = object_of(record);
     object.data = reader.read_object(record);
     out[record.unique_key()] = Value(std::move(object));
@@ -230,7 +230,7 @@ size_t remove_sharded_tensors(const std::string& dir, const std::string& key_pre
     // atomically, switches to it: no instant where the two disagree.
     const std::string old_path = config.metadata->path;
     config.metadata =
-        record_file(fmt::format("metadata-{}.fb", io::hex64(io::xxh3(encoded.data(), encoded.size()))), encoded);
+        record_metadata(fmt::format("metadata-{}.fb", io::hex64(io::xxh3(encoded.data(), encoded.size()))), encoded);
     io::write_file_atomic(io::safe_join(dir, config.metadata->path), encoded);
     write_commit_marker(dir, config);
     if (old_path != config.metadata->path) unused.push_back(old_path);

@@ -85,11 +85,16 @@ uint64_t parse_hex64(const std::string& text, const std::string& origin, const c
   return value;
 }
 
-RecordedFile recorded_file(const json& doc, const char* name, const std::string& origin) {
+// `with_head`: metadata.fb of format 3, which records its head too.
+RecordedFile recorded_file(const json& doc, const char* name, bool with_head, const std::string& origin) {
   const json& entry = field(doc, name, origin);
   if (!entry.is_object()) reject(origin, fmt::format("field \"{}\" is not an object", name));
   const std::string where = fmt::format("{}: field \"{}\"", origin, name);
-  reject_unknown_fields(entry, {"file", "bytes", "xxh3"}, where);
+  if (with_head) {
+    reject_unknown_fields(entry, {"file", "bytes", "xxh3", "head_bytes", "head_xxh3"}, where);
+  } else {
+    reject_unknown_fields(entry, {"file", "bytes", "xxh3"}, where);
+  }
   RecordedFile record;
   record.path = string_field(entry, "file", where);
   try {
@@ -99,11 +104,21 @@ RecordedFile recorded_file(const json& doc, const char* name, const std::string&
   }
   record.bytes = unsigned_field(entry, "bytes", std::numeric_limits<uint64_t>::max(), where);
   record.xxh3 = parse_hex64(string_field(entry, "xxh3", where), origin, name);
+  if (with_head) {
+    record.head_bytes = unsigned_field(entry, "head_bytes", record.bytes, where);
+    if (record.head_bytes == 0) reject(where, "\"head_bytes\" is 0; the commit marker is damaged");
+    record.head_xxh3 = parse_hex64(string_field(entry, "head_xxh3", where), origin, name);
+  }
   return record;
 }
 
-json recorded_json(const RecordedFile& record) {
-  return {{"file", record.path}, {"bytes", record.bytes}, {"xxh3", io::hex64(record.xxh3)}};
+json recorded_json(const RecordedFile& record, bool with_head) {
+  json entry = {{"file", record.path}, {"bytes", record.bytes}, {"xxh3", io::hex64(record.xxh3)}};
+  if (with_head) {
+    entry["head_bytes"] = record.head_bytes;
+    entry["head_xxh3"] = io::hex64(record.head_xxh3);
+  }
+  return entry;
 }
 
 // Which program wrote a marker that is not ours: its "format", or the
@@ -177,8 +192,8 @@ CheckpointConfig parse_commit_marker(std::string_view text, const std::string& o
                                config.common_backend, kBackendName));
   }
   config.created_by = string_field(doc, "created_by", origin);
-  config.metadata = recorded_file(doc, "metadata", origin);
-  config.common = recorded_file(doc, "common", origin);
+  config.metadata = recorded_file(doc, "metadata", config.version >= 3, origin);
+  config.common = recorded_file(doc, "common", false, origin);
   return config;
 }
 
@@ -221,6 +236,10 @@ std::string encode_commit_marker(const CheckpointConfig& config) {
   if (version >= 2 && (!config.metadata || !config.common)) {
     throw UsageError(fmt::format("write_commit_marker: format version {} records metadata.fb and common.fb", version));
   }
+  if (version >= 3 && (config.metadata->head_bytes == 0 || config.metadata->head_bytes > config.metadata->bytes)) {
+    throw UsageError(fmt::format(
+        "write_commit_marker: format version {} records metadata.fb's head (record it with record_metadata)", version));
+  }
   // Fields left empty/zero mean "what this build writes".
   json doc = {
       {"format", config.format.empty() ? std::string(kFormatName) : config.format},
@@ -231,14 +250,21 @@ std::string encode_commit_marker(const CheckpointConfig& config) {
       {"created_by", config.created_by.empty() ? std::string("distckpt " DISTCKPT_VERSION) : config.created_by},
   };
   if (version >= 2) {
-    doc["metadata"] = recorded_json(*config.metadata);
-    doc["common"] = recorded_json(*config.common);
+    doc["metadata"] = recorded_json(*config.metadata, version >= 3);
+    doc["common"] = recorded_json(*config.common, false);
   }
   return doc.dump(2) + "\n";
 }
 
 RecordedFile record_file(const std::string& path, std::string_view bytes) {
   return RecordedFile{path, bytes.size(), io::xxh3(bytes.data(), bytes.size())};
+}
+
+RecordedFile record_metadata(const std::string& path, std::string_view encoded) {
+  RecordedFile record = record_file(path, encoded);
+  record.head_bytes = metadata_head_bytes(encoded);
+  record.head_xxh3 = io::xxh3(encoded.data(), record.head_bytes);
+  return record;
 }
 
 void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path) {

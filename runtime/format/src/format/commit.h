@@ -37,6 +37,8 @@ void write_commit_marker(const std::string& dir, const CheckpointConfig& config)
 
 // The record of `bytes` stored as DIR-relative `path`.
 RecordedFile record_file(const std::string& path, std::string_view bytes);
+// The same for an encoded metadata.fb: with its head too.
+RecordedFile record_metadata(const std::string& path, std::string_view encoded);
 // Throws CorruptionError (naming `full_path`) unless `bytes` has the recorded
 // size and XXH3.
 void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path);

@@ -104,7 +104,10 @@ const ObjectRecord* CheckpointReader::find_object(const std::string& unique_key)
 const plan::ChunkIndex& CheckpointReader::index_for(const TensorRecord& record) {
   std::lock_guard<std::mutex> lock(indexes_mutex_);
   auto& slot = indexes_[&record];
-  if (!slot) slot = std::make_unique<plan::ChunkIndex>(record, storage_->files());
+  if (!slot) {
+    slot = std::make_unique<plan::ChunkIndex>(record,
+                                              [this](uint32_t file) { return storage_->file_at(file).writer_rank; });
+  }
   return *slot;
 }
 

@@ -31,7 +31,7 @@ size_t split_axis(const std::vector<StoredPiece>& pieces, size_t ndim) {
 
 }  // namespace
 
-ChunkIndex::ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files) {
+ChunkIndex::ChunkIndex(const TensorRecord& record, const WriterOf& writer_of) {
   const uint64_t element = record.element_size();
   for (uint32_t c = 0; c < record.chunks.size(); ++c) {
     const ChunkRecord& chunk = record.chunks[c];
@@ -47,8 +47,7 @@ ChunkIndex::ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>
   // hole: the stored chunks must tile the tensor exactly, checked once.
   std::vector<OwnedBox> boxes;
   boxes.reserve(pieces_.size());
-  for (const StoredPiece& p : pieces_)
-    boxes.push_back(OwnedBox{p.box, files.at(record.chunks[p.chunk].file).writer_rank});
+  for (const StoredPiece& p : pieces_) boxes.push_back(OwnedBox{p.box, writer_of(record.chunks[p.chunk].file)});
   check_exact_cover(record.key, record.global_shape, boxes, CoverSubject::kStoredChunks);
   if (record.global_shape.empty()) return;  // scalars: every piece matches
   axis_ = split_axis(pieces_, record.global_shape.size());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "distckpt/core/box.h"
@@ -21,9 +22,12 @@ struct StoredPiece {
 
 class ChunkIndex {
  public:
+  // The rank that wrote a file of the checkpoint.
+  using WriterOf = std::function<int32_t(uint32_t file)>;
+
   // Throws CorruptionError unless the stored chunks tile the tensor exactly
-  // (`files`, the checkpoint's, name the writers in the message).
-  ChunkIndex(const TensorRecord& record, const std::vector<FileRecord>& files);
+  // (`writer_of` names the writers in the message).
+  ChunkIndex(const TensorRecord& record, const WriterOf& writer_of);
 
   // Appends the pieces that intersect `region` to `out`. Pieces are sorted by
   // their start on the axis that tells most of them apart (axis 1 for a

@@ -98,13 +98,14 @@ GlobalSavePlan global_plan_from_metadata(const CheckpointMetadata& metadata) {
   return plan;
 }
 
-bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const LocalPlan& plan, int rank) {
+bool objects_written_by_main_replicas(const StorageIndex& metadata, const WriterOf& writer_of, const LocalPlan& plan,
+                                      int rank) {
   std::unordered_map<std::string, const ObjectRecord*> objects;
   for (const ObjectRecord& o : metadata.objects) objects.emplace(o.unique_key(), &o);
   for (const ObjectPlan& o : plan.objects) {
     if (!o.is_main()) continue;
     const auto it = objects.find(o.unique_key());
-    if (it != objects.end() && metadata.files.at(it->second->file).writer_rank != rank) return false;
+    if (it != objects.end() && writer_of(it->second->file) != rank) return false;
   }
   return true;
 }
@@ -112,11 +113,12 @@ bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const 
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank) {
   return local_assignment_from_metadata(
-      metadata, [&](const std::string& key) { return metadata.find_tensor(key); }, plan, rank);
+      metadata, [&](const std::string& key) { return metadata.find_tensor(key); },
+      [&](uint32_t file) { return metadata.files.at(file).writer_rank; }, plan, rank);
 }
 
 std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& metadata, const RecordLookup& find,
-                                                     const LocalPlan& plan, int rank) {
+                                                     const WriterOf& writer_of, const LocalPlan& plan, int rank) {
   std::vector<uint32_t> items;
   for (uint32_t i = 0; i < plan.tensors.size(); ++i) {
     const ShardPlan& s = plan.tensors[i];
@@ -137,7 +139,7 @@ std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& metadat
           "the plan recorded in the checkpoint has no chunk {} of '{}': it was saved with another structure",
           to_string(s.box), s.key));
     }
-    if (metadata.files.at(match->file).writer_rank == rank) items.push_back(i);
+    if (writer_of(match->file) == rank) items.push_back(i);
   }
   std::unordered_map<std::string, const ObjectRecord*> objects;
   for (const ObjectRecord& o : metadata.objects) objects.emplace(o.unique_key(), &o);
@@ -148,7 +150,7 @@ std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& metadat
       throw CheckpointError(fmt::format(
           "the plan recorded in the checkpoint has no object '{}': it was saved with another structure", key));
     }
-    if (metadata.files.at(it->second->file).writer_rank == rank) {
+    if (writer_of(it->second->file) == rank) {
       items.push_back(static_cast<uint32_t>(plan.tensors.size() + i));
     }
   }

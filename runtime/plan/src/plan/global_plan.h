@@ -69,16 +69,23 @@ GlobalSavePlan global_plan_from_metadata(const CheckpointMetadata& metadata);
 std::vector<uint32_t> local_assignment_from_metadata(const CheckpointMetadata& metadata, const LocalPlan& plan,
                                                      int rank);
 // The same with the tensors' records looked up one by one (`find`: nullptr
-// when absent), and the files and objects of `outline` (its tensors unused):
-// a rank decodes only the records of its own keys.
+// when absent), the objects of `outline` (its tensors and files unused) and
+// each file's writer from `writer_of`: a rank reads only the records of its
+// own keys and the files they name.
 using RecordLookup = std::function<const TensorRecord*(const std::string& key)>;
+using WriterOf = std::function<int32_t(uint32_t file)>;
 std::vector<uint32_t> local_assignment_from_metadata(const StorageIndex& outline, const RecordLookup& find,
-                                                     const LocalPlan& plan, int rank);
+                                                     const WriterOf& writer_of, const LocalPlan& plan, int rank);
 // Whether every object this rank holds the main replica of was written by
 // this rank in `metadata`. Checkpoints from before objects were always
 // written by their main replica may record another holder: such a plan is
 // made again rather than reused.
-bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const LocalPlan& plan, int rank);
+bool objects_written_by_main_replicas(const StorageIndex& metadata, const WriterOf& writer_of, const LocalPlan& plan,
+                                      int rank);
+inline bool objects_written_by_main_replicas(const CheckpointMetadata& metadata, const LocalPlan& plan, int rank) {
+  return objects_written_by_main_replicas(
+      metadata, [&](uint32_t file) { return metadata.files.at(file).writer_rank; }, plan, rank);
+}
 
 struct ItemWrite {
   uint64_t byte_offset = 0;

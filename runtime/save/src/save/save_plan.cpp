@@ -111,7 +111,7 @@ void plan_from_cache(PreparedSave& p, const plan::LocalPlan& local, SavePlanCach
           const std::optional<size_t> i = seed.find_tensor(key);
           return i ? &seed.tensor_at(*i) : nullptr;
         },
-        local, p.rank);
+        [&](uint32_t file) { return seed.file_at(file).writer_rank; }, local, p.rank);
     if (p.is_coordinator()) {
       p.global = std::make_shared<plan::GlobalSavePlan>(plan::global_plan_from_metadata(seed.metadata()));
     }
@@ -271,7 +271,9 @@ std::unique_ptr<PreparedSave> prepare_save(const StateDict& state_dict, const st
       common_hashes = hash_common_leaves(p->split.common);
       // A seed whose objects were written by other replicas (an older planner) is planned again.
       const bool seed_fits = !cache || cache->valid || !cache->seed ||
-                             plan::objects_written_by_main_replicas(cache->seed->header(), local, p->rank);
+                             plan::objects_written_by_main_replicas(
+                                 cache->seed->header(),
+                                 [&](uint32_t file) { return cache->seed->file_at(file).writer_rank; }, local, p->rank);
       const plan::PlanAnnouncement mine{rank_hash(local, options.writers, comm.size(), p->coordinator),
                                         cache && seed_fits ? cache->digest() : 0, common_hashes.digest(),
                                         p->coordinator, p->is_coordinator() ? storage::new_save_id() : 0};

@@ -95,8 +95,8 @@ void commit_checkpoint(const io::StagingPaths& paths, CheckpointMetadata metadat
   const std::string encoded = encode_metadata(metadata);
   io::write_file_atomic(paths.staging + "/" + kMetadataFile, encoded);
   io::fsync_dir(paths.staging + "/data");
-  const CheckpointConfig config =
-      commit_config(metadata.world_size, record_file(kMetadataFile, encoded), record_file(kCommonFile, common_state));
+  const CheckpointConfig config = commit_config(metadata.world_size, record_metadata(kMetadataFile, encoded),
+                                                record_file(kCommonFile, common_state));
   write_commit_marker(paths.staging, config);
 
   const bool replacing = overwrite && is_distributed_checkpoint(paths.target);

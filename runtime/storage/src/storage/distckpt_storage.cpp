@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "format/commit.h"
 #include "format/common_state.h"
 #include "format/metadata.h"
+#include "io/checksum.h"
 #include "storage/commit_marker.h"
 
 namespace distckpt::storage {
@@ -33,20 +36,36 @@ std::string read_listed(Backend& backend, const std::string& name, uint64_t max_
   }
 }
 
+// Bytes already read, as an object.
+class MemoryReader final : public ObjectReader {
+ public:
+  explicit MemoryReader(std::shared_ptr<const std::string> bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_->size(); }
+  void read(uint64_t offset, uint64_t length, uint8_t* out) const override {
+    if (offset > bytes_->size() || length > bytes_->size() - offset) {
+      throw std::out_of_range("MemoryReader::read past the end");
+    }
+    if (length != 0) std::memcpy(out, bytes_->data() + offset, length);
+  }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+};
+
 }  // namespace
 
-void check_listed_files(const CheckpointMetadata& metadata, Backend& backend) {
+void check_listed_files(const std::vector<FileRecord>& files, const std::string& common_file, Backend& backend) {
   // Each file must be a regular object inside the checkpoint (a FIFO or a
   // device would make a read block or return other bytes; a link out of it
   // would read another file) with exactly the recorded size.
   std::vector<std::string> names;
-  names.reserve(metadata.files.size() + 1);
-  for (const FileRecord& f : metadata.files) names.push_back(f.path);
-  if (!metadata.common_file.empty()) names.push_back(metadata.common_file);
+  names.reserve(files.size() + 1);
+  for (const FileRecord& f : files) names.push_back(f.path);
+  if (!common_file.empty()) names.push_back(common_file);
   const std::vector<std::optional<uint64_t>> sizes = backend.sizes_of(names);
   for (size_t i = 0; i < names.size(); ++i) {
     if (!sizes[i]) throw missing_listed_file(backend.describe(names[i]));
-    if (i < metadata.files.size()) check_file_size(backend.describe(names[i]), *sizes[i], metadata.files[i].size);
+    if (i < files.size()) check_file_size(backend.describe(names[i]), *sizes[i], files[i].size);
   }
 }
 
@@ -76,11 +95,15 @@ DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_c
   }
   config_ = std::move(*config);
   // Version 1 markers record no checksums: the file name is fixed.
-  const std::string name = config_.metadata ? config_.metadata->path : kMetadataFile;
-  const std::string path = backend_->describe(name);
-  std::string bytes = read_listed(*backend_, name, kMaxFlatBufferBytes);
-  if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
-  lazy_ = std::make_unique<LazyMetadata>(std::move(bytes), path);
+  metadata_name_ = config_.metadata ? config_.metadata->path : kMetadataFile;
+  const std::string path = backend_->describe(metadata_name_);
+  if (config_.version >= 3) {
+    open_head(path);
+  } else {
+    std::string bytes = read_listed(*backend_, metadata_name_, kMaxFlatBufferBytes);
+    if (config_.metadata) check_recorded_file(*config_.metadata, bytes, path);
+    lazy_ = std::make_unique<LazyMetadata>(std::move(bytes), path);
+  }
   const CheckpointMetadata& opened = lazy_->header();
   if (opened.format_version != static_cast<uint32_t>(config_.version) || opened.world_size != config_.world_size) {
     throw CorruptionError(
@@ -96,13 +119,98 @@ DistckptStorage::DistckptStorage(std::shared_ptr<Backend> backend, bool verify_c
                     path, opened.common_file, config_.common->path),
         path);
   }
-  if (check_every_file) check_listed_files(opened, *backend_);
-  ranges_ = std::make_unique<FileRanges>(backend_, opened, verify_checksums);
+  if (check_every_file) check_listed_files(files(), opened.common_file, *backend_);
+  ranges_ = std::make_unique<FileRanges>(
+      backend_, [this](uint32_t file) -> const FileRecord& { return file_at(file); }, opened.checksum_block_size,
+      verify_checksums);
+}
+
+void DistckptStorage::open_head(const std::string& path) {
+  // Format 3: the head (the index of the records) is read and checked
+  // against the marker; each record is read when first looked up, so a rank
+  // reads its own records. Where a request costs as much as reading a large
+  // piece (an object store), a small file is read whole in one request.
+  const RecordedFile& recorded = *config_.metadata;
+  std::shared_ptr<ObjectReader> reader;
+  try {
+    reader = backend_->open(metadata_name_);
+  } catch (const IoError& e) {
+    if (e.error_number() == ENOENT) throw missing_listed_file(path);
+    throw;
+  }
+  if (recorded.bytes >= kMaxFlatBufferBytes) {
+    throw CorruptionError(fmt::format("{}: the commit marker records {} bytes, more than metadata can be (2 GiB, the "
+                                      "FlatBuffers limit); the marker is damaged",
+                                      path, recorded.bytes),
+                          path);
+  }
+  if (reader->size() != recorded.bytes) {
+    throw CorruptionError(fmt::format("{} has {} bytes but the commit marker ({}) records {}: the file was truncated "
+                                      "or replaced; the checkpoint is corrupt, load an intact copy",
+                                      path, reader->size(), kCommitFile, recorded.bytes),
+                          path);
+  }
+  if (recorded.bytes <= reader->preferred_read_bytes()) {
+    // Read whole in one request, checked whole, then read by parts from
+    // memory: the same checks as from storage.
+    auto bytes = std::make_shared<std::string>(recorded.bytes, '\0');
+    reader->read(0, bytes->size(), reinterpret_cast<uint8_t*>(bytes->data()));
+    check_recorded_file(recorded, *bytes, path);
+    reader = std::make_shared<MemoryReader>(std::move(bytes));
+  }
+  std::string head(recorded.head_bytes, '\0');
+  reader->read(0, head.size(), reinterpret_cast<uint8_t*>(head.data()));
+  const uint64_t actual = io::xxh3(head.data(), head.size());
+  if (actual != recorded.head_xxh3) {
+    throw CorruptionError(fmt::format("checksum mismatch in {}: XXH3 {} of its first {} bytes (its index) but the "
+                                      "commit marker ({}) records {}; the checkpoint is corrupt, run `distckpt "
+                                      "verify` and load an intact copy",
+                                      path, io::hex64(actual), head.size(), kCommitFile, io::hex64(recorded.head_xxh3)),
+                          path);
+  }
+  from_head_ = true;
+  lazy_ = std::make_unique<LazyMetadata>(
+      std::move(head), recorded.bytes,
+      [reader](uint64_t offset, uint64_t length, uint8_t* out) { reader->read(offset, length, out); }, path);
 }
 
 const CheckpointMetadata& DistckptStorage::metadata() const {
-  std::call_once(decoded_all_, [&] { all_ = std::make_unique<const CheckpointMetadata>(lazy_->decode_all()); });
+  std::call_once(decoded_all_, [&] {
+    if (!from_head_) {
+      all_ = std::make_unique<const CheckpointMetadata>(lazy_->decode_all());
+      return;
+    }
+    // Opened from the head: the whole file, read and checked as a version 2 reader does.
+    const std::string path = backend_->describe(metadata_name_);
+    const std::string bytes = read_listed(*backend_, metadata_name_, kMaxFlatBufferBytes);
+    check_recorded_file(*config_.metadata, bytes, path);
+    CheckpointMetadata all = decode_metadata(bytes, path);
+    // The head the marker records is the one the file has (a reader by
+    // parts starts from it).
+    const RecordedFile& recorded = *config_.metadata;
+    if (metadata_head_bytes(bytes) != recorded.head_bytes ||
+        io::xxh3(bytes.data(), recorded.head_bytes) != recorded.head_xxh3) {
+      throw CorruptionError(
+          fmt::format("{}: its head (the index of its records, {} bytes) is not the one the commit "
+                      "marker ({}) records ({} bytes); the checkpoint is corrupt, load an intact copy",
+                      path, metadata_head_bytes(bytes), kCommitFile, recorded.head_bytes),
+          path);
+    }
+    all_ = std::make_unique<const CheckpointMetadata>(std::move(all));
+  });
   return *all_;
+}
+
+const FileRecord& DistckptStorage::file_at(uint32_t file) const {
+  // A record decoded through index() (a whole decode, say for a name
+  // mapping) names files its lookups did not read: the file list has them.
+  if (const FileRecord* read = lazy_->find_file(file)) return *read;
+  return files().at(file);
+}
+
+const std::vector<FileRecord>& DistckptStorage::files() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return lazy_->files();
 }
 
 const TensorRecord& DistckptStorage::tensor_at(size_t i) const {
@@ -149,7 +257,7 @@ std::optional<Value> DistckptStorage::read_content_metadata() const {
 
 void DistckptStorage::verify(VerifyReport& report, const VerifyProgress& progress) {
   report.format_version = config_.version;
-  report.files += 2 + header().files.size() + (header().common_file.empty() ? 0 : 1);
+  report.files += 2 + lazy_->file_count() + (header().common_file.empty() ? 0 : 1);
   try {
     read_common_state();
   } catch (const Error& e) {

@@ -46,7 +46,11 @@ class DistckptStorage final : public FileBackedStorage {
   const TensorRecord& tensor_at(size_t i) const override;
   std::optional<size_t> find_tensor(const std::string& key) const override { return lazy_->find(key); }
   size_t lower_bound_tensor(const std::string& key) const override { return lazy_->lower_bound(key); }
-  const std::vector<FileRecord>& files() const override { return header().files; }
+  // Every file record (opened from the head: reads the file list, alone).
+  const std::vector<FileRecord>& files() const override;
+  const FileRecord& file_at(uint32_t file) const override;
+  // Bytes of metadata.fb read so far.
+  uint64_t metadata_bytes_read() const { return lazy_->bytes_read(); }
   const std::vector<ObjectRecord>& objects() const override { return header().objects; }
   uint64_t checksum_block_size() const override { return header().checksum_block_size; }
   size_t tensors_decoded() const override;
@@ -57,9 +61,13 @@ class DistckptStorage final : public FileBackedStorage {
  private:
   // common.fb's bytes, checked against the commit marker; empty without one.
   std::string common_bytes(std::string& path) const;
+  // Format 3: opens metadata.fb (`path`, described) from its head.
+  void open_head(const std::string& path);
 
   std::shared_ptr<Backend> backend_;
   CheckpointConfig config_;
+  std::string metadata_name_;
+  bool from_head_ = false;  // metadata.fb opened from its head, records read alone
   std::unique_ptr<LazyMetadata> lazy_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<size_t, std::unique_ptr<TensorRecord>> decoded_;  // by tensor_at, under mutex_
@@ -70,6 +78,9 @@ class DistckptStorage final : public FileBackedStorage {
 // Every data file and the common state file the metadata lists: present,
 // regular, inside the checkpoint, of the recorded size (CorruptionError
 // naming the first that is not).
-void check_listed_files(const CheckpointMetadata& metadata, Backend& backend);
+void check_listed_files(const std::vector<FileRecord>& files, const std::string& common_file, Backend& backend);
+inline void check_listed_files(const CheckpointMetadata& metadata, Backend& backend) {
+  check_listed_files(metadata.files, metadata.common_file, backend);
+}
 
 }  // namespace distckpt::storage

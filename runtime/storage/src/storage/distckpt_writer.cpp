@@ -22,6 +22,9 @@ CheckpointMetadata final_metadata(const DistckptSave& s, const std::vector<std::
   }
   plan::GlobalSavePlan global = *s.plan;
   CheckpointMetadata& m = global.skeleton;
+  // A plan recovered from an older checkpoint carries its version; a save
+  // writes this build's layout (and its marker says so).
+  m.format_version = kFormatVersion;
   m.world_size = s.world_size;
   m.checksum_block_size = s.checksum_block_size;
   m.layout_name = s.layout_name;

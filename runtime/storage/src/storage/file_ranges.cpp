@@ -98,11 +98,21 @@ thread_local CachedBlock cached_block;
 
 }  // namespace
 
+FileRanges::FileRanges(std::shared_ptr<Backend> backend, FileLookup files, uint64_t checksum_block_size,
+                       bool verify_checksums)
+    : id_(next_ranges_id++),
+      backend_(std::move(backend)),
+      files_(std::move(files)),
+      block_(checksum_block_size),
+      verify_(verify_checksums) {}
+
 FileRanges::FileRanges(std::shared_ptr<Backend> backend, const StorageIndex& index, bool verify_checksums)
-    : id_(next_ranges_id++), backend_(std::move(backend)), index_(index), verify_(verify_checksums) {}
+    : FileRanges(
+          std::move(backend), [&index](uint32_t i) -> const FileRecord& { return index.files.at(i); },
+          index.checksum_block_size, verify_checksums) {}
 
 std::unique_ptr<ObjectReader> FileRanges::open_uncached(uint32_t index) const {
-  const FileRecord& record = index_.files.at(index);
+  const FileRecord& record = files_(index);
   std::unique_ptr<ObjectReader> opened;
   try {
     opened = backend_->open(record.path);  // a regular file or object, inside the checkpoint
@@ -135,13 +145,13 @@ std::shared_ptr<ObjectReader> FileRanges::file(uint32_t index) {
 void FileRanges::check_block(uint64_t digest, uint32_t file_index, uint64_t base, uint64_t length,
                              const std::vector<uint64_t>& checksums, uint64_t index, const std::string& what) const {
   if (digest == checksums.at(index)) return;
-  const uint64_t block = index_.checksum_block_size;
+  const uint64_t block = block_;
   const uint64_t s = index * block, e = std::min(s + block, length);
   throw CorruptionError(
       fmt::format("checksum mismatch in {} (file '{}', bytes {}..{}): the checkpoint is corrupt; run `distckpt verify "
                   "{}` and load an intact copy",
-                  what, index_.files[file_index].path, base + s, base + e, backend_->location()),
-      backend_->describe(index_.files[file_index].path));
+                  what, files_(file_index).path, base + s, base + e, backend_->location()),
+      backend_->describe(files_(file_index).path));
 }
 
 void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const std::vector<uint64_t>& checksums,
@@ -153,7 +163,7 @@ void FileRanges::read(uint32_t file_index, uint64_t base, uint64_t length, const
     bytes_read_ += end - begin;
     return;
   }
-  const uint64_t block = index_.checksum_block_size;
+  const uint64_t block = block_;
   auto verify_block = [&](const uint8_t* data, uint64_t index) {
     const uint64_t s = index * block, e = std::min(s + block, length);
     check_block(io::xxh3(data, e - s), file_index, base, length, checksums, index, what);
@@ -217,7 +227,7 @@ void FileRanges::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, con
   const std::shared_ptr<ObjectReader> handle = file(c.file);
   const bool verify = verify_ && !c.block_checksums.empty();
   // Windows: each checksum block the runs touch, whole; unverified, the span in pieces.
-  const uint64_t window = verify ? index_.checksum_block_size : kUncheckedPiece;
+  const uint64_t window = verify ? block_ : kUncheckedPiece;
   thread_local std::vector<uint8_t> scratch;  // what lies between the runs, at its place in the window
   std::vector<struct iovec> iov;
   size_t r = 0;       // the run being placed

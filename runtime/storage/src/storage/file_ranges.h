@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -23,8 +24,12 @@ class FileRanges {
  public:
   static constexpr size_t kMaxOpenFiles = 64;
 
-  // `index` (its files and checksum block size) must outlive this object;
-  // its file records name objects of `backend`.
+  // The record of file `index` (objects of `backend`); it must stay valid
+  // as long as this object.
+  using FileLookup = std::function<const FileRecord&(uint32_t index)>;
+
+  FileRanges(std::shared_ptr<Backend> backend, FileLookup files, uint64_t checksum_block_size, bool verify_checksums);
+  // Over a complete index, which must outlive this object.
   FileRanges(std::shared_ptr<Backend> backend, const StorageIndex& index, bool verify_checksums);
 
   Backend& backend() const { return *backend_; }
@@ -59,7 +64,8 @@ class FileRanges {
 
   const uint64_t id_;  // tells this object's cached block from an earlier one's at the same address
   std::shared_ptr<Backend> backend_;
-  const StorageIndex& index_;
+  FileLookup files_;
+  uint64_t block_;  // checksum block size
   bool verify_;
   std::mutex files_mutex_;
   std::list<std::pair<uint32_t, std::shared_ptr<ObjectReader>>> open_files_;  // most recently used first

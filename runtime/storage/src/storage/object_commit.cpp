@@ -89,7 +89,7 @@ void commit_objects(Backend& backend, CheckpointMetadata metadata, const std::st
   const std::string encoded = encode_metadata(metadata);
   backend.publish(metadata_name(save_id), encoded, /*if_absent=*/false);
   const std::string marker =
-      encode_commit_marker(commit_config(metadata.world_size, record_file(metadata_name(save_id), encoded),
+      encode_commit_marker(commit_config(metadata.world_size, record_metadata(metadata_name(save_id), encoded),
                                          record_file(metadata.common_file, common_state)));
 
   const std::optional<std::set<std::string>> previous = overwrite ? committed_objects(backend) : std::nullopt;

@@ -16,6 +16,11 @@ struct RecordedFile {
   std::string path;  // relative to the checkpoint directory
   uint64_t bytes = 0;
   uint64_t xxh3 = 0;
+  // Format 3, metadata.fb only: its first head_bytes bytes (the index of its
+  // records) and their XXH3, so that a rank can read the head and then only
+  // its own records (each checked against the index).
+  uint64_t head_bytes = 0;
+  uint64_t head_xxh3 = 0;
 };
 
 struct CheckpointConfig {

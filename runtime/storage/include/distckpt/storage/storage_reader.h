@@ -74,6 +74,9 @@ class StorageReader {
   // (tensor_count() when none), to walk the keys under a prefix.
   virtual size_t lower_bound_tensor(const std::string& key) const;
   virtual const std::vector<FileRecord>& files() const { return index().files; }
+  // File `file` of a chunk or object looked up so far (a format that reads
+  // records alone reads their files with them); std::out_of_range if none.
+  virtual const FileRecord& file_at(uint32_t file) const { return files().at(file); }
   virtual const std::vector<ObjectRecord>& objects() const { return index().objects; }
   virtual uint64_t checksum_block_size() const { return index().checksum_block_size; }
   // How many tensor records tensor_at decoded so far (a format that decodes
