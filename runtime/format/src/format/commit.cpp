@@ -267,13 +267,29 @@ RecordedFile record_metadata(const std::string& path, std::string_view encoded) 
   return record;
 }
 
-void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path) {
-  if (bytes.size() != record.bytes) {
+void check_recorded_size(const RecordedFile& record, uint64_t actual, const std::string& full_path) {
+  if (actual != record.bytes) {
     throw CorruptionError(fmt::format(
         "{} has {} bytes but the commit marker ({}) records {}: the file was truncated or replaced; the checkpoint "
         "is corrupt, load an intact copy",
-        full_path, bytes.size(), kCommitFile, record.bytes));
+        full_path, actual, kCommitFile, record.bytes));
   }
+}
+
+void check_recorded_head(const RecordedFile& record, std::string_view head, const std::string& full_path) {
+  const uint64_t actual = io::xxh3(head.data(), head.size());
+  if (head.size() != record.head_bytes || actual != record.head_xxh3) {
+    throw CorruptionError(
+        fmt::format("checksum mismatch in {}: XXH3 {} of its first {} bytes (its index) but the commit marker ({}) "
+                    "records {} of {}; the checkpoint is corrupt, run `distckpt verify` and load an intact copy",
+                    full_path, io::hex64(actual), head.size(), kCommitFile, io::hex64(record.head_xxh3),
+                    record.head_bytes),
+        full_path);
+  }
+}
+
+void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path) {
+  check_recorded_size(record, bytes.size(), full_path);
   const uint64_t actual = io::xxh3(bytes.data(), bytes.size());
   if (actual != record.xxh3) {
     throw CorruptionError(fmt::format(

@@ -42,5 +42,9 @@ RecordedFile record_metadata(const std::string& path, std::string_view encoded);
 // Throws CorruptionError (naming `full_path`) unless `bytes` has the recorded
 // size and XXH3.
 void check_recorded_file(const RecordedFile& record, std::string_view bytes, const std::string& full_path);
+// The same for the size alone, and for metadata.fb's head (its first
+// record.head_bytes bytes) alone.
+void check_recorded_size(const RecordedFile& record, uint64_t actual, const std::string& full_path);
+void check_recorded_head(const RecordedFile& record, std::string_view head, const std::string& full_path);
 
 }  // namespace distckpt

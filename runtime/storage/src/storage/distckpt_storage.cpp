@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +14,6 @@
 #include "format/commit.h"
 #include "format/common_state.h"
 #include "format/metadata.h"
-#include "io/checksum.h"
 #include "storage/commit_marker.h"
 
 namespace distckpt::storage {
@@ -35,22 +33,6 @@ std::string read_listed(Backend& backend, const std::string& name, uint64_t max_
     throw;
   }
 }
-
-// Bytes already read, as an object.
-class MemoryReader final : public ObjectReader {
- public:
-  explicit MemoryReader(std::shared_ptr<const std::string> bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_->size(); }
-  void read(uint64_t offset, uint64_t length, uint8_t* out) const override {
-    if (offset > bytes_->size() || length > bytes_->size() - offset) {
-      throw std::out_of_range("MemoryReader::read past the end");
-    }
-    if (length != 0) std::memcpy(out, bytes_->data() + offset, length);
-  }
-
- private:
-  std::shared_ptr<const std::string> bytes_;
-};
 
 }  // namespace
 
@@ -144,34 +126,25 @@ void DistckptStorage::open_head(const std::string& path) {
                                       path, recorded.bytes),
                           path);
   }
-  if (reader->size() != recorded.bytes) {
-    throw CorruptionError(fmt::format("{} has {} bytes but the commit marker ({}) records {}: the file was truncated "
-                                      "or replaced; the checkpoint is corrupt, load an intact copy",
-                                      path, reader->size(), kCommitFile, recorded.bytes),
-                          path);
-  }
+  check_recorded_size(recorded, reader->size(), path);
+  LazyMetadata::RangeRead read = [reader](uint64_t offset, uint64_t length, uint8_t* out) {
+    reader->read(offset, length, out);
+  };
   if (recorded.bytes <= reader->preferred_read_bytes()) {
     // Read whole in one request, checked whole, then read by parts from
     // memory: the same checks as from storage.
     auto bytes = std::make_shared<std::string>(recorded.bytes, '\0');
     reader->read(0, bytes->size(), reinterpret_cast<uint8_t*>(bytes->data()));
     check_recorded_file(recorded, *bytes, path);
-    reader = std::make_shared<MemoryReader>(std::move(bytes));
+    read = [bytes](uint64_t offset, uint64_t length, uint8_t* out) {
+      std::memcpy(out, bytes->data() + offset, length);  // inside the file: the reader checks where records lie
+    };
   }
   std::string head(recorded.head_bytes, '\0');
-  reader->read(0, head.size(), reinterpret_cast<uint8_t*>(head.data()));
-  const uint64_t actual = io::xxh3(head.data(), head.size());
-  if (actual != recorded.head_xxh3) {
-    throw CorruptionError(fmt::format("checksum mismatch in {}: XXH3 {} of its first {} bytes (its index) but the "
-                                      "commit marker ({}) records {}; the checkpoint is corrupt, run `distckpt "
-                                      "verify` and load an intact copy",
-                                      path, io::hex64(actual), head.size(), kCommitFile, io::hex64(recorded.head_xxh3)),
-                          path);
-  }
+  read(0, head.size(), reinterpret_cast<uint8_t*>(head.data()));
+  check_recorded_head(recorded, head, path);
   from_head_ = true;
-  lazy_ = std::make_unique<LazyMetadata>(
-      std::move(head), recorded.bytes,
-      [reader](uint64_t offset, uint64_t length, uint8_t* out) { reader->read(offset, length, out); }, path);
+  lazy_ = std::make_unique<LazyMetadata>(std::move(head), recorded.bytes, std::move(read), path);
 }
 
 const CheckpointMetadata& DistckptStorage::metadata() const {
@@ -187,15 +160,7 @@ const CheckpointMetadata& DistckptStorage::metadata() const {
     CheckpointMetadata all = decode_metadata(bytes, path);
     // The head the marker records is the one the file has (a reader by
     // parts starts from it).
-    const RecordedFile& recorded = *config_.metadata;
-    if (metadata_head_bytes(bytes) != recorded.head_bytes ||
-        io::xxh3(bytes.data(), recorded.head_bytes) != recorded.head_xxh3) {
-      throw CorruptionError(
-          fmt::format("{}: its head (the index of its records, {} bytes) is not the one the commit "
-                      "marker ({}) records ({} bytes); the checkpoint is corrupt, load an intact copy",
-                      path, metadata_head_bytes(bytes), kCommitFile, recorded.head_bytes),
-          path);
-    }
+    check_recorded_head(*config_.metadata, std::string_view(bytes).substr(0, metadata_head_bytes(bytes)), path);
     all_ = std::make_unique<const CheckpointMetadata>(std::move(all));
   });
   return *all_;
