@@ -12,6 +12,7 @@
 #include "format/dtype.h"
 #include "io/checksum.h"
 #include "io/file.h"
+#include "io/tensor_digest.h"
 #include "load/checkpoint_reader.h"
 #include "storage/torch_file_reader.h"
 
@@ -139,11 +140,12 @@ std::vector<TensorDigest> digest_checkpoint(const std::string& dir) {
   loading::CheckpointReader reader(dir);
   std::vector<TensorDigest> out;
   for (const TensorRecord& record : reader.index().tensors) {
-    io::StreamingHash hash;
-    loading::read_in_windows(reader, record, kDigestWindowBytes, [&](int64_t, const at::Tensor& values) {
-      hash.update(values.data_ptr(), static_cast<size_t>(values.nbytes()));
+    uint64_t digest = 0;  // the sum of its windows' digests (io/tensor_digest.h)
+    loading::read_in_windows(reader, record, kDigestWindowBytes, [&](int64_t start, const at::Tensor& values) {
+      digest += io::digest_run(values.data_ptr(), static_cast<uint64_t>(values.numel()), record.element_size(),
+                               static_cast<uint64_t>(start));
     });
-    out.push_back(TensorDigest{record.key, stored_dtype_name(record), record.global_shape, hash.digest()});
+    out.push_back(TensorDigest{record.key, stored_dtype_name(record), record.global_shape, digest});
   }
   return out;
 }

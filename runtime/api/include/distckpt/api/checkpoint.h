@@ -80,7 +80,9 @@ struct TensorDigest {
   std::string key;
   std::string dtype;  // "float32"
   Shape shape;
-  uint64_t hash;             // XXH3-64 of the logical tensor's row-major bytes
+  // The sum over its elements of a 64-bit hash of each one's global index
+  // and bytes: the digest transfer() compares, summed from any parts.
+  uint64_t hash;
   std::string line() const;  // "KEY DTYPE [2,3] 0123456789abcdef"
 };
 // One digest per stored tensor, sorted by key. The hash covers the logical

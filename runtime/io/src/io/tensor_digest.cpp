@@ -1,0 +1,75 @@
+#include "io/tensor_digest.h"
+
+#include <cstring>
+#include <vector>
+
+#include "io/checksum.h"
+
+namespace distckpt::io {
+namespace {
+
+// splitmix64's finalizer over the element's bytes mixed with its place.
+inline uint64_t term(uint64_t bits, uint64_t index) {
+  uint64_t x = bits ^ (index * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+template <typename T>
+uint64_t sum_terms(const void* data, uint64_t count, uint64_t first) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));  // any alignment
+    sum += term(static_cast<uint64_t>(v), first + i);
+  }
+  return sum;
+}
+
+}  // namespace
+
+uint64_t digest_run(const void* data, uint64_t count, size_t element_size, uint64_t first_index) {
+  switch (element_size) {
+    case 1:
+      return sum_terms<uint8_t>(data, count, first_index);
+    case 2:
+      return sum_terms<uint16_t>(data, count, first_index);
+    case 4:
+      return sum_terms<uint32_t>(data, count, first_index);
+    case 8:
+      return sum_terms<uint64_t>(data, count, first_index);
+    default: {  // wider elements (complex128): each one's bytes hashed first
+      const auto* p = static_cast<const uint8_t*>(data);
+      uint64_t sum = 0;
+      for (uint64_t i = 0; i < count; ++i) sum += term(xxh3(p + i * element_size, element_size), first_index + i);
+      return sum;
+    }
+  }
+}
+
+uint64_t digest_region(const at::Tensor& values, const Box& region, const Shape& global_shape) {
+  const at::Tensor dense = values.contiguous();  // a view when it already is
+  const auto* data = static_cast<const uint8_t*>(dense.data_ptr());
+  const auto element = static_cast<size_t>(dense.element_size());
+  const size_t nd = region.ndim();
+  if (nd == 0) return dense.numel() == 0 ? 0 : digest_run(data, 1, element, 0);
+  if (region.empty()) return 0;
+  const Shape strides = contiguous_strides(global_shape);
+  const auto row = static_cast<uint64_t>(region.length[nd - 1]);
+  std::vector<int64_t> at(nd - 1, 0);  // over the axes before the last, last fastest
+  uint64_t sum = 0;
+  for (uint64_t done = 0, total = static_cast<uint64_t>(region.numel()); done < total; done += row) {
+    uint64_t first = static_cast<uint64_t>(region.offset[nd - 1]);
+    for (size_t d = 0; d + 1 < nd; ++d) first += static_cast<uint64_t>((region.offset[d] + at[d]) * strides[d]);
+    sum += digest_run(data + done * element, row, element, first);
+    for (size_t d = nd - 1; d-- > 0;) {
+      if (++at[d] < region.length[d]) break;
+      at[d] = 0;
+    }
+  }
+  return sum;
+}
+
+}  // namespace distckpt::io
