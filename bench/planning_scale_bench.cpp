@@ -423,7 +423,7 @@ LoadFigures simulate_load(int ranks, int64_t tensors) {
     f.gathered_mb += static_cast<double>(encoded[static_cast<size_t>(r)].size()) / 1e6;
   }
   const plan::PieceLookup lookup = [](uint32_t, uint32_t piece) {
-    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2};
+    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2, {}};
   };
   reset_peak();
   const uint64_t base_kib = status_kib("VmRSS");
@@ -453,7 +453,7 @@ std::string host_of(int rank) { return fmt::format("node-{}", rank / 8); }
 std::vector<Step> simulate_partitioned_load(int ranks, int64_t tensors, uint64_t& all_needs) {
   loading::PieceCatalog catalog;
   catalog.lookup = [](uint32_t, uint32_t piece) {
-    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2};
+    return plan::PieceGeometry{Box{{piece * kRows / kTp, 0}, {kRows / kTp, kCols}}, 2, {}};
   };
   catalog.check = [](const std::vector<plan::PieceNeed>&, int) {};
   loading::ReadEngineOptions options;

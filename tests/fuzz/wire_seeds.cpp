@@ -26,8 +26,8 @@ void write_seed(const std::string& dir, uint8_t which, const std::string& name, 
 std::string load_share_seed() {
   namespace plan = distckpt::plan;
   const plan::PieceLookup lookup = [](uint32_t tensor, uint32_t piece) {
-    return tensor == 0 ? plan::PieceGeometry{{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4}
-                       : plan::PieceGeometry{{{0}, {16}}, 2};
+    return tensor == 0 ? plan::PieceGeometry{{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4, {}}
+                       : plan::PieceGeometry{{{0}, {16}}, 2, {}};
   };
   const std::vector<std::vector<plan::PieceNeed>> needs = {
       {{0, 0, {{0, 0}, {4, 8}}}, {1, 0, {{0}, {16}}}},

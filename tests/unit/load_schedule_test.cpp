@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "distckpt/core/errors.h"
 #include "support/throws_with.h"
 
@@ -12,7 +14,7 @@ namespace {
 
 // Four pieces of a [16, 8] float tensor: rows 0-3, 4-7, 8-11, 12-15.
 PieceGeometry piece(uint32_t /*tensor*/, uint32_t p) {
-  return PieceGeometry{Box{{4 * static_cast<int64_t>(p), 0}, {4, 8}}, 4};
+  return PieceGeometry{Box{{4 * static_cast<int64_t>(p), 0}, {4, 8}}, 4, {}};
 }
 
 PieceNeed whole(uint32_t p) { return PieceNeed{0, p, piece(0, p).box}; }
@@ -46,6 +48,46 @@ TEST(LoadSchedule, PartsAreCutToSlabsAndOnlyTheirRowsAreRead) {
   const int other = sp.reader == 0 ? 1 : 0;
   const auto& needer = sp.needers[static_cast<size_t>(other)];
   EXPECT_EQ(sp.message_bytes(needs, needer, 2), other == 1 ? 16u : 0u);  // row 7: only rank 1 needs it
+}
+
+// A live transfer's pieces: only their holders can read them.
+TEST(LoadSchedule, PiecesOnlyTheirHoldersCanReadAreSentByAHolder) {
+  // Piece p is held by ranks {p, p + 4} (a tp shard and its dp copy); ranks 2 and 3 need pieces.
+  const PieceLookup held = [](uint32_t t, uint32_t p) {
+    PieceGeometry g = piece(t, p);
+    g.holders = {static_cast<int>(p), static_cast<int>(p) + 4};
+    return g;
+  };
+  std::vector<std::vector<PieceNeed>> needs(8);
+  needs[2] = {whole(0), whole(1), whole(2)};
+  needs[3] = {whole(0), whole(1), whole(3)};
+  const LoadSchedule s = make_load_schedule(needs, held, 1 << 20, true);
+  // Piece 2 is needed by its holder alone: read there. Piece 3 needed by its holder and nobody else: the same.
+  EXPECT_EQ(s.shared_slot[2][2], -1);
+  EXPECT_EQ(s.shared_slot[3][2], -1);
+  ASSERT_EQ(s.shared.size(), 2u);  // pieces 0 and 1: needed by ranks that do not hold them
+  for (const SharedPiece& p : s.shared) {
+    EXPECT_TRUE(p.reader == static_cast<int>(p.piece) || p.reader == static_cast<int>(p.piece) + 4) << p.piece;
+    // The sender joins the needers without needs of its own.
+    ASSERT_EQ(p.needers.size(), 3u);
+    const auto sender = std::find_if(p.needers.begin(), p.needers.end(),
+                                     [&](const SharedPiece::Needer& n) { return n.rank == p.reader; });
+    ASSERT_NE(sender, p.needers.end());
+    EXPECT_TRUE(sender->needs.empty());
+  }
+  // Spread over the holders: ranks 0 and 1 hold one piece each to send, their copies another.
+  EXPECT_NE(s.shared[0].reader, s.shared[1].reader);
+  // A needer that holds a piece sends it itself.
+  needs[4] = {whole(0)};
+  const LoadSchedule t = make_load_schedule(needs, held, 1 << 20, true);
+  EXPECT_EQ(t.shared[0].reader, 4);
+  // A holder outside the ranks is refused.
+  const PieceLookup outside = [](uint32_t t, uint32_t p) {
+    PieceGeometry g = piece(t, p);
+    g.holders = {9};
+    return g;
+  };
+  EXPECT_THROW(make_load_schedule(needs, outside, 1 << 20, true), UsageError);
 }
 
 TEST(LoadSchedule, WithoutSharingEveryRankReadsItsOwnRows) {

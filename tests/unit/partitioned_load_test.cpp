@@ -34,7 +34,7 @@ struct Catalog {
     PieceCatalog c;
     c.lookup = [this](uint32_t t, uint32_t p) {
       if (t >= pieces.size() || p >= pieces[t].size()) throw ProtocolError("no such piece");
-      return plan::PieceGeometry{pieces[t][p], 2};
+      return plan::PieceGeometry{pieces[t][p], 2, {}};
     };
     c.check = [this](const std::vector<plan::PieceNeed>& needs, int) {
       for (const plan::PieceNeed& n : needs) ASSERT_TRUE(contains(pieces.at(n.tensor).at(n.piece), n.part));

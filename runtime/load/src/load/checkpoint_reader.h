@@ -69,6 +69,15 @@ class CheckpointReader {
   void read_chunk_runs(const TensorRecord& record, uint32_t chunk, const std::vector<ByteRun>& runs) {
     storage_->read_chunk_runs(record, chunk, runs);
   }
+  // The ranks that can read chunk `chunk` of tensor record `tensor`
+  // (ascending), when not every rank can: a live transfer's sources
+  // (transfer/live_sources.h) hold their chunks in memory. Empty: any rank
+  // reads the storage.
+  using ChunkHolders = std::function<std::vector<int>(uint32_t tensor, uint32_t chunk)>;
+  void set_chunk_holders(ChunkHolders holders) { holders_ = std::move(holders); }
+  std::vector<int> chunk_holders(uint32_t tensor, uint32_t chunk) const {
+    return holders_ ? holders_(tensor, chunk) : std::vector<int>{};
+  }
   // Bytes read from storage so far (to check that loads read what they need).
   uint64_t bytes_read() const { return storage_->bytes_read(); }
   // The values saved outside tensors (an empty dict if none).
@@ -84,6 +93,7 @@ class CheckpointReader {
   std::map<std::string, size_t> object_by_unique_key_;
   std::mutex indexes_mutex_;
   std::map<const TensorRecord*, std::unique_ptr<plan::ChunkIndex>> indexes_;
+  ChunkHolders holders_;
 };
 
 // Streams a whole stored tensor in row-major windows of about

@@ -47,6 +47,58 @@ std::vector<plan::TransferKey> cut_keys(const plan::LoadSchedule& schedule,
   return keys;
 }
 
+// A scheduler's staging round: the ranks that routed needs here (ascending),
+// their needs, indices and hosts.
+struct Senders {
+  std::vector<int> ranks;
+  std::vector<std::vector<plan::PieceNeed>> needs;
+  std::vector<std::vector<uint32_t>> indices;
+  std::vector<int> hosts;
+};
+
+// Pieces only their holders can read (a live transfer's): every holder of
+// a piece routed here joins the round without needs, so that the schedule
+// can choose it to read (on a host of its own: no shared memory with it).
+void take_in_holders(const PieceCatalog& catalog, Senders& s, int next_host) {
+  std::vector<int> holders;
+  for (const std::vector<plan::PieceNeed>& needs : s.needs) {
+    for (const plan::PieceNeed& n : needs) {
+      const plan::PieceGeometry g = catalog.lookup(n.tensor, n.piece);
+      holders.insert(holders.end(), g.holders.begin(), g.holders.end());
+    }
+  }
+  std::sort(holders.begin(), holders.end());
+  holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+  Senders merged;
+  size_t i = 0;
+  const auto take = [&](size_t from) {
+    merged.ranks.push_back(s.ranks[from]);
+    merged.needs.push_back(std::move(s.needs[from]));
+    merged.indices.push_back(std::move(s.indices[from]));
+    merged.hosts.push_back(s.hosts[from]);
+  };
+  for (const int h : holders) {
+    for (; i < s.ranks.size() && s.ranks[i] < h; ++i) take(i);
+    if (i < s.ranks.size() && s.ranks[i] == h) continue;
+    merged.ranks.push_back(h);
+    merged.needs.emplace_back();
+    merged.indices.emplace_back();
+    merged.hosts.push_back(next_host++);
+  }
+  for (; i < s.ranks.size(); ++i) take(i);
+  s = std::move(merged);
+}
+
+// `lookup` with each piece's holders numbered as the schedule numbers its
+// ranks: their places in `ranks` (every holder is there: take_in_holders).
+plan::PieceLookup dense_holders(const plan::PieceLookup& lookup, const std::vector<int>& ranks) {
+  return [&lookup, &ranks](uint32_t tensor, uint32_t piece) {
+    plan::PieceGeometry g = lookup(tensor, piece);
+    for (int& h : g.holders) h = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), h) - ranks.begin());
+    return g;
+  };
+}
+
 }  // namespace
 
 PieceCatalog catalog_of(CheckpointReader& reader) {
@@ -59,7 +111,8 @@ PieceCatalog catalog_of(CheckpointReader& reader) {
                       piece, tensor));
     }
     const TensorRecord& record = reader.tensor_at(tensor);
-    return plan::PieceGeometry{reader.index_for(record).pieces()[piece].box, record.element_size()};
+    const plan::StoredPiece& stored = reader.index_for(record).pieces()[piece];
+    return plan::PieceGeometry{stored.box, record.element_size(), reader.chunk_holders(tensor, stored.chunk)};
   };
   c.check = [&reader](const std::vector<plan::PieceNeed>& needs, int rank) {
     for (const plan::PieceNeed& n : needs) {
@@ -132,13 +185,6 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
                                                const ReadEngineOptions& options, int me) {
   const size_t world = routed.size();
   size_t rounds = 0;
-  // Per staging round: the ranks that routed needs here (ascending), their needs, indices and hosts.
-  struct Senders {
-    std::vector<int> ranks;
-    std::vector<std::vector<plan::PieceNeed>> needs;
-    std::vector<std::vector<uint32_t>> indices;
-    std::vector<int> hosts;
-  };
   std::vector<Senders> by_round;
   std::map<std::string, int> host_ids;
   for (size_t r = 0; r < world; ++r) {
@@ -168,11 +214,12 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
   }
   rounds = std::max<size_t>(rounds, 1);  // a load runs at least one staging round
   by_round.resize(rounds);
+  for (Senders& s : by_round) take_in_holders(catalog, s, static_cast<int>(host_ids.size()));
   std::map<int, std::vector<plan::LoadShare>> shares;  // of the ranks that routed needs here, per round
   std::vector<uint32_t> host_rounds;
-  const plan::PieceLookup& lookup = catalog.lookup;
   for (size_t k = 0; k < rounds; ++k) {
     Senders& s = by_round[k];
+    const plan::PieceLookup lookup = dense_holders(catalog.lookup, s.ranks);
     const std::vector<int> no_hosts;
     // Ties go first to the senders at or after this scheduler's rank, so that
     // schedulers with few pieces each do not all pick the lowest ranks.

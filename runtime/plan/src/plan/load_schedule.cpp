@@ -107,7 +107,18 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     while (j < refs.size() && refs[j].tensor == refs[i].tensor && refs[j].piece == refs[i].piece) ++j;
     const PieceGeometry g = lookup(refs[i].tensor, refs[i].piece);
     const bool one_rank = refs[i].rank == refs[j - 1].rank;
-    if (!share || one_rank) {  // each rank reads the rows its own parts span
+    for (const int h : g.holders) {
+      if (h < 0 || static_cast<size_t>(h) >= world) {
+        throw UsageError(
+            fmt::format("holder {} of a piece of tensor {} is not one of the {} ranks", h, refs[i].tensor, world));
+      }
+    }
+    const auto holds = [&](int rank) {
+      return g.holders.empty() || std::binary_search(g.holders.begin(), g.holders.end(), rank);
+    };
+    bool needers_hold = true;
+    for (size_t k = i; k < j && needers_hold; ++k) needers_hold = holds(refs[k].rank);
+    if (needers_hold && (!share || one_rank)) {  // each rank reads the rows its own parts span
       for (size_t k = i; k < j;) {
         size_t m = k;
         std::vector<const Box*> parts;
@@ -132,12 +143,6 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
       schedule.shared_slot[static_cast<size_t>(refs[k].rank)][refs[k].index] =
           static_cast<int32_t>(schedule.shared.size());
     }
-    shared.same_host = !host_of_rank.empty();
-    for (const SharedPiece::Needer& n : shared.needers) {
-      if (shared.same_host &&
-          host_of_rank[static_cast<size_t>(n.rank)] != host_of_rank[static_cast<size_t>(refs[i].rank)])
-        shared.same_host = false;
-    }
     const auto rows = row_span(g.box, parts);
     shared.slabs = cut_slabs(g.box, rows.first, rows.second, g.element_size, slab_bytes);
     shared_bytes.push_back(span_bytes(g, rows));
@@ -145,14 +150,34 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
     i = j;
   }
 
-  // Readers: balanced over the needers of each piece (plan/balance.h).
+  // Readers: balanced over the needers of each piece (plan/balance.h), or
+  // over those that hold it, or over its holders.
   std::vector<BalanceItem> items(schedule.shared.size());
   for (size_t k = 0; k < items.size(); ++k) {
+    const SharedPiece& s = schedule.shared[k];
+    const std::vector<int>& holders = s.geometry.holders;
     items[k].bytes = shared_bytes[k];
-    for (const SharedPiece::Needer& n : schedule.shared[k].needers) items[k].candidates.push_back(n.rank);
+    for (const SharedPiece::Needer& n : s.needers) {
+      if (holders.empty() || std::binary_search(holders.begin(), holders.end(), n.rank))
+        items[k].candidates.push_back(n.rank);
+    }
+    if (items[k].candidates.empty()) items[k].candidates = holders;
   }
   Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes), tie_start);
-  for (size_t k = 0; k < items.size(); ++k) schedule.shared[k].reader = balance.choice[k];
+  for (size_t k = 0; k < items.size(); ++k) {
+    SharedPiece& s = schedule.shared[k];
+    s.reader = balance.choice[k];
+    // A holder that needs none of the piece reads it for the others: a needer without needs.
+    const auto at = std::lower_bound(s.needers.begin(), s.needers.end(), s.reader,
+                                     [](const SharedPiece::Needer& n, int rank) { return n.rank < rank; });
+    if (at == s.needers.end() || at->rank != s.reader) s.needers.insert(at, SharedPiece::Needer{s.reader, {}});
+    s.same_host = !host_of_rank.empty();
+    for (const SharedPiece::Needer& n : s.needers) {
+      if (host_of_rank.empty() ||
+          host_of_rank[static_cast<size_t>(n.rank)] != host_of_rank[static_cast<size_t>(s.needers[0].rank)])
+        s.same_host = false;
+    }
+  }
   schedule.read_bytes = std::move(balance.load);
   return schedule;
 }

@@ -6,7 +6,8 @@
 // needed by one rank is read by that rank. A piece needed by several is read
 // once, by one of them chosen to balance the bytes each rank reads (largest
 // pieces first, to the needer that reads the least so far, ties to the lowest
-// rank), in slabs of whole rows; from each slab every other needer receives
+// rank), in slabs of whole rows (a piece only some ranks can read, as a live
+// transfer's: by one of those, PieceGeometry::holders); from each slab every other needer receives
 // exactly the elements of its parts, packed in its own order. When the ranks'
 // hosts are known, a piece whose needers all run on one host is marked so:
 // its slabs reach them through shared memory instead of messages. A
@@ -34,6 +35,12 @@ struct PieceNeed {
 struct PieceGeometry {
   Box box;
   uint64_t element_size = 1;
+  // The ranks that can read the piece (ascending; in the rank numbering of
+  // the needs it is scheduled with), when not every rank can: a live
+  // transfer's sources, whose pieces are in their holders' memory. Such a
+  // piece is read by one of its needers that holds it, else by the holder
+  // that reads the least so far, which then takes part without a need.
+  std::vector<int> holders;
 };
 using PieceLookup = std::function<PieceGeometry(uint32_t tensor, uint32_t piece)>;
 
