@@ -24,3 +24,4 @@
 #include "distckpt/storage/format_registry.h"
 #include "distckpt/storage/safetensors.h"
 #include "distckpt/storage/storage_reader.h"
+#include "distckpt/transfer/transfer.h"

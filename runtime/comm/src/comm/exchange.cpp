@@ -23,9 +23,16 @@ void check_payload(const at::Tensor& payload, const Transfer& t, size_t k) {
   }
 }
 
+PayloadTamper& tamper() {
+  static PayloadTamper hook;
+  return hook;
+}
+
+// A payload for another rank.
 at::Tensor produce_checked(const ExchangeCallbacks& cb, const std::vector<KeyedTransfer>& mine, size_t k) {
   at::Tensor payload = cb.produce(k);
   check_payload(payload, mine[k].transfer, k);
+  if (tamper()) tamper()(mine[k].transfer, payload);
   return payload;
 }
 
@@ -192,6 +199,8 @@ void run_rounds(Communicator& comm, const std::vector<KeyedTransfer>& mine, cons
   if (mismatch) std::rethrow_exception(mismatch);
 }
 }  // namespace
+
+void set_payload_tamper_for_testing(PayloadTamper hook) { tamper() = std::move(hook); }
 
 at::Tensor payload_view(const void* data, uint64_t bytes) {
   return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));

@@ -82,6 +82,12 @@ std::vector<KeyedTransfer> cut_windows(const std::vector<Transfer>& transfers, s
 void exchange_keyed(Communicator& comm, const std::vector<KeyedTransfer>& mine, const ExchangeCallbacks& callbacks,
                     ExchangeMode mode, uint64_t rounds = 0);
 
+// Tests only: called on every payload a rank is about to send to another
+// (say, to flip a byte in flight). Process-wide; set it while no exchange
+// runs, and reset it with an empty function.
+using PayloadTamper = std::function<void(const Transfer& transfer, at::Tensor& payload)>;
+void set_payload_tamper_for_testing(PayloadTamper tamper);
+
 // A host buffer seen as a payload (no copy).
 at::Tensor payload_view(const void* data, uint64_t bytes);
 

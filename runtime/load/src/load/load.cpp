@@ -23,6 +23,7 @@
 #include "load/access_integrity.h"
 #include "load/checkpoint_reader.h"
 #include "load/device_staging.h"
+#include "load/load_from.h"
 #include "load/load_requests.h"
 #include "load/load_result.h"
 #include "load/read_engine.h"
@@ -30,8 +31,6 @@
 
 namespace distckpt {
 namespace {
-
-using OpenReader = std::function<std::unique_ptr<loading::CheckpointReader>()>;
 
 // A request read in its stored dtype for LoadOptions::commit_tensor.
 struct PendingCommit {
@@ -70,8 +69,12 @@ void commit(const PendingCommit& c, const LoadOptions& options) {
   *c.leaf = Value(std::move(destination));
 }
 
+}  // namespace
+
+namespace loading {
+
 LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open, Communicator& comm,
-                     const LoadOptions& options) {
+                     const LoadOptions& options, std::vector<FilledTensor>* filled) {
   std::unique_ptr<loading::CheckpointReader> reader;
   SplitStateDict split;
   loading::KeyMismatch mismatch;
@@ -118,6 +121,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   // requested (made on their device and read into through staging).
   std::vector<std::pair<Value*, at::Device>> moves;
   std::vector<PendingCommit> commits;
+  std::vector<std::pair<ShardedTensor, Value*>> requested;  // for `filled`
   const loading::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
   // One collective agrees on planning and carries what the read engine shares.
   const std::vector<std::string> read_plans = loading::agree_on_read_plans(
@@ -129,6 +133,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
             continue;
           }
           const ShardedTensor& request = leaf->as_sharded_tensor();
+          if (filled) requested.emplace_back(request.without_data(), leaf);
           const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
           if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
             if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
@@ -154,17 +159,20 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
                for (auto& [leaf, device] : moves) *leaf = Value(leaf->as_tensor().to(device));
                common = reader->read_common_state();
              });
+  if (filled) {
+    for (auto& [request, leaf] : requested) filled->push_back(FilledTensor{std::move(request), leaf->as_tensor()});
+  }
   LoadResult result =
       loading::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
   result.bytes_read = reader->bytes_read();
   return result;
 }
 
-}  // namespace
+}  // namespace loading
 
 LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Communicator& comm,
                 const LoadOptions& options) {
-  const OpenReader open = [&] {
+  const loading::OpenReader open = [&] {
     // Only the coordinator checks every data file up front (its failure is
     // agreed on); the others check the files they read as they open them.
     std::unique_ptr<StorageReader> storage =
@@ -172,13 +180,13 @@ LoadResult load(const StateDict& sharded_state_dict, const std::string& dir, Com
     if (options.mapping) storage = map_storage(std::move(storage), *options.mapping);
     return std::make_unique<loading::CheckpointReader>(std::move(storage));
   };
-  return load_from(sharded_state_dict, open, comm, options);
+  return loading::load_from(sharded_state_dict, open, comm, options);
 }
 
 LoadResult load(const StateDict& sharded_state_dict, StorageReader& storage, Communicator& comm,
                 const LoadOptions& options) {
-  const OpenReader open = [&] { return std::make_unique<loading::CheckpointReader>(storage); };
-  return load_from(sharded_state_dict, open, comm, options);
+  const loading::OpenReader open = [&] { return std::make_unique<loading::CheckpointReader>(storage); };
+  return loading::load_from(sharded_state_dict, open, comm, options);
 }
 
 }  // namespace distckpt

@@ -1,0 +1,67 @@
+// transfer(): a sharded state moved from the ranks that hold it (the
+// sources, in one layout) to the ranks that ask for it (the destinations,
+// in any layout), without storage: the weights of a trainer into inference
+// ranks after a step, or a job's state into its new mesh when it shrinks or
+// grows. It is a load whose checkpoint is the sources' memory: the same
+// planner decides who sends which bytes (each piece by one of the ranks
+// that hold it, spread by bytes), the same exchange engine moves them point
+// to point in bounded buckets, and factories, flat (ZeRO) ranges, stacked
+// layers and dtype conversion work as in a load. Then every tensor's
+// layout-independent digest (the one `distckpt digest` prints) is compared
+// between what the sources hold and what the destinations received.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "distckpt/comm/communicator.h"
+#include "distckpt/core/state_dict.h"
+#include "distckpt/load/options.h"
+
+namespace distckpt {
+
+struct TransferOptions {
+  // Bytes in flight per rank: a slab a sender copies out of its tensor and
+  // the message it packs from it (the load's exchange_batch_bytes).
+  uint64_t bucket_bytes = uint64_t{64} << 20;
+  // A floating-point destination may have another floating-point dtype than
+  // its source (converted as it arrives). Such tensors are not digested.
+  bool convert_dtype = false;
+  // Compare every tensor's digest between sources and destinations (costs a
+  // pass over the bytes on both sides; see docs/PERFORMANCE.md).
+  bool verify = true;
+  // kBroadcast (point to point, planned partitioned) or kAllGather (rounds).
+  LoadExchange exchange = LoadExchange::kBroadcast;
+  // Threads per rank copying the pieces a rank keeps from its own sources;
+  // 0 = resolve_io_threads' share of the host's cores.
+  int io_threads = 0;
+};
+
+struct TransferResult {
+  StateDict state_dict;  // the request with its tensors filled (factories merged)
+  // Bytes this rank copied out of its source tensors, for others or itself.
+  uint64_t source_bytes_read = 0;
+  // The tensors this rank checked (it owns their comparison): digest equal
+  // on the sources and the destinations.
+  std::map<std::string, uint64_t> verified;
+  // The tensors this rank owns that were not compared, and why (received in
+  // another dtype; not received whole by the destinations' main replicas).
+  std::map<std::string, std::string> unverified;
+};
+
+// Collective over every rank of `comm`: the source ranks, the destination
+// ranks, or both. A transfer moves ShardedTensors (and factories); objects
+// and plain values stay where they are (the result keeps the request's).
+// `sources`: this rank's sharded state (ShardedTensors with data; an empty
+// dict on a rank that sends nothing); every tensor's main
+// replicas must tile it across the ranks (ShardingError otherwise), and
+// its copies (replica ids not all zero) share the sending. `requests`: what
+// this rank wants, in any layout (ShardedTensors, filled in place when
+// they carry data, else allocated). A request for a tensor no rank sends
+// is a KeyMismatchError on every rank; a failed rank, a timeout or a
+// digest that differs fails every rank with the same error class.
+TransferResult transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
+                        const TransferOptions& options = {});
+
+}  // namespace distckpt

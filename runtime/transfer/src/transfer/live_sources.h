@@ -1,0 +1,50 @@
+// A transfer's sources seen as a checkpoint: the chunks every source rank
+// holds (its main replicas and their copies, from every rank's plan) are the
+// stored chunks, and reading a chunk copies it out of this rank's memory.
+// A load through it (the same planner and exchange engine) fills any
+// request from live tensors; only a chunk's holders can read it
+// (holders(), which the load schedule chooses senders among).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "distckpt/core/sharded_tensor.h"
+#include "distckpt/storage/storage_reader.h"
+#include "plan/local_plan.h"
+
+namespace distckpt::transferring {
+
+class LiveSources final : public StorageReader {
+ public:
+  // `plans`: every rank's sources, by rank (checked: each tensor's main
+  // replicas tile it exactly once, dtypes and shapes agree; ShardingError
+  // otherwise). `mine`: this rank's source tensors (they must outlive this).
+  LiveSources(const std::vector<plan::LocalPlan>& plans, const std::vector<const ShardedTensor*>& mine);
+
+  // The ranks that hold chunk `chunk` of record `tensor`, ascending.
+  const std::vector<int>& holders(uint32_t tensor, uint32_t chunk) const { return holders_.at(tensor).at(chunk); }
+
+  StorageFormat format() const override { return StorageFormat("live"); }
+  const std::string& location() const override { return location_; }
+  const StorageIndex& index() const override { return index_; }
+  // Copies the bytes out of this rank's tensor (any layout or device);
+  // UsageError when this rank does not hold the chunk.
+  void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override;
+  std::string read_object(const ObjectRecord& object) override;
+  Value read_common_state() const override;
+  void verify(VerifyReport& report, const VerifyProgress& progress) override;
+  // Bytes this rank copied out of its sources (for itself or to send).
+  uint64_t bytes_read() const override { return bytes_read_; }
+
+ private:
+  std::string location_ = "the transfer's sources";
+  StorageIndex index_;
+  std::vector<std::vector<std::vector<int>>> holders_;        // per record and chunk
+  std::map<std::pair<uint32_t, uint32_t>, at::Tensor> held_;  // (record, chunk) -> this rank's data
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace distckpt::transferring
