@@ -215,5 +215,42 @@ TEST(Transfer, UnverifiedWithoutTheCheck) {
   EXPECT_TRUE(flipped);
 }
 
+// The weights sent after every step: planned once, replayed while nothing
+// changes, planned again when the destinations' layout does.
+TEST(Transfer, ACachedPlanIsReplayedEveryStepWithTheNewValues) {
+  std::vector<std::shared_ptr<TransferPlanCache>> caches;
+  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  run_ranks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
+    gpt::Model destination(config(), mesh({r, 4}, {0, 1}));
+    TransferOptions options;
+    options.plan_cache = caches[static_cast<size_t>(r)];
+    for (int step = 0; step < 3; ++step) {
+      // A training step changes every weight in place.
+      for (auto& [name, entry] : source->state_dict().as_dict()) {
+        if (entry.kind() == Kind::kShardedTensor) entry.as_sharded_tensor().data.add_(1);
+        if (entry.kind() == Kind::kFactory) entry.as_factory().data.add_(1);
+      }
+      const TransferResult result = transfer(source->state_dict(), destination.metadata_state_dict(), comm, options);
+      EXPECT_EQ(result.plan_reused, step > 0);
+      EXPECT_FALSE(result.verified.empty() && r == 0 && step == 0);
+      StateDict want = filled_model(mesh({r, 4}, {0, 1}))->state_dict();
+      for (auto& [name, entry] : want.as_dict()) {
+        if (entry.kind() == Kind::kShardedTensor) entry.as_sharded_tensor().data.add_(step + 1);
+        if (entry.kind() == Kind::kFactory) entry.as_factory().data.add_(step + 1);
+      }
+      expect_tensors_equal(result.state_dict, want, r);
+    }
+    // Another destination mesh: planned again.
+    gpt::Model other(config(), mesh({r % 2, 2}, {r / 2, 2}));
+    EXPECT_FALSE(transfer(source->state_dict(), other.metadata_state_dict(), comm, options).plan_reused);
+  });
+  for (const auto& cache : caches) {
+    EXPECT_EQ(cache->plans_made(), 2u);
+    EXPECT_EQ(cache->plans_reused(), 2u);
+  }
+}
+
 }  // namespace
 }  // namespace distckpt

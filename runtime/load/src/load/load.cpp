@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -74,7 +75,9 @@ void commit(const PendingCommit& c, const LoadOptions& options) {
 namespace loading {
 
 LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open, Communicator& comm,
-                     const LoadOptions& options, std::vector<FilledTensor>* filled) {
+                     const LoadOptions& options, const LoadHooks& hooks) {
+  std::vector<FilledTensor>* const filled = hooks.filled;
+  ReadPlanMemo* const memo = hooks.memo;
   std::unique_ptr<loading::CheckpointReader> reader;
   SplitStateDict split;
   loading::KeyMismatch mismatch;
@@ -124,29 +127,40 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   std::vector<std::pair<ShardedTensor, Value*>> requested;  // for `filled`
   const loading::ReadEngineOptions engine{options.exchange, io_threads, options.exchange_batch_bytes};
   // One collective agrees on planning and carries what the read engine shares.
-  const std::vector<std::string> read_plans = loading::agree_on_read_plans(
-      comm, "plan the reads", engine, [&]() -> const std::vector<std::vector<loading::TensorRead>>& {
-        std::vector<loading::TensorRead> reads;
-        for (Value* leaf : sharded_leaves(split.sharded)) {
-          if (leaf->kind() != Kind::kShardedTensor) {
-            *leaf = loading::load_object(*reader, leaf->as_sharded_object());
-            continue;
-          }
-          const ShardedTensor& request = leaf->as_sharded_tensor();
-          if (filled) requested.emplace_back(request.without_data(), leaf);
-          const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
-          if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
-            if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
-            commits.push_back(std::move(*c));
-            continue;
-          }
-          if (elsewhere && !request.device.is_cuda()) moves.emplace_back(leaf, request.device);
-          *leaf = Value(loading::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
-        }
-        rounds = staging->plan_rounds(std::move(reads));
-        return rounds;
-      });
-  const std::exception_ptr read_error = loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging);
+  const std::function<const std::vector<std::vector<loading::TensorRead>>&()> plan_reads =
+      [&]() -> const std::vector<std::vector<loading::TensorRead>>& {
+    std::vector<loading::TensorRead> reads;
+    for (Value* leaf : sharded_leaves(split.sharded)) {
+      if (leaf->kind() != Kind::kShardedTensor) {
+        *leaf = loading::load_object(*reader, leaf->as_sharded_object());
+        continue;
+      }
+      const ShardedTensor& request = leaf->as_sharded_tensor();
+      if (filled) requested.emplace_back(request.without_data(), leaf);
+      const bool elsewhere = !request.data.defined() && !request.device.is_cpu();
+      if (std::optional<PendingCommit> c = plan_read_as_stored(*reader, leaf, options, reads)) {
+        if (elsewhere) moves.emplace_back(leaf, request.device);  // the hook fills a CPU tensor
+        commits.push_back(std::move(*c));
+        continue;
+      }
+      if (elsewhere && !request.device.is_cuda()) moves.emplace_back(leaf, request.device);
+      *leaf = Value(loading::plan_tensor_reads(*reader, request, reads, options.convert_dtype));
+    }
+    rounds = staging->plan_rounds(std::move(reads));
+    return rounds;
+  };
+  const bool replay = memo && memo->valid;
+  std::vector<std::string> read_plans;
+  if (replay) {  // the ranks' needs are what they were: only this rank's reads are planned again (their destinations)
+    run_agreed(comm, "plan the reads", [&] { plan_reads(); });
+    read_plans = memo->read_plans;
+  } else {
+    read_plans = loading::agree_on_read_plans(comm, "plan the reads", engine, plan_reads);
+  }
+  std::vector<std::string> decisions = replay ? memo->decisions : std::vector<std::string>{};
+  if (hooks.reads_began) *hooks.reads_began = std::chrono::steady_clock::now();
+  const std::exception_ptr read_error =
+      loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions);
 
   // One agreed step for the reads' outcome and the rest.
   Value common;
@@ -162,6 +176,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   if (filled) {
     for (auto& [request, leaf] : requested) filled->push_back(FilledTensor{std::move(request), leaf->as_tensor()});
   }
+  if (memo && !replay) *memo = ReadPlanMemo{true, std::move(read_plans), std::move(decisions)};
   LoadResult result =
       loading::assemble_load_result(std::move(common), split, sharded_state_dict, std::move(mismatch), options.strict);
   result.bytes_read = reader->bytes_read();

@@ -3,8 +3,10 @@
 // too, for callers that check the values.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distckpt/comm/communicator.h"
@@ -22,10 +24,28 @@ struct FilledTensor {
   at::Tensor values;
 };
 
+// What planning the reads of a load exchanged between the ranks, kept to
+// load the same requests from the same stored layout again (a transfer
+// repeated every step) without those collectives: the needs routed to this
+// rank and the schedulers' shares sent to it.
+struct ReadPlanMemo {
+  bool valid = false;
+  std::vector<std::string> read_plans;
+  std::vector<std::string> decisions;
+};
+
+// What a caller of load_from may watch or reuse; every field optional.
+struct LoadHooks {
+  std::vector<FilledTensor>* filled = nullptr;  // receives every requested ShardedTensor this rank filled
+  // Valid: the reads are planned from it (every rank must pass a valid memo
+  // of the same load, or none); else it is filled once the load succeeded.
+  ReadPlanMemo* memo = nullptr;
+  std::chrono::steady_clock::time_point* reads_began = nullptr;  // when planning ended and the reads began
+};
+
 // Collective: load() with the reader `open` makes (called once, inside the
-// opening's agreement). `filled`, when given, receives every requested
-// ShardedTensor this rank filled.
+// opening's agreement).
 LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open, Communicator& comm,
-                     const LoadOptions& options, std::vector<FilledTensor>* filled = nullptr);
+                     const LoadOptions& options, const LoadHooks& hooks = {});
 
 }  // namespace distckpt::loading

@@ -326,7 +326,8 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
 
 std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                  Communicator& comm, const ReadEngineOptions& options,
-                                 const std::vector<std::string>& plans, DeviceStaging& staging) {
+                                 const std::vector<std::string>& plans, DeviceStaging& staging,
+                                 std::vector<std::string>* decisions) {
   at::NoGradGuard no_grad;
   const bool share = shares_reads(options, comm);
   Planning planning{plans, {}, {}, {}, {}, 1};
@@ -335,11 +336,14 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
       planning.my_needs.emplace_back();
       for (const TensorRead& r : reads) planning.my_needs.back().push_back(r.need);
     }
-    if (partitioned_reads(options)) {
+    if (partitioned_reads(options) && decisions && !decisions->empty()) {
+      planning.decisions = *decisions;
+    } else if (partitioned_reads(options)) {
       // The schedulers' shares, merged (and checked) in the first round's agreement.
       planning.decisions = all_to_all_agreed(comm, "schedule the reads of pieces several ranks need", [&] {
         return schedule_routed_needs(catalog_of(reader), plans, options, comm.rank());
       });
+      if (decisions) *decisions = planning.decisions;
     }
   }
   std::vector<TensorRead> none;  // a round past this rank's last

@@ -41,8 +41,12 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
 // (a missing or corrupt piece, a failed transfer; nullptr when none) without
 // agreeing on it: the caller folds it into its next agreement, which must
 // follow on every rank, so that one collective reports it everywhere.
+// `decisions` (partitioned planning): the schedulers' messages to this rank;
+// when empty, they are scheduled (one collective) and kept there, else
+// reused as they are (the same load again: every rank passes them).
 [[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                                Communicator& comm, const ReadEngineOptions& options,
-                                               const std::vector<std::string>& plans, DeviceStaging& staging);
+                                               const std::vector<std::string>& plans, DeviceStaging& staging,
+                                               std::vector<std::string>* decisions = nullptr);
 
 }  // namespace distckpt::loading

@@ -13,13 +13,6 @@
 namespace distckpt::transferring {
 namespace {
 
-// A stored shard: key, box and flat range (none: [-1, -1)).
-using ShardKey = std::tuple<std::string, Shape, Shape, int64_t, int64_t>;
-
-ShardKey shard_key(const std::string& key, const Box& box, const std::optional<FlatRange>& flat) {
-  return {key, box.offset, box.length, flat ? flat->start : -1, flat ? flat->stop : -1};
-}
-
 // Elements [first, first + count) of `src`'s row-major flattening into `out`
 // (views of `src`, copied once, from any device).
 void copy_elements(const at::Tensor& src, int64_t first, int64_t count, uint8_t* out) {
@@ -41,41 +34,45 @@ void copy_elements(const at::Tensor& src, int64_t first, int64_t count, uint8_t*
 
 }  // namespace
 
-LiveSources::LiveSources(const std::vector<plan::LocalPlan>& plans, const std::vector<const ShardedTensor*>& mine) {
+SourceLayout::ShardKey SourceLayout::key_of(const std::string& key, const Box& box,
+                                            const std::optional<FlatRange>& flat) {
+  return {key, box.offset, box.length, flat ? flat->start : -1, flat ? flat->stop : -1};
+}
+
+SourceLayout::SourceLayout(const std::vector<plan::LocalPlan>& plans) {
   // Validated as a save's plan is; its chunks (one per distinct shard) are the stored chunks.
   plan::GlobalSavePlan global = plan::make_global_save_plan(plans, WriterPolicy::kLowestRank);
-  index_ = std::move(static_cast<StorageIndex&>(global.skeleton));
-  index_.checksum_block_size = 0;  // nothing is stored: no checksums to check
-  if (!index_.objects.empty()) {
-    throw UsageError(fmt::format("a transfer moves tensors; source '{}' is a ShardedObject: send it otherwise",
-                                 index_.objects.front().key));
-  }
-  std::map<ShardKey, std::pair<uint32_t, uint32_t>> chunk_of;
-  holders_.resize(index_.tensors.size());
-  for (uint32_t t = 0; t < index_.tensors.size(); ++t) {
-    const TensorRecord& record = index_.tensors[t];
-    holders_[t].resize(record.chunks.size());
+  index = std::move(static_cast<StorageIndex&>(global.skeleton));
+  index.checksum_block_size = 0;  // nothing is stored: no checksums to check
+  holders.resize(index.tensors.size());
+  for (uint32_t t = 0; t < index.tensors.size(); ++t) {
+    const TensorRecord& record = index.tensors[t];
+    holders[t].resize(record.chunks.size());
     for (uint32_t c = 0; c < record.chunks.size(); ++c) {
-      chunk_of.emplace(shard_key(record.key, record.chunks[c].box, record.chunks[c].flat), std::make_pair(t, c));
+      chunks.emplace(key_of(record.key, record.chunks[c].box, record.chunks[c].flat), std::make_pair(t, c));
     }
   }
   for (size_t r = 0; r < plans.size(); ++r) {
     for (const plan::ShardPlan& s : plans[r].tensors) {
-      const auto at = chunk_of.find(shard_key(s.key, s.box, s.flat));
-      if (at == chunk_of.end()) continue;  // an empty shard, or a replica group without a main (never read)
-      std::vector<int>& h = holders_[at->second.first][at->second.second];
+      const auto at = chunks.find(key_of(s.key, s.box, s.flat));
+      if (at == chunks.end()) continue;  // an empty shard, or a replica group without a main (never read)
+      std::vector<int>& h = holders[at->second.first][at->second.second];
       if (h.empty() || h.back() != static_cast<int>(r)) h.push_back(static_cast<int>(r));
     }
   }
+}
+
+LiveSources::LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine)
+    : layout_(std::move(layout)) {
   for (const ShardedTensor* t : mine) {
     if (!t->data.defined() || t->held_numel() == 0) continue;
-    const auto at = chunk_of.find(shard_key(t->key, t->global_box(), t->flattened_range));
-    if (at != chunk_of.end()) held_.emplace(at->second, t->data);
+    const auto at = layout_->chunks.find(SourceLayout::key_of(t->key, t->global_box(), t->flattened_range));
+    if (at != layout_->chunks.end()) held_.emplace(at->second, t->data);
   }
 }
 
 void LiveSources::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
-  const auto t = static_cast<uint32_t>(&tensor - index_.tensors.data());  // records come from index()
+  const auto t = static_cast<uint32_t>(&tensor - layout_->index.tensors.data());  // records come from index()
   const auto held = held_.find({t, chunk});
   if (held == held_.end()) {
     throw UsageError(fmt::format("this rank does not hold chunk {} of '{}' it was asked to send: a planning bug", chunk,

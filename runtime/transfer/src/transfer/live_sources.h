@@ -8,7 +8,11 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "distckpt/core/sharded_tensor.h"
@@ -17,19 +21,37 @@
 
 namespace distckpt::transferring {
 
-class LiveSources final : public StorageReader {
- public:
+// The sources' structure, the same on every rank: the index of their
+// distinct shards and who holds each. Kept while the sources keep their
+// layout (a transfer repeated every step plans once).
+struct SourceLayout {
   // `plans`: every rank's sources, by rank (checked: each tensor's main
   // replicas tile it exactly once, dtypes and shapes agree; ShardingError
-  // otherwise). `mine`: this rank's source tensors (they must outlive this).
-  LiveSources(const std::vector<plan::LocalPlan>& plans, const std::vector<const ShardedTensor*>& mine);
+  // otherwise).
+  explicit SourceLayout(const std::vector<plan::LocalPlan>& plans);
+
+  // A stored shard: key, box and flat range (none: [-1, -1)).
+  using ShardKey = std::tuple<std::string, Shape, Shape, int64_t, int64_t>;
+  static ShardKey key_of(const std::string& key, const Box& box, const std::optional<FlatRange>& flat);
+
+  StorageIndex index;
+  std::vector<std::vector<std::vector<int>>> holders;        // per record and chunk, ascending ranks
+  std::map<ShardKey, std::pair<uint32_t, uint32_t>> chunks;  // (record, chunk) of each shard
+};
+
+class LiveSources final : public StorageReader {
+ public:
+  // `mine`: this rank's source tensors (they must outlive this).
+  LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine);
 
   // The ranks that hold chunk `chunk` of record `tensor`, ascending.
-  const std::vector<int>& holders(uint32_t tensor, uint32_t chunk) const { return holders_.at(tensor).at(chunk); }
+  const std::vector<int>& holders(uint32_t tensor, uint32_t chunk) const {
+    return layout_->holders.at(tensor).at(chunk);
+  }
 
   StorageFormat format() const override { return StorageFormat("live"); }
   const std::string& location() const override { return location_; }
-  const StorageIndex& index() const override { return index_; }
+  const StorageIndex& index() const override { return layout_->index; }
   // Copies the bytes out of this rank's tensor (any layout or device);
   // UsageError when this rank does not hold the chunk.
   void read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) override;
@@ -41,8 +63,7 @@ class LiveSources final : public StorageReader {
 
  private:
   std::string location_ = "the transfer's sources";
-  StorageIndex index_;
-  std::vector<std::vector<std::vector<int>>> holders_;        // per record and chunk
+  std::shared_ptr<const SourceLayout> layout_;
   std::map<std::pair<uint32_t, uint32_t>, at::Tensor> held_;  // (record, chunk) -> this rank's data
   std::atomic<uint64_t> bytes_read_{0};
 };

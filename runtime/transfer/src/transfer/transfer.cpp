@@ -1,11 +1,14 @@
 // transfer(): gather every rank's source plan -> the sources as a live
 // checkpoint (transfer/live_sources.h) -> a load of the requests through it,
 // every piece sent by one of its holders -> the digests compared
-// (transfer/digest_check.h).
+// (transfer/digest_check.h). With a plan cache, the first two steps and the
+// load's planning collectives run once while nothing changes.
 #include "distckpt/transfer/transfer.h"
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -19,7 +22,41 @@
 #include "transfer/live_sources.h"
 
 namespace distckpt {
+
+struct TransferPlanCache::State {
+  std::vector<uint64_t> structures;  // every rank's, as planned
+  std::shared_ptr<const transferring::SourceLayout> layout;
+  loading::ReadPlanMemo reads;
+  uint64_t made = 0, reused = 0;
+  bool valid() const { return layout != nullptr && reads.valid; }
+};
+
+struct TransferPlanCacheAccess {
+  using State = TransferPlanCache::State;
+  static State& state(TransferPlanCache& cache) { return *cache.state_; }
+};
+
+TransferPlanCache::TransferPlanCache() : state_(std::make_unique<State>()) {}
+TransferPlanCache::~TransferPlanCache() = default;
+std::shared_ptr<TransferPlanCache> TransferPlanCache::create() {
+  return std::shared_ptr<TransferPlanCache>(new TransferPlanCache());
+}
+uint64_t TransferPlanCache::plans_made() const { return state_->made; }
+uint64_t TransferPlanCache::plans_reused() const { return state_->reused; }
+void TransferPlanCache::invalidate() {
+  const uint64_t made = state_->made, reused = state_->reused;
+  *state_ = State{};
+  state_->made = made;
+  state_->reused = reused;
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 
 // This rank's source tensors (factories applied, kept alive by `split`) and their plan.
 std::vector<const ShardedTensor*> source_tensors(const StateDict& sources, SplitStateDict& split,
@@ -38,6 +75,24 @@ std::vector<const ShardedTensor*> source_tensors(const StateDict& sources, Split
   return mine;
 }
 
+// What this rank's part of a plan depends on: its sources, its requests
+// (structure and devices) and the options that shape the plan.
+uint64_t structure_of(const plan::LocalPlan& sources, const StateDict& requests, const TransferOptions& options) {
+  SplitStateDict split = split_state_dict(apply_factories(requests));
+  plan::LocalPlan wanted;
+  std::string devices;
+  for (Value* leaf : sharded_leaves(split.sharded)) {
+    const ShardedTensor& t = leaf->as_sharded_tensor();
+    wanted.tensors.push_back(plan::plan_of(t));
+    devices += (t.data.defined() ? t.data.device() : t.device).str() + ";";
+  }
+  const std::string options_text = fmt::format("{} {} {} {}", options.bucket_bytes,
+                                               load_exchange_name(options.exchange), options.convert_dtype, devices);
+  uint64_t h = plan::structure_hash(sources);
+  h = h * 0x9e3779b97f4a7c15ull ^ plan::structure_hash(wanted);
+  return h * 0x9e3779b97f4a7c15ull ^ std::hash<std::string>{}(options_text);
+}
+
 // KeyMismatchError for a requested tensor that no source holds.
 void check_requested_keys(const StateDict& requests, const StorageIndex& sources, int rank) {
   SplitStateDict split = split_state_dict(apply_factories(requests));
@@ -52,30 +107,71 @@ void check_requested_keys(const StateDict& requests, const StorageIndex& sources
   }
 }
 
-}  // namespace
+// A rank's structure and whether its cache holds a plan, as the check carries them.
+std::string encode_structure(uint64_t structure, bool cached) {
+  std::string out(sizeof structure + 1, '\0');
+  std::memcpy(out.data(), &structure, sizeof structure);
+  out.back() = cached ? 1 : 0;
+  return out;
+}
 
-TransferResult transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
-                        const TransferOptions& options) {
+// Whether every rank's cache holds the plan of the structures they sent (and those structures).
+bool plan_holds(const std::vector<std::string>& gathered, const TransferPlanCacheAccess::State& cache,
+                std::vector<uint64_t>& structures) {
+  bool holds = cache.valid() && cache.structures.size() == gathered.size();
+  structures.assign(gathered.size(), 0);
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    if (gathered[r].size() != sizeof(uint64_t) + 1) {
+      throw ProtocolError(fmt::format("rank {} sent a {}-byte transfer plan check (expected {})", r, gathered[r].size(),
+                                      sizeof(uint64_t) + 1));
+    }
+    std::memcpy(&structures[r], gathered[r].data(), sizeof(uint64_t));
+    holds = holds && gathered[r].back() == 1 && structures[r] == cache.structures[r];
+  }
+  return holds;
+}
+
+TransferResult run_transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
+                            const TransferOptions& options, TransferPlanCacheAccess::State* cache) {
+  const Clock::time_point start = Clock::now();
   SplitStateDict split;
   std::vector<const ShardedTensor*> mine;
-  const std::vector<std::string> plans = gather_agreed(comm, "gather the transfer's sources", [&] {
+  plan::LocalPlan source_plan;
+  source_plan.rank = comm.rank();
+  // Objects and plain values stay where they are: the result keeps the request's.
+  auto [wanted, kept] = extract_sharded_tensors_and_factories(requests);
+  uint64_t structure = 0;
+  const auto describe = [&] {
     if (options.bucket_bytes == 0) throw UsageError("TransferOptions::bucket_bytes must be positive");
     if (options.exchange != LoadExchange::kBroadcast && options.exchange != LoadExchange::kAllGather) {
       throw UsageError(fmt::format("TransferOptions::exchange must be broadcast or all_gather, not {}",
                                    load_exchange_name(options.exchange)));
     }
-    plan::LocalPlan plan;
-    plan.rank = comm.rank();
-    mine = source_tensors(sources, split, plan);
-    return plan::encode_local_plan(plan);
-  });
-  // Objects and plain values stay where they are: the result keeps the request's.
-  auto [wanted, kept] = extract_sharded_tensors_and_factories(requests);
-  std::unique_ptr<transferring::LiveSources> live;
-  run_agreed(comm, "plan the transfer's sources", [&] {
-    live = std::make_unique<transferring::LiveSources>(plan::decode_local_plans(plans), mine);
-    check_requested_keys(wanted, live->index(), comm.rank());
-  });
+    mine = source_tensors(sources, split, source_plan);
+    if (cache) structure = structure_of(source_plan, wanted, options);
+  };
+
+  std::vector<uint64_t> structures;
+  const bool reuse = cache && plan_holds(gather_agreed(comm, "check the cached transfer plan",
+                                                       [&] {
+                                                         describe();
+                                                         return encode_structure(structure, cache->valid());
+                                                       }),
+                                         *cache, structures);
+  std::shared_ptr<const transferring::SourceLayout> layout;
+  if (reuse) {
+    layout = cache->layout;
+  } else {
+    const std::vector<std::string> plans = gather_agreed(comm, "gather the transfer's sources", [&] {
+      if (!cache) describe();
+      return plan::encode_local_plan(source_plan);
+    });
+    run_agreed(comm, "plan the transfer's sources", [&] {
+      layout = std::make_shared<transferring::SourceLayout>(plan::decode_local_plans(plans));
+      check_requested_keys(wanted, layout->index, comm.rank());
+    });
+  }
+  transferring::LiveSources live(layout, mine);
 
   LoadOptions load;
   load.exchange = options.exchange;
@@ -83,31 +179,64 @@ TransferResult transfer(const StateDict& sources, const StateDict& requests, Com
   load.convert_dtype = options.convert_dtype;
   load.io_threads = options.io_threads;
   const loading::OpenReader open = [&] {
-    auto reader = std::make_unique<loading::CheckpointReader>(*live);
-    reader->set_chunk_holders([&sources = *live](uint32_t t, uint32_t c) { return sources.holders(t, c); });
+    auto reader = std::make_unique<loading::CheckpointReader>(live);
+    reader->set_chunk_holders([&live](uint32_t t, uint32_t c) { return live.holders(t, c); });
     return reader;
   };
   std::vector<loading::FilledTensor> filled;
-  LoadResult loaded = loading::load_from(wanted, open, comm, load, options.verify ? &filled : nullptr);
+  loading::ReadPlanMemo fresh;
+  Clock::time_point reads_began = start;
+  loading::LoadHooks hooks;
+  hooks.filled = options.verify ? &filled : nullptr;
+  hooks.memo = cache ? (reuse ? &cache->reads : &fresh) : nullptr;
+  hooks.reads_began = &reads_began;
+  LoadResult loaded = loading::load_from(wanted, open, comm, load, hooks);
+  const Clock::time_point moved = Clock::now();
 
   TransferResult result;
   result.state_dict = std::move(kept);
   merge(result.state_dict, loaded.state_dict);
-  result.source_bytes_read = live->bytes_read();
+  result.source_bytes_read = live.bytes_read();
   if (options.verify) {
     transferring::DigestReport report = transferring::compare_digests(
         comm,
         [&] {
           std::vector<transferring::DigestPart> parts = transferring::source_digests(mine);
-          std::vector<transferring::DigestPart> received = transferring::received_digests(filled, live->index());
+          std::vector<transferring::DigestPart> received = transferring::received_digests(filled, layout->index);
           parts.insert(parts.end(), received.begin(), received.end());
           return parts;
         },
-        live->index());
+        layout->index);
     result.verified = std::move(report.verified);
     result.unverified = std::move(report.unverified);
   }
+  if (cache && !reuse) {
+    cache->structures = std::move(structures);
+    cache->layout = layout;
+    cache->reads = std::move(fresh);
+    ++cache->made;
+  } else if (cache) {
+    ++cache->reused;
+  }
+  result.plan_reused = reuse;
+  result.planning_seconds = seconds(start, reads_began);
+  result.moving_seconds = seconds(reads_began, moved);
+  result.verifying_seconds = seconds(moved, Clock::now());
   return result;
+}
+
+}  // namespace
+
+TransferResult transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
+                        const TransferOptions& options) {
+  TransferPlanCacheAccess::State* cache =
+      options.plan_cache ? &TransferPlanCacheAccess::state(*options.plan_cache) : nullptr;
+  try {
+    return run_transfer(sources, requests, comm, options, cache);
+  } catch (...) {
+    if (cache) options.plan_cache->invalidate();  // a failed transfer leaves no plan half made or half trusted
+    throw;
+  }
 }
 
 }  // namespace distckpt

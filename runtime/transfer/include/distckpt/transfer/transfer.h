@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "distckpt/comm/communicator.h"
@@ -20,6 +21,32 @@
 #include "distckpt/load/options.h"
 
 namespace distckpt {
+
+// Reusing a transfer's plan while the sources and the requests keep their
+// structure (the weights sent after every training step): the sources'
+// layout, who sends which piece and the windows the bytes travel in are
+// planned once; a repeated transfer checks, in one all-gather of 9 bytes
+// per rank, that every rank's sources, requests and options are what was
+// planned, and then only moves the bytes (and compares digests). Any
+// change on any rank plans again and refreshes the cache. Each rank keeps
+// its own cache object; every rank passes one, or none.
+class TransferPlanCache {
+ public:
+  static std::shared_ptr<TransferPlanCache> create();
+  ~TransferPlanCache();
+  TransferPlanCache(const TransferPlanCache&) = delete;
+  TransferPlanCache& operator=(const TransferPlanCache&) = delete;
+
+  uint64_t plans_made() const;    // transfers that planned from scratch
+  uint64_t plans_reused() const;  // transfers that replayed the cached plan
+  void invalidate();              // the next transfer plans from scratch
+
+ private:
+  struct State;                           // defined by the runtime
+  friend struct TransferPlanCacheAccess;  // the runtime's transfer
+  TransferPlanCache();
+  std::unique_ptr<State> state_;
+};
 
 struct TransferOptions {
   // Bytes in flight per rank: a slab a sender copies out of its tensor and
@@ -36,6 +63,8 @@ struct TransferOptions {
   // Threads per rank copying the pieces a rank keeps from its own sources;
   // 0 = resolve_io_threads' share of the host's cores.
   int io_threads = 0;
+  // Plan once, replay while nothing changes (see TransferPlanCache).
+  std::shared_ptr<TransferPlanCache> plan_cache{};
 };
 
 struct TransferResult {
@@ -48,6 +77,11 @@ struct TransferResult {
   // The tensors this rank owns that were not compared, and why (received in
   // another dtype; not received whole by the destinations' main replicas).
   std::map<std::string, std::string> unverified;
+  bool plan_reused = false;  // the cached plan was replayed
+  // Seconds on this rank: planning (until bytes began to move), moving them
+  // (packing, sending, unpacking, until every rank agreed they arrived),
+  // comparing digests.
+  double planning_seconds = 0, moving_seconds = 0, verifying_seconds = 0;
 };
 
 // Collective over every rank of `comm`: the source ranks, the destination
