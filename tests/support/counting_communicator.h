@@ -15,8 +15,10 @@
 namespace distckpt::testing {
 
 struct CommCounts {
-  std::atomic<uint64_t> bytes{0};        // handed to the communicator, messages and tensors
-  std::atomic<uint64_t> collectives{0};  // bytes collectives and barriers
+  std::atomic<uint64_t> bytes{0};          // handed to the communicator, messages and tensors
+  std::atomic<uint64_t> collectives{0};    // bytes collectives and barriers
+  std::atomic<uint64_t> messages{0};       // point-to-point tensors sent in batches (exchange_tensors)
+  std::atomic<uint64_t> message_bytes{0};  // their bytes
   // Optional: sees every message this rank hands to a bytes collective.
   std::function<void(std::string_view)> on_message;
 };
@@ -59,6 +61,15 @@ class CountingCommunicator final : public Communicator {
     inner_.send_tensor(tensor, dst, tag);
   }
   void recv_tensor(at::Tensor& tensor, int src, int tag) override { inner_.recv_tensor(tensor, src, tag); }
+  void exchange_tensors(const std::vector<PeerTensor>& sends, const std::vector<PeerTensor>& recvs) override {
+    for (const PeerTensor& s : sends) {
+      counts_.bytes += s.tensor.nbytes();
+      counts_.message_bytes += s.tensor.nbytes();
+    }
+    counts_.messages += sends.size();
+    inner_.exchange_tensors(sends, recvs);  // batched, as the inner communicator posts them
+  }
+  at::Device tensor_device() const override { return inner_.tensor_device(); }
   std::string backend() const override { return inner_.backend(); }
   std::optional<std::chrono::milliseconds> timeout() const override { return inner_.timeout(); }
 

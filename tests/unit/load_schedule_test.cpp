@@ -77,10 +77,14 @@ TEST(LoadSchedule, PiecesOnlyTheirHoldersCanReadAreSentByAHolder) {
   }
   // Spread over the holders: ranks 0 and 1 hold one piece each to send, their copies another.
   EXPECT_NE(s.shared[0].reader, s.shared[1].reader);
-  // A needer that holds a piece sends it itself.
+  // A needer that holds a piece takes it from its own copy; the others get it from a holder that reads the least.
   needs[4] = {whole(0)};
   const LoadSchedule t = make_load_schedule(needs, held, 1 << 20, true);
-  EXPECT_EQ(t.shared[0].reader, 4);
+  EXPECT_EQ(t.shared_slot[4][0], -1);
+  EXPECT_EQ(t.read_bytes[4], 128u);
+  ASSERT_EQ(t.shared.size(), 2u);
+  EXPECT_EQ(t.shared[0].reader, 0);           // rank 4 already reads piece 0 for itself
+  EXPECT_EQ(t.shared[0].needers.size(), 3u);  // ranks 2 and 3, and the sender
   // A holder outside the ranks is refused.
   const PieceLookup outside = [](uint32_t t, uint32_t p) {
     PieceGeometry g = piece(t, p);

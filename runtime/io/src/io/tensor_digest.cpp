@@ -8,9 +8,12 @@
 namespace distckpt::io {
 namespace {
 
+constexpr uint64_t kStep = 0x9e3779b97f4a7c15ull;  // the place of element i is i * kStep + kOrigin
+constexpr uint64_t kOrigin = 0x632be59bd9b4e019ull;
+
 // splitmix64's finalizer over the element's bytes mixed with its place.
-inline uint64_t term(uint64_t bits, uint64_t index) {
-  uint64_t x = bits ^ (index * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
+inline uint64_t term(uint64_t bits, uint64_t place) {
+  uint64_t x = bits ^ place;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
@@ -19,11 +22,11 @@ inline uint64_t term(uint64_t bits, uint64_t index) {
 template <typename T>
 uint64_t sum_terms(const void* data, uint64_t count, uint64_t first) {
   const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t sum = 0;
-  for (uint64_t i = 0; i < count; ++i) {
+  uint64_t sum = 0, place = first * kStep + kOrigin;
+  for (uint64_t i = 0; i < count; ++i, place += kStep) {
     T v;
     std::memcpy(&v, p + i * sizeof(T), sizeof(T));  // any alignment
-    sum += term(static_cast<uint64_t>(v), first + i);
+    sum += term(static_cast<uint64_t>(v), place);
   }
   return sum;
 }
@@ -43,7 +46,9 @@ uint64_t digest_run(const void* data, uint64_t count, size_t element_size, uint6
     default: {  // wider elements (complex128): each one's bytes hashed first
       const auto* p = static_cast<const uint8_t*>(data);
       uint64_t sum = 0;
-      for (uint64_t i = 0; i < count; ++i) sum += term(xxh3(p + i * element_size, element_size), first_index + i);
+      for (uint64_t i = 0; i < count; ++i) {
+        sum += term(xxh3(p + i * element_size, element_size), (first_index + i) * kStep + kOrigin);
+      }
       return sum;
     }
   }

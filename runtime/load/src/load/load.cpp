@@ -104,8 +104,22 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     if (options.strict != StrictHandling::kAssumeOkUnexpected) stored = loading::stored_keys_of(*reader);
     if (!keys_collective) mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, options.strict);
   };
+  // Replaying a memo with nothing collective to check, this rank opens and
+  // plans alone: a failure joins the reads' first agreement instead.
+  const bool replay = memo && memo->valid;
+  const bool quiet_replay = replay && !keys_collective && !options.validate_access_integrity;
+  std::exception_ptr early;
+  if (quiet_replay) {
+    try {
+      open_step();
+    } catch (...) {
+      early = std::current_exception();
+    }
+  }
   const std::vector<std::string> routed_keys =
-      loading::agreed_routing_keys(comm, "open the checkpoint", options.strict, open_step, split.sharded, stored);
+      quiet_replay
+          ? std::vector<std::string>{}
+          : loading::agreed_routing_keys(comm, "open the checkpoint", options.strict, open_step, split.sharded, stored);
   if (keys_collective) {
     // Every rank reaches the owners' answers; a raise on one rank is then agreed on by all.
     std::exception_ptr key_error;
@@ -116,7 +130,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     }
     agree_on_errors(comm, "check keys against the checkpoint", key_error);
   }
-  if (options.validate_access_integrity) loading::validate_access_integrity(split.sharded, comm);
+  if (options.validate_access_integrity && !quiet_replay) loading::validate_access_integrity(split.sharded, comm);
 
   std::vector<std::vector<loading::TensorRead>> rounds;
   // Requests without data for a device other than the CPU: read on the CPU
@@ -149,9 +163,18 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     rounds = staging->plan_rounds(std::move(reads));
     return rounds;
   };
-  const bool replay = memo && memo->valid;
   std::vector<std::string> read_plans;
-  if (replay) {  // the ranks' needs are what they were: only this rank's reads are planned again (their destinations)
+  if (quiet_replay) {
+    if (!early) {
+      try {
+        plan_reads();
+      } catch (...) {
+        early = std::current_exception();
+      }
+    }
+    if (!reader) loading::fail_reads(comm, engine, early);
+    read_plans = memo->read_plans;
+  } else if (replay) {  // the ranks' needs are what they were: this rank's reads are planned again (their destinations)
     run_agreed(comm, "plan the reads", [&] { plan_reads(); });
     read_plans = memo->read_plans;
   } else {
@@ -160,7 +183,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   std::vector<std::string> decisions = replay ? memo->decisions : std::vector<std::string>{};
   if (hooks.reads_began) *hooks.reads_began = std::chrono::steady_clock::now();
   const std::exception_ptr read_error =
-      loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions);
+      loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions, early);
 
   // One agreed step for the reads' outcome and the rest.
   Value common;

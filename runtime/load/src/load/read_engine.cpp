@@ -29,6 +29,8 @@ namespace {
 
 using Task = std::function<void()>;
 
+constexpr const char* kFirstReadPhase = "plan the fully parallel load";
+
 // Runs tasks on a few threads; keeps the first error.
 class TaskRunner {
  public:
@@ -239,8 +241,7 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
   if (planning) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
     // A later round's agreement also reports what failed in the round before it.
-    const std::string phase =
-        round == 0 ? "plan the fully parallel load" : fmt::format("read the tensors (staging round {})", round);
+    const std::string phase = round == 0 ? kFirstReadPhase : fmt::format("read the tensors (staging round {})", round);
     offers = all_to_all_agreed(comm, phase, [&] {
       if (earlier) std::rethrow_exception(earlier);
       prepare();
@@ -327,9 +328,10 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
 std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                  Communicator& comm, const ReadEngineOptions& options,
                                  const std::vector<std::string>& plans, DeviceStaging& staging,
-                                 std::vector<std::string>* decisions) {
+                                 std::vector<std::string>* decisions, std::exception_ptr earlier) {
   at::NoGradGuard no_grad;
   const bool share = shares_reads(options, comm);
+  if (earlier && !share) return earlier;  // nobody waits for this rank's reads
   Planning planning{plans, {}, {}, {}, {}, 1};
   if (share) {
     for (const std::vector<TensorRead>& reads : rounds) {
@@ -347,7 +349,7 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
     }
   }
   std::vector<TensorRead> none;  // a round past this rank's last
-  std::exception_ptr error;
+  std::exception_ptr error = earlier;
   for (size_t k = 0; k < std::max<size_t>(1, share ? planning.rounds : rounds.size()); ++k) {
     std::vector<TensorRead>& reads = k < rounds.size() ? rounds[k] : none;
     try {
@@ -368,6 +370,12 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
     if (error && !share) return error;  // no other rank waits for this one's rounds
   }
   return error;
+}
+
+void fail_reads(Communicator& comm, const ReadEngineOptions& options, const std::exception_ptr& error) {
+  if (!shares_reads(options, comm)) std::rethrow_exception(error);
+  all_to_all_agreed(comm, kFirstReadPhase, [&]() -> std::vector<std::string> { std::rethrow_exception(error); });
+  throw ProtocolError("every rank agreed on reads this rank failed to plan");  // all_to_all_agreed threw
 }
 
 }  // namespace distckpt::loading

@@ -44,9 +44,17 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
 // `decisions` (partitioned planning): the schedulers' messages to this rank;
 // when empty, they are scheduled (one collective) and kept there, else
 // reused as they are (the same load again: every rank passes them).
+// `earlier`: this rank's failure before the reads (planning them alone),
+// which the first agreement reports on every rank.
 [[nodiscard]] std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                                Communicator& comm, const ReadEngineOptions& options,
                                                const std::vector<std::string>& plans, DeviceStaging& staging,
-                                               std::vector<std::string>* decisions = nullptr);
+                                               std::vector<std::string>* decisions = nullptr,
+                                               std::exception_ptr earlier = nullptr);
+
+// Collective, on a rank that failed before it could run execute_reads (its
+// reader never opened) while the others run it: joins their first
+// agreement with `error`, which every rank then raises. Never returns.
+[[noreturn]] void fail_reads(Communicator& comm, const ReadEngineOptions& options, const std::exception_ptr& error);
 
 }  // namespace distckpt::loading

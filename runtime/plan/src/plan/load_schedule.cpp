@@ -113,20 +113,31 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
             fmt::format("holder {} of a piece of tensor {} is not one of the {} ranks", h, refs[i].tensor, world));
       }
     }
-    const auto holds = [&](int rank) {
-      return g.holders.empty() || std::binary_search(g.holders.begin(), g.holders.end(), rank);
-    };
-    bool needers_hold = true;
-    for (size_t k = i; k < j && needers_hold; ++k) needers_hold = holds(refs[k].rank);
-    if (needers_hold && (!share || one_rank)) {  // each rank reads the rows its own parts span
-      for (size_t k = i; k < j;) {
+    // Each rank reads the rows its own parts of refs[from, to) span.
+    const auto read_privately = [&](size_t from, size_t to) {
+      for (size_t k = from; k < to;) {
         size_t m = k;
         std::vector<const Box*> parts;
-        for (; m < j && refs[m].rank == refs[k].rank; ++m)
+        for (; m < to && refs[m].rank == refs[k].rank; ++m)
           parts.push_back(&needs[static_cast<size_t>(refs[m].rank)][refs[m].index].part);
         schedule.read_bytes[static_cast<size_t>(refs[k].rank)] += span_bytes(g, row_span(g.box, parts));
         k = m;
       }
+    };
+    if (!g.holders.empty()) {
+      // Needers that hold the piece take their parts from their own copy; a holder sends the others theirs.
+      const auto first_other = std::stable_partition(
+          refs.begin() + static_cast<ptrdiff_t>(i), refs.begin() + static_cast<ptrdiff_t>(j),
+          [&](const NeedRef& r) { return std::binary_search(g.holders.begin(), g.holders.end(), r.rank); });
+      const auto others = static_cast<size_t>(first_other - refs.begin());
+      read_privately(i, others);
+      if (others == j) {
+        i = j;
+        continue;
+      }
+      i = others;
+    } else if (!share || one_rank) {
+      read_privately(i, j);
       i = j;
       continue;
     }
@@ -151,17 +162,16 @@ LoadSchedule make_load_schedule(const std::vector<std::vector<PieceNeed>>& needs
   }
 
   // Readers: balanced over the needers of each piece (plan/balance.h), or
-  // over those that hold it, or over its holders.
+  // over its holders when only they can read it.
   std::vector<BalanceItem> items(schedule.shared.size());
   for (size_t k = 0; k < items.size(); ++k) {
     const SharedPiece& s = schedule.shared[k];
-    const std::vector<int>& holders = s.geometry.holders;
     items[k].bytes = shared_bytes[k];
-    for (const SharedPiece::Needer& n : s.needers) {
-      if (holders.empty() || std::binary_search(holders.begin(), holders.end(), n.rank))
-        items[k].candidates.push_back(n.rank);
+    if (!s.geometry.holders.empty()) {
+      items[k].candidates = s.geometry.holders;
+      continue;
     }
-    if (items[k].candidates.empty()) items[k].candidates = holders;
+    for (const SharedPiece::Needer& n : s.needers) items[k].candidates.push_back(n.rank);
   }
   Balance balance = balance_least_loaded(items, std::move(schedule.read_bytes), tie_start);
   for (size_t k = 0; k < items.size(); ++k) {

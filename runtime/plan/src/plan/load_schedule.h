@@ -37,9 +37,10 @@ struct PieceGeometry {
   uint64_t element_size = 1;
   // The ranks that can read the piece (ascending; in the rank numbering of
   // the needs it is scheduled with), when not every rank can: a live
-  // transfer's sources, whose pieces are in their holders' memory. Such a
-  // piece is read by one of its needers that holds it, else by the holder
-  // that reads the least so far, which then takes part without a need.
+  // transfer's sources, whose pieces are in their holders' memory. A needer
+  // that holds such a piece reads its own parts from its copy; the other
+  // needers get theirs from the holder that reads the least so far, which
+  // takes part in the piece without a need of its own.
   std::vector<int> holders;
 };
 using PieceLookup = std::function<PieceGeometry(uint32_t tensor, uint32_t piece)>;
