@@ -5,8 +5,10 @@
 //   distckpt_fault_probe DIR async-save SEED ...   the same as an asynchronous save with
 //                                                  background staging, then finalized
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
+//   distckpt_fault_probe DIR transfer SEED ...     transfer "w" so that each rank gets the
+//                                                  next rank's rows, no storage (DIR unused)
 // --io-threads N sets SaveOptions/LoadOptions::io_threads (default: automatic).
-// Prints "rank R saved seed S" or "rank R loaded seed S bitwise-equal" and
+// Prints "rank R saved seed S" or "rank R loaded/transferred seed S bitwise-equal" and
 // exits 0; on an error, prints "rank R failed: CLASS: WHAT" (CLASS: the
 // distckpt error class, e.g. IoError), then for an error the ranks agreed
 // on one line per failed rank, "rank R report: rank F CLASS errno=E PATH",
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
   std::string dir, action;
   int64_t seed = 0, mb = 4;
   app.add_option("dir", dir)->required();
-  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load"}));
+  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load", "transfer"}));
   app.add_option("seed", seed)->required();
   app.add_option("--mb", mb, "MiB of tensor data in all");
   int io_threads = 0;
@@ -57,6 +59,19 @@ int main(int argc, char** argv) {
       }
       std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
       return 0;
+    }
+    if (action == "transfer") {
+      // Each rank asks for the next rank's rows: all of "w" travels.
+      const int world = comm->size(), next = (rank + 1) % world;
+      StateDict requests = Value::dict();
+      requests["w"] = fault_state(next, world, seed, mb, false).at("w");
+      TransferOptions options;
+      options.bucket_bytes = uint64_t{1} << 13;  // many messages: a kill lands inside the transfer
+      const TransferResult r = transfer(fault_state(rank, world, seed, mb, true), requests, *comm, options);
+      const bool equal = at::equal(r.state_dict.at("w").as_tensor(),
+                                   fault_state(next, world, seed, mb, true).at("w").as_sharded_tensor().data);
+      std::cout << fmt::format("rank {} transferred seed {} {}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT");
+      return equal ? 0 : 1;
     }
     LoadOptions load_options;
     load_options.io_threads = io_threads;

@@ -42,10 +42,11 @@ std::string probe_job(const std::string& dir, const std::string& action, int see
 }
 
 std::string probe_node(int node, int port, const std::string& dir, const std::string& action, int seed,
-                       const std::string& rank_prefix) {
-  return kBin + "/distckpt-launch --nnodes 2 --node-rank " + std::to_string(node) + " -n 1 --master-addr 127.0.0.1 " +
-         "--master-port " + std::to_string(port) + " -- " + rank_prefix + (rank_prefix.empty() ? "" : " ") + kBin +
-         "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " + std::to_string(seed);
+                       const std::string& rank_prefix, int nodes) {
+  return kBin + "/distckpt-launch --nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(node) +
+         " -n 1 --master-addr 127.0.0.1 " + "--master-port " + std::to_string(port) + " -- " + rank_prefix +
+         (rank_prefix.empty() ? "" : " ") + kBin + "/distckpt_fault_probe " + shell_quote(dir) + " " + action + " " +
+         std::to_string(seed);
 }
 
 int free_port() {

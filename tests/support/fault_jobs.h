@@ -17,13 +17,13 @@ std::string shell_quote(const std::string& text);
 std::string probe_job(const std::string& dir, const std::string& action, int seed, const std::string& probe_args = "",
                       const std::string& rank_prefix = "");
 
-// The command line of one node of a 2-node job of one rank each (rank =
-// node): `distckpt-launch --nnodes 2 --node-rank NODE -n 1 --master-port
+// The command line of one node of a job of `nodes` nodes of one rank each
+// (rank = node): `distckpt-launch --nnodes N --node-rank NODE -n 1 --master-port
 // PORT -- rank_prefix distckpt_fault_probe DIR ACTION SEED`. Each node's
 // launcher stops only its own rank, so a rank that dies leaves the other
 // to find out by itself, as on two machines.
 std::string probe_node(int node, int port, const std::string& dir, const std::string& action, int seed,
-                       const std::string& rank_prefix = "");
+                       const std::string& rank_prefix = "", int nodes = 2);
 // A TCP port on loopback that was free a moment ago.
 int free_port();
 
