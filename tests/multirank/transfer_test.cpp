@@ -145,6 +145,48 @@ TEST(Transfer, GptToTwoMoreRanksOfTheJob) {
   verified.expect_equal_to(saved_digests(tmp.path() + "/ckpt"));
 }
 
+// Inference ranks that name their tensors as Hugging Face Llama does: each
+// external tensor (split on rows over the two ranks where it divides) is
+// filled from its part of a source tensor (a layer of a stack, a fused part).
+TEST(Transfer, GptToTwoMoreRanksInLlamaNames) {
+  const NameMapping llama = gpt::llama_mapping(config());
+  VerifiedDigests verified;
+  run_ranks(6, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::unique_ptr<gpt::Model> source;
+    StateDict sources = Value::dict(), requests = Value::dict(), expected = Value::dict();
+    if (r < 4) {
+      source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
+      sources = source->state_dict();
+    } else {
+      for (const MappedName& name : llama.expand()) {
+        at::Tensor whole = testing::global_tensor(name.key, name.key_shape);
+        for (size_t d = 0; d < name.region.ndim(); ++d) {
+          whole = whole.narrow(static_cast<int64_t>(d), name.region.offset[d], name.region.length[d]);
+        }
+        whole = whole.reshape(name.external_shape());
+        const int64_t rows = whole.size(0), parts = rows % 2 == 0 ? 2 : 1, part = parts == 2 ? r - 4 : 0;
+        expected[name.external] = whole.narrow(0, part * rows / parts, rows / parts).clone();
+        requests[name.external] =
+            ShardedTensor::from_rank_offsets(name.external, at::zeros_like(expected.at(name.external).as_tensor()),
+                                             {{0, part, parts}}, {parts == 2 ? 0 : r - 4});
+      }
+    }
+    TransferOptions options;
+    options.mapping = llama;
+    const TransferResult result = transfer(sources, requests, comm, options);
+    for (const auto& [external, want] : expected.as_dict()) {
+      EXPECT_TRUE(at::equal(result.state_dict.at(external).as_tensor(), want.as_tensor())) << external;
+    }
+    if (r >= 4) {
+      EXPECT_GT(expected.size(), 10u);
+    }
+    verified.add(result);
+  });
+  TempDir tmp("transfer");
+  verified.expect_equal_to(saved_digests(tmp.path() + "/ckpt"));
+}
+
 // Every rank's error class and message, by rank.
 std::vector<std::pair<std::string, std::string>> errors_of(int world, const std::function<void(Communicator&)>& body) {
   std::vector<std::pair<std::string, std::string>> errors(static_cast<size_t>(world));

@@ -19,6 +19,7 @@
 #include "load/load_from.h"
 #include "plan/local_plan.h"
 #include "transfer/digest_check.h"
+#include "transfer/external_names.h"
 #include "transfer/live_sources.h"
 
 namespace distckpt {
@@ -142,6 +143,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   auto [wanted, kept] = extract_sharded_tensors_and_factories(requests);
   uint64_t structure = 0;
   const auto describe = [&] {
+    if (options.mapping) wanted = transferring::in_source_names(wanted, *options.mapping);
     if (options.bucket_bytes == 0) throw UsageError("TransferOptions::bucket_bytes must be positive");
     if (options.exchange != LoadExchange::kBroadcast && options.exchange != LoadExchange::kAllGather) {
       throw UsageError(fmt::format("TransferOptions::exchange must be broadcast or all_gather, not {}",

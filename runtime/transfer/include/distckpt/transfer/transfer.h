@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/state_dict.h"
+#include "distckpt/format/name_mapping.h"
 #include "distckpt/load/options.h"
 
 namespace distckpt {
@@ -63,6 +65,11 @@ struct TransferOptions {
   // Threads per rank copying the pieces a rank keeps from its own sources;
   // 0 = resolve_io_threads' share of the host's cores.
   int io_threads = 0;
+  // Requests named in another naming, through this mapping from the layout
+  // schema (gpt::llama_mapping(config)): an entry keyed by an external name
+  // (a Hugging Face tensor) receives its part of the source tensor the
+  // mapping puts it in (a layer of a stack, a fused part), in any box.
+  std::optional<NameMapping> mapping{};
   // Plan once, replay while nothing changes (see TransferPlanCache).
   std::shared_ptr<TransferPlanCache> plan_cache{};
 };
