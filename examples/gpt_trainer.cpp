@@ -15,6 +15,9 @@
 //   distckpt-gpt-trainer --write-mapping llama m.json  # the schema's mapping for this config, as JSON:
 //   distckpt convert TORCH_DIST HF --to safetensors --map m.json  # what DCP does not record
 //   ... --steps 100 --async-save-every 10 --async-save-root R  # asynchronous saves while training
+//   distckpt-launch -n 6 -- distckpt-gpt-trainer --tp 2 --pp 2 --steps 6 --send-every 2 --inference-ranks 2
+//       # 4 trainer ranks send their weights every 2 steps to 2 "inference" ranks of the same job
+//       # (tp 2, Llama names), which check them: transfer(), no storage
 //
 // Every parameter starts as its slice of a deterministic global tensor, and
 // the loss is elementwise (0.5 * |p - target|^2 with a global target), so
@@ -24,6 +27,7 @@
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -59,7 +63,9 @@ struct Args {
   std::string save_format = "distckpt";    // or dcp, dcp-1.13, torch_dist
   std::vector<std::string> write_mapping;  // NAME FILE: write the schema's mapping NAME for this config, and stop
   bool overwrite = false;
-  std::string device = "cpu";  // cuda: parameters and optimizer state live on this rank's GPU
+  std::string device = "cpu";   // cuda: parameters and optimizer state live on this rank's GPU
+  int64_t inference_ranks = 0;  // more ranks after the trainer's, receiving its weights every send_every steps
+  int64_t send_every = 0;
 };
 
 struct Coords {
@@ -118,6 +124,70 @@ StateDict weights_only(const StateDict& request) {
     if (value.kind() == Kind::kShardedTensor || value.kind() == Kind::kFactory) out[key] = value;
   }
   return out;
+}
+
+// Weights sent to inference ranks: the schema's mapping of the model
+// (Llama names for gpt, Mixtral's for moe), each external tensor split on
+// rows over the inference ranks where they divide it, else replicated.
+const char* inference_mapping(const Args& a) { return a.model == "gpt" ? "llama" : "mixtral"; }
+
+TransferOptions send_options(const NameMapping& mapping) {
+  static const std::shared_ptr<TransferPlanCache> cache = TransferPlanCache::create();  // planned at the first send
+  TransferOptions options;
+  options.mapping = mapping;
+  options.plan_cache = cache;
+  return options;
+}
+
+// An inference rank: receives the weights after every send_every steps and
+// checks them. With SGD on the elementwise loss a weight after s steps is
+// target + (initial - target) * 0.9^s, which the rank computes for its own
+// part; the transfer itself compares every tensor's digest with the trainer's.
+int run_inference(const NameMapping& mapping, const Args& a, Communicator& comm) {
+  const int64_t me = comm.rank() - (comm.size() - a.inference_ranks);
+  StateDict requests = Value::dict();
+  std::vector<std::pair<std::string, MappedName>> mine;
+  for (const MappedName& name : mapping.expand()) {
+    const Shape shape = name.external_shape();
+    const bool split = !shape.empty() && shape[0] % a.inference_ranks == 0;
+    const int64_t parts = split ? a.inference_ranks : 1;
+    Shape local = shape;
+    if (!local.empty()) local[0] /= parts;
+    requests[name.external] = ShardedTensor::from_rank_offsets(
+        name.external, at::zeros(local),
+        shape.empty() ? std::vector<RankOffset>{} : std::vector<RankOffset>{{0, split ? me : 0, parts}},
+        {split ? 0 : me});
+    mine.emplace_back(name.external, name);
+  }
+  for (int64_t step = a.send_every; step <= a.steps; step += a.send_every) {
+    const TransferResult r = transfer(StateDict::dict(), requests, comm, send_options(mapping));
+    double worst = 0;
+    for (const auto& [external, name] : mine) {
+      if (a.optimizer != "sgd") break;
+      const auto region_of = [&](double salt) {
+        at::Tensor t = global_value(name.key, name.key_shape, salt);
+        for (size_t d = 0; d < name.region.ndim(); ++d) {
+          t = t.narrow(static_cast<int64_t>(d), name.region.offset[d], name.region.length[d]);
+        }
+        return t.reshape(name.external_shape());
+      };
+      const at::Tensor target = region_of(0.5);
+      const at::Tensor expected = target + (region_of(0.0) - target) * std::pow(0.9, static_cast<double>(step));
+      const ShardedTensor& request = requests.at(external).as_sharded_tensor();
+      at::Tensor want = expected;
+      if (want.dim() > 0) want = want.narrow(0, request.global_offset[0], request.local_shape[0]);
+      worst = std::max(worst, (r.state_dict.at(external).as_tensor() - want).abs().max().item<double>());
+    }
+    if (a.optimizer == "sgd" && worst > 1e-4) {
+      throw Error(
+          fmt::format("inference rank {}: weights after step {} differ from the trainer's by {}", me, step, worst));
+    }
+    fmt::print("inference rank {} received step {}: {} tensors{}, digests compared{}\n", me, step, mine.size(),
+               a.optimizer == "sgd" ? fmt::format(", values within {:.1e} of the closed form", worst) : "",
+               r.plan_reused ? " (plan reused)" : "");
+  }
+  comm.barrier();  // the trainer's closing one
+  return 0;
 }
 
 // Runs `steps` of the elementwise loss, 0.5 * |p - target|^2.
@@ -227,6 +297,12 @@ int64_t checkpoint_and_train(Model& layout, const LayoutOptimizer& layout_optimi
         if (queue) queue->wait_staged();
       },
       [&](int64_t done) {
+        if (a.inference_ranks > 0 && done % a.send_every == 0) {
+          const NameMapping mapping =  // a copy: save_options() is a temporary
+              find_mapping(layout.save_options().name_mappings, inference_mapping(a), "the layout schema");
+          set_objects_and_common(layout, c, start + done);  // the state dict wants them; only weights go
+          transfer(weights_only(layout.state_dict()), StateDict::dict(), comm, send_options(mapping));
+        }
         if (!queue || done % a.async_save_every != 0) return;
         const int64_t at_iteration = start + done;
         queue->save(state_at(at_iteration), fmt::format("{}/iter_{:07d}", a.async_save_root, at_iteration),
@@ -278,6 +354,10 @@ Config common_config(const Args& a) {
 
 template <typename Model, typename LayoutOptimizer>
 int run(Model& layout, const Args& a, const Coords& c, Communicator& comm) {
+  if (comm.rank() >= comm.size() - a.inference_ranks) {
+    return run_inference(find_mapping(layout.save_options().name_mappings, inference_mapping(a), "the layout schema"),
+                         a, comm);
+  }
   if (!a.write_mapping.empty()) {
     const SaveOptions options = layout.save_options();
     const NameMapping& mapping = find_mapping(options.name_mappings, a.write_mapping[0], "the layout schema");
@@ -411,14 +491,23 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device, "where parameters and optimizer state live: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--overwrite", a.overwrite, "replace a checkpoint already in --save (after the new one is committed)");
+  app.add_option("--inference-ranks", a.inference_ranks,
+                 "ranks after the trainer's that receive its weights every --send-every steps (transfer, no "
+                 "storage) in Hugging Face names (llama for gpt, mixtral for moe), split over them, and check them");
+  app.add_option("--send-every", a.send_every, "send the weights to the inference ranks every N steps");
   CLI11_PARSE(app, argc, argv);
   try {
     at::set_num_threads(1);
     auto comm = communicator_from_env();
     if (a.etp == 0) a.etp = a.tp;
     const int64_t world = a.tp * a.cp * a.dp * a.pp;
-    if (world != comm->size()) {
-      throw Error(fmt::format("tp*cp*dp*pp = {} but {} ranks were started", world, comm->size()));
+    if (world + a.inference_ranks != comm->size()) {
+      throw Error(fmt::format("tp*cp*dp*pp = {} and {} inference ranks, but {} ranks were started", world,
+                              a.inference_ranks, comm->size()));
+    }
+    if ((a.inference_ranks > 0) != (a.send_every > 0)) throw Error("--inference-ranks and --send-every go together");
+    if (a.inference_ranks > 0 && (!a.save_dir.empty() || !a.load_dir.empty() || a.async_save_every > 0)) {
+      throw Error("--inference-ranks: the job's ranks are not all trainers, so it neither saves nor loads");
     }
     if (a.model == "gpt" && (a.ep != 1 || a.mtp_layers != 0)) throw Error("--ep and --mtp-layers need --model moe");
     if (a.async_save_every > 0 && a.async_save_root.empty()) throw Error("--async-save-every needs --async-save-root");
@@ -434,7 +523,7 @@ int main(int argc, char** argv) {
                       a.etp * a.ep, stage_ranks));
     }
     const int64_t edp = stage_ranks / (a.etp * a.ep);
-    const Coords c = coords_of(comm->rank(), a);
+    const Coords c = coords_of(static_cast<int>(std::min<int64_t>(comm->rank(), world - 1)), a);  // inference: any
     if (a.model == "gpt") {
       gpt::Config config = common_config<gpt::Config>(a);
       config.tie_embeddings = a.tie_embeddings;
