@@ -15,7 +15,9 @@
 // transfer (the slowest rank's), the bytes every rank sent point to point
 // against the bytes the destinations needed from other ranks (computed from
 // the layouts), and the peak RSS a transfer adds to each rank (VmHWM after
-// it, reset by /proc/self/clear_refs, minus VmRSS before).
+// it, reset by /proc/self/clear_refs, minus VmRSS before). The floor: every
+// rank copying the bytes it needs from others once within its own memory,
+// the least a transfer that read the senders' memory directly would cost.
 // Run under distckpt-launch -n 8 (reshard) or -n 6 (separate).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
   int64_t total_mb = 1024, hidden = 1024;
   int reps = 3, dest_ranks = 2;
   uint64_t bucket_mb = 64;
-  std::string dir = "bench-tmp", scenario = "reshard";
+  std::string dir = "bench-tmp", scenario = "reshard", exchange = "auto";
   app.add_option("--mb", total_mb, "global state size in MiB");
   app.add_option("--hidden", hidden, "hidden size of the layers");
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
   app.add_option("--dest-ranks", dest_ranks, "separate: ranks that receive (tp over them)");
   app.add_option("--bucket-mb", bucket_mb, "TransferOptions::bucket_bytes in MiB");
   app.add_option("--dir", dir, "scratch directory for the save plus load");
+  app.add_option("--exchange", exchange, "auto (shared memory within a host) or broadcast (messages)");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
@@ -171,6 +174,7 @@ int main(int argc, char** argv) {
 
   TransferOptions options;
   options.bucket_bytes = bucket_mb << 20;
+  options.exchange = parse_load_exchange(exchange);
   options.plan_cache = TransferPlanCache::create();
   bench::Timer first(comm), cached(comm), unverified(comm), baseline(comm);
   TransferResult last;
@@ -197,6 +201,14 @@ int main(int argc, char** argv) {
   }
   options.verify = false;
   for (int i = 0; i < reps; ++i) unverified.run([&] { transfer(sources, requests, comm, options); });
+  // The floor: each rank copies the bytes it needs from others once, within its own memory (what a transfer
+  // that read straight out of the senders' memory would cost at least; shared memory costs two copies).
+  bench::Timer floor(comm);
+  {
+    const auto bytes = static_cast<int64_t>(needed_from_others(src, dst, layers, hidden));
+    at::Tensor from = at::ones({std::max<int64_t>(bytes, 1)}, at::kByte), to = at::zeros_like(from);
+    for (int i = 0; i < reps; ++i) floor.run([&] { to.copy_(from); });
+  }
   LoadOptions load_options;
   for (int i = 0; i < reps; ++i) {
     const std::string ckpt = fmt::format("{}/ckpt{}", dir, i);
@@ -215,14 +227,17 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     io::remove_tree(dir);
     const double gb = static_cast<double>(state_bytes) / 1e9;
-    fmt::print("scenario {} ranks {} state {:.2f} GB ({} layers, hidden {}), bucket {} MiB, {} reps (medians)\n",
-               scenario, world, gb, layers, hidden, bucket_mb, reps);
+    fmt::print(
+        "scenario {} ranks {} state {:.2f} GB ({} layers, hidden {}), exchange {}, bucket {} MiB, {} reps "
+        "(medians)\n",
+        scenario, world, gb, layers, hidden, exchange, bucket_mb, reps);
     fmt::print("transfer, plan cached, verified   {:8.3f} s   {:6.2f} GB/s of state\n", cached.median(),
                gb / cached.median());
     fmt::print("transfer, plan cached, unverified {:8.3f} s\n", unverified.median());
     fmt::print("transfer, first (plans)           {:8.3f} s\n", first.median());
     fmt::print("save + load through {:14} {:8.3f} s   ratio {:.2f}x\n", dir, baseline.median(),
                baseline.median() / cached.median());
+    fmt::print("floor: each rank copies what it needs once, in its own memory {:8.3f} s\n", floor.median());
     fmt::print(
         "cached transfer, slowest rank: planning {:.4f} s ({:.2f}% of the transfer), moving {:.3f} s, "
         "verifying {:.3f} s\n",

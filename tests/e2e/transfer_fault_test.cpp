@@ -2,7 +2,8 @@
 // (each under its own distckpt-launch, so that a rank's death is found by
 // the others themselves, as on three machines); the middle one is killed
 // (SIGKILL, injected by strace at one of its socket writes while the bytes
-// move). Both others fail within the timeout, with the same error class.
+// move as messages, as between hosts). Both others fail within the
+// timeout, with the same error class.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -38,8 +38,8 @@ const std::vector<plan::PieceNeed>& fixed_share_needs() {
 }
 
 plan::PieceGeometry fixed_share_piece(uint32_t tensor, uint32_t piece) {
-  if (tensor == 0 && piece < 2) return {{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4};
-  if (tensor == 1 && piece == 0) return {{{0}, {16}}, 2};
+  if (tensor == 0 && piece < 2) return {{{4 * static_cast<int64_t>(piece), 0}, {4, 8}}, 4, {}};
+  if (tensor == 1 && piece == 0) return {{{0}, {16}}, 2, {}};
   throw distckpt::ProtocolError("no such piece");
 }
 

@@ -14,37 +14,19 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/layout/from_global.h"
-#include "distckpt/transfer/transfer.h"
-#include "gpt.shard.h"
 #include "moe.shard.h"
-#include "multirank/checkpoint_fixtures.h"
+#include "multirank/transfer_fixtures.h"
 #include "support/ranks.h"
 
 namespace distckpt {
 namespace {
 
-// The whole tensor of every key: its slices are what each mesh binds.
-at::Tensor deterministic_global(const std::string& key, const Shape& shape) {
-  return testing::global_tensor(key, shape);
-}
+using testing::deterministic_global;
+using testing::expect_tensors_equal;
+using testing::gpt_mesh;
+using testing::VerifiedDigests;
 
-// heads = kv_groups = 4, so tp 4 divides every split and fused part.
-gpt::Config gpt_config() {
-  gpt::Config c;
-  c.hidden = 16;
-  c.ffn = 32;
-  c.vocab = 64;
-  c.layers = 4;
-  c.heads = 4;
-  c.kv_groups = 4;
-  return c;
-}
-
-// tp, pp, dp coordinates; no context parallelism.
-gpt::Mesh gpt_mesh(layout::AxisCoord tp, layout::AxisCoord pp, layout::AxisCoord dp = {0, 1}) {
-  return gpt::Mesh{tp, {0, 1}, dp, pp};
-}
+gpt::Config gpt_config() { return testing::transfer_gpt_config(); }
 
 struct Gpt {
   std::unique_ptr<gpt::Model> model;
@@ -94,21 +76,6 @@ StateDict gpt_request(const Gpt& g) {
   return sd;
 }
 
-at::Tensor data_of(const Value& entry) {
-  return entry.kind() == Kind::kFactory ? entry.as_factory().data : entry.as_sharded_tensor().data;
-}
-
-// Every tensor of `got` (a transfer's state dict) equals `want`'s (a reference model's).
-void expect_tensors_equal(const StateDict& got, const StateDict& want, int rank) {
-  size_t compared = 0;
-  for (const auto& [name, entry] : want.as_dict()) {
-    if (entry.kind() != Kind::kShardedTensor && entry.kind() != Kind::kFactory) continue;
-    EXPECT_TRUE(at::equal(got.at(name).as_tensor(), data_of(entry))) << "rank " << rank << ": " << name;
-    ++compared;
-  }
-  EXPECT_GT(compared, 10u);
-}
-
 // Weights and Adam state equal a reference's, trained on the destination's
 // mesh. A transfer moves no plain values, and Adam::load_state_dict needs the
 // optimizer's "step" (layout::torch_optimizer_state reads it), so the state
@@ -120,7 +87,7 @@ void expect_gpt_equal(const StateDict& got, const Gpt& reference, int rank) {
   size_t compared = 0;
   for (const auto& [param, entries] : want.at("optimizer").at("state").as_dict()) {
     for (const auto& [name, entry] : entries.as_dict()) {
-      EXPECT_TRUE(at::equal(state.at(param).at(name).as_tensor(), data_of(entry)))
+      EXPECT_TRUE(at::equal(state.at(param).at(name).as_tensor(), testing::data_of(entry)))
           << "rank " << rank << ": " << param << " " << name;
       ++compared;
     }
@@ -128,55 +95,6 @@ void expect_gpt_equal(const StateDict& got, const Gpt& reference, int rank) {
   EXPECT_EQ(state.size(), reference.params.size());
   EXPECT_EQ(compared, 2 * reference.params.size());  // exp_avg and exp_avg_sq of every parameter
 }
-
-// The checkpoint keys of the tensors in `v` (a fused factory's parts).
-void collect_tensor_keys(const Value& v, std::set<std::string>& keys) {
-  if (v.is_dict()) {
-    for (const auto& [name, child] : v.as_dict()) collect_tensor_keys(child, keys);
-  } else if (v.kind() == Kind::kShardedTensor) {
-    keys.insert(v.as_sharded_tensor().key);
-  } else if (v.kind() == Kind::kFactory) {
-    collect_tensor_keys(v.as_factory().build_subtree(), keys);
-  }
-}
-
-// The digests every rank verified, merged, and the tensors that should be among them.
-class VerifiedDigests {
- public:
-  void add(const TransferResult& r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [key, digest] : r.verified) EXPECT_TRUE(digests_.emplace(key, digest).second) << key;
-    for (const auto& [key, why] : r.unverified) unverified_[key] = why;
-  }
-  // Every tensor of `want` (what a destination received, as a reference holds it) must be verified.
-  void expect_verified(const StateDict& want) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    collect_tensor_keys(want, expected_);
-  }
-  // Exactly the tensors expected were verified, none left unverified.
-  void check() const {
-    EXPECT_TRUE(unverified_.empty()) << unverified_.begin()->first << ": " << unverified_.begin()->second;
-    EXPECT_EQ(digests_.size(), expected_.size());
-    for (const std::string& key : expected_) EXPECT_EQ(digests_.count(key), 1u) << key;
-  }
-  // Equal to the digests of a save of the same sources: one per saved tensor
-  // (extra_state objects are saved but not transferred, and not digested).
-  void expect_equal_to(const std::vector<TensorDigest>& saved) const {
-    EXPECT_TRUE(unverified_.empty()) << unverified_.begin()->first << ": " << unverified_.begin()->second;
-    EXPECT_EQ(digests_.size(), saved.size());
-    for (const TensorDigest& d : saved) {
-      const auto it = digests_.find(d.key);
-      ASSERT_NE(it, digests_.end()) << d.key;
-      EXPECT_EQ(it->second, d.hash) << d.key;
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, uint64_t> digests_;
-  std::map<std::string, std::string> unverified_;
-  std::set<std::string> expected_;
-};
 
 TEST(TransferLayouts, GptWithAdamFromTp2Pp2ToTp4OnTheSameRanks) {
   TempDir tmp("transfer-layouts");

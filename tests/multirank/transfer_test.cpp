@@ -7,89 +7,23 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <map>
-#include <mutex>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/exchange.h"
-#include "distckpt/layout/from_global.h"
-#include "gpt.shard.h"
-#include "multirank/checkpoint_fixtures.h"
+#include "multirank/transfer_fixtures.h"
 #include "support/ranks.h"
 
 namespace distckpt {
 namespace {
 
-gpt::Config config() {
-  gpt::Config c;
-  c.hidden = 16;
-  c.ffn = 32;
-  c.vocab = 64;
-  c.layers = 4;
-  c.heads = 4;
-  c.kv_groups = 4;
-  return c;
-}
+using testing::expect_tensors_equal;
+using testing::filled_model;
+using testing::VerifiedDigests;
 
-// tp, pp, dp coordinates; no context parallelism.
-gpt::Mesh mesh(layout::AxisCoord tp, layout::AxisCoord pp, layout::AxisCoord dp = {0, 1}) {
-  return gpt::Mesh{tp, {0, 1}, dp, pp};
-}
-
-// A model whose tensors hold their slices of deterministic globals.
-std::unique_ptr<gpt::Model> filled_model(const gpt::Mesh& m) {
-  auto model = std::make_unique<gpt::Model>(config(), m);
-  std::vector<std::pair<std::string, at::Tensor>> params;
-  for (const auto& [name, entry] : model->metadata_state_dict().as_dict()) {
-    if (entry.kind() == Kind::kShardedObject) continue;
-    params.emplace_back(name, layout::local_from_global(entry, [](const std::string& key, const Shape& shape) {
-                          return testing::global_tensor(key, shape);
-                        }));
-  }
-  model->bind(params);
-  for (int64_t l = 0; l < model->decoder_layers_local_count(); ++l) {
-    model->decoder_layers(l).self_attention_core_attention__extra_state("x");
-  }
-  return model;
-}
-
-// Every tensor of `got` (a transfer's or a load's state dict) equals `want`'s (a filled model's).
-void expect_tensors_equal(const StateDict& got, const StateDict& want, int rank) {
-  size_t compared = 0;
-  for (const auto& [name, entry] : want.as_dict()) {
-    at::Tensor expected;
-    if (entry.kind() == Kind::kShardedTensor) expected = entry.as_sharded_tensor().data;
-    if (entry.kind() == Kind::kFactory) expected = entry.as_factory().data;
-    if (!expected.defined()) continue;
-    EXPECT_TRUE(at::equal(got.at(name).as_tensor(), expected)) << "rank " << rank << ": " << name;
-    ++compared;
-  }
-  EXPECT_GT(compared, 10u);
-}
-
-// The digests every rank verified, merged.
-class VerifiedDigests {
- public:
-  void add(const TransferResult& r) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [key, digest] : r.verified) EXPECT_TRUE(digests_.emplace(key, digest).second) << key;
-    for (const auto& [key, why] : r.unverified) unverified_[key] = why;
-  }
-  // Equal to the digests of a save of the same state.
-  void expect_equal_to(const std::vector<TensorDigest>& saved) const {
-    EXPECT_TRUE(unverified_.empty()) << unverified_.begin()->first << ": " << unverified_.begin()->second;
-    ASSERT_EQ(digests_.size(), saved.size());
-    for (const TensorDigest& d : saved) {
-      const auto it = digests_.find(d.key);
-      ASSERT_NE(it, digests_.end()) << d.key;
-      EXPECT_EQ(it->second, d.hash) << d.key;
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, uint64_t> digests_;
-  std::map<std::string, std::string> unverified_;
-};
+gpt::Config config() { return testing::transfer_gpt_config(); }
+gpt::Mesh mesh(layout::AxisCoord tp, layout::AxisCoord pp) { return testing::gpt_mesh(tp, pp); }
 
 // The sources (tp 2, pp 2 on ranks 0-3) saved, for the digests to compare with.
 std::vector<TensorDigest> saved_digests(const std::string& dir) {
@@ -187,6 +121,54 @@ TEST(Transfer, GptToTwoMoreRanksInLlamaNames) {
   verified.expect_equal_to(saved_digests(tmp.path() + "/ckpt"));
 }
 
+// Destinations in bfloat16 from float32 sources: converted as they arrive;
+// such tensors are reported unverified (their digests cannot match), the
+// others still verified.
+TEST(Transfer, ConvertedOnTheWayAndReportedUnverified) {
+  run_ranks(2, [](Communicator& comm) {
+    const int r = comm.rank();
+    const at::Tensor w = testing::global_tensor("w", {8, 6}), b = testing::global_tensor("b", {6});
+    StateDict sources = Value::dict(), requests = Value::dict();
+    sources["w"] = ShardedTensor::from_rank_offsets("w", w.narrow(0, 4 * r, 4).clone(), {{0, r, 2}});
+    sources["b"] = ShardedTensor::from_rank_offsets("b", b.clone(), {}, {r});
+    requests["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({8, 3}, at::kBFloat16), {{1, r, 2}});
+    requests["b"] = ShardedTensor::from_rank_offsets("b", at::zeros({6}), {}, {r});
+    TransferOptions options;
+    EXPECT_THROW(transfer(sources, requests, comm, options), ShardingError);  // off: a dtype change is an error
+    options.convert_dtype = true;
+    const TransferResult result = transfer(sources, requests, comm, options);
+    EXPECT_TRUE(at::equal(result.state_dict.at("w").as_tensor(), w.narrow(1, 3 * r, 3).to(at::kBFloat16)));
+    EXPECT_TRUE(at::equal(result.state_dict.at("b").as_tensor(), b));
+    for (const auto& [key, why] : result.unverified) {
+      EXPECT_EQ(key, "w");
+      EXPECT_EQ(why, "received in another dtype than its sources'");
+    }
+    for (const auto& [key, digest] : result.verified) EXPECT_EQ(key, "b");
+  });
+}
+
+// Two destinations that both call themselves the main replica of the same
+// half of a tensor (and nobody the other half): the digests could not be
+// compared, so the tensor is reported unverified, not taken for corruption.
+TEST(Transfer, ATensorNotReceivedOnceByMainReplicasIsUnverifiedNotAnError) {
+  run_ranks(2, [](Communicator& comm) {
+    const int r = comm.rank();
+    const at::Tensor w = testing::global_tensor("w", {8, 6});
+    StateDict sources = Value::dict(), requests = Value::dict();
+    sources["w"] = ShardedTensor::from_rank_offsets("w", w.narrow(0, 4 * r, 4).clone(), {{0, r, 2}});
+    requests["w"] = ShardedTensor::from_rank_offsets("w", at::zeros({4, 6}), {{0, 1, 2}});  // rows 4-7, replica 0
+    const TransferResult result = transfer(sources, requests, comm);
+    EXPECT_TRUE(at::equal(result.state_dict.at("w").as_tensor(), w.narrow(0, 4, 4)));
+    EXPECT_TRUE(result.verified.empty());
+    for (const auto& [key, why] : result.unverified) {
+      EXPECT_EQ(key, "w");
+      EXPECT_EQ(why,
+                "the destinations' main replicas did not receive each of its 48 elements once (48 received; "
+                "replica ids decide which ranks count)");
+    }
+  });
+}
+
 // Every rank's error class and message, by rank.
 std::vector<std::pair<std::string, std::string>> errors_of(int world, const std::function<void(Communicator&)>& body) {
   std::vector<std::pair<std::string, std::string>> errors(static_cast<size_t>(world));
@@ -225,7 +207,9 @@ TEST(Transfer, AByteChangedInFlightFailsEveryRankNamingTheTensor) {
   const auto errors = errors_of(4, [](Communicator& comm) {
     const int r = comm.rank();
     const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
-    transfer(source->state_dict(), gpt::Model(config(), mesh({r, 4}, {0, 1})).metadata_state_dict(), comm);
+    TransferOptions options;
+    options.exchange = LoadExchange::kBroadcast;  // as messages, as between hosts (the hook sees messages)
+    transfer(source->state_dict(), gpt::Model(config(), mesh({r, 4}, {0, 1})).metadata_state_dict(), comm, options);
   });
   comm::set_payload_tamper_for_testing({});
   EXPECT_TRUE(flipped);
@@ -248,6 +232,7 @@ TEST(Transfer, UnverifiedWithoutTheCheck) {
     const int r = comm.rank();
     const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
     TransferOptions options;
+    options.exchange = LoadExchange::kBroadcast;
     options.verify = false;
     const TransferResult result =
         transfer(source->state_dict(), gpt::Model(config(), mesh({r, 4}, {0, 1})).metadata_state_dict(), comm, options);
@@ -287,9 +272,13 @@ TEST(Transfer, ACachedPlanIsReplayedEveryStepWithTheNewValues) {
     // Another destination mesh: planned again.
     gpt::Model other(config(), mesh({r % 2, 2}, {r / 2, 2}));
     EXPECT_FALSE(transfer(source->state_dict(), other.metadata_state_dict(), comm, options).plan_reused);
+    // A rank without its cache: every rank plans (and none waits in a collective the others skip).
+    TransferOptions without = options;
+    if (r == 1) without.plan_cache = nullptr;
+    EXPECT_FALSE(transfer(source->state_dict(), other.metadata_state_dict(), comm, without).plan_reused);
   });
   for (const auto& cache : caches) {
-    EXPECT_EQ(cache->plans_made(), 2u);
+    EXPECT_EQ(cache->plans_made(), cache.get() == caches[1].get() ? 2u : 3u);
     EXPECT_EQ(cache->plans_reused(), 2u);
   }
 }

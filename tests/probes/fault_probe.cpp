@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
       StateDict requests = Value::dict();
       requests["w"] = fault_state(next, world, seed, mb, false).at("w");
       TransferOptions options;
-      options.bucket_bytes = uint64_t{1} << 13;  // many messages: a kill lands inside the transfer
+      options.bucket_bytes = uint64_t{1} << 13;     // many messages: a kill lands inside the transfer
+      options.exchange = LoadExchange::kBroadcast;  // messages, as between hosts (not shared memory)
       const TransferResult r = transfer(fault_state(rank, world, seed, mb, true), requests, *comm, options);
       const bool equal = at::equal(r.state_dict.at("w").as_tensor(),
                                    fault_state(next, world, seed, mb, true).at("w").as_sharded_tensor().data);

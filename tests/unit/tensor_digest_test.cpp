@@ -49,5 +49,27 @@ TEST(TensorDigest, AChangedOrMovedElementChangesIt) {
             whole(c));
 }
 
+TEST(TensorDigest, PlaceSumsTellWhetherPartsCoverATensorOnce) {
+  const Shape shape{6, 10};
+  const PlaceSums whole = place_sums(Box{{0, 0}, {6, 10}}, shape);
+  PlaceSums halves = place_sums(Box{{0, 0}, {6, 5}}, shape);
+  halves += place_sums(Box{{0, 5}, {6, 5}}, shape);
+  EXPECT_EQ(halves, whole);
+  EXPECT_EQ(whole.elements, 60u);
+  EXPECT_EQ(whole.indices, 59u * 60u / 2u);
+  // One part twice and another not at all: as many elements, other places.
+  PlaceSums twice = place_sums(Box{{0, 0}, {3, 10}}, shape);
+  twice += place_sums(Box{{0, 0}, {3, 10}}, shape);
+  EXPECT_EQ(twice.elements, whole.elements);
+  EXPECT_FALSE(twice == whole);
+  // Rows that swap places: Σi agrees, Σi² does not.
+  PlaceSums swapped = place_sums(Box{{1, 0}, {1, 10}}, shape);
+  swapped += place_sums(Box{{1, 0}, {1, 10}}, shape);
+  PlaceSums apart = place_sums(Box{{0, 0}, {1, 10}}, shape);
+  apart += place_sums(Box{{2, 0}, {1, 10}}, shape);
+  EXPECT_EQ(swapped.indices, apart.indices);
+  EXPECT_NE(swapped.squares, apart.squares);
+}
+
 }  // namespace
 }  // namespace distckpt::io

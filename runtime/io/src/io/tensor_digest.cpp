@@ -77,4 +77,45 @@ uint64_t digest_region(const at::Tensor& values, const Box& region, const Shape&
   return sum;
 }
 
+PlaceSums& PlaceSums::operator+=(const PlaceSums& o) {
+  elements += o.elements;
+  indices += o.indices;
+  squares += o.squares;
+  return *this;
+}
+
+bool PlaceSums::operator==(const PlaceSums& o) const {
+  return elements == o.elements && indices == o.indices && squares == o.squares;
+}
+
+PlaceSums place_sums(const Box& region, const Shape& global_shape) {
+  using Wide = unsigned __int128;  // the products before their division are exact
+  PlaceSums sums;
+  const auto add_run = [&](uint64_t first, uint64_t count) {
+    const Wide s = first, n = count;
+    sums.elements += count;
+    sums.indices += static_cast<uint64_t>(n * s + n * (n - 1) / 2);
+    sums.squares += static_cast<uint64_t>(n * s * s + s * n * (n - 1) + (n - 1) * n * (2 * n - 1) / 6);
+  };
+  const size_t nd = region.ndim();
+  if (nd == 0) {
+    add_run(0, 1);
+    return sums;
+  }
+  if (region.empty()) return sums;
+  const Shape strides = contiguous_strides(global_shape);
+  const auto row = static_cast<uint64_t>(region.length[nd - 1]);
+  std::vector<int64_t> at(nd - 1, 0);
+  for (uint64_t done = 0, total = static_cast<uint64_t>(region.numel()); done < total; done += row) {
+    uint64_t first = static_cast<uint64_t>(region.offset[nd - 1]);
+    for (size_t d = 0; d + 1 < nd; ++d) first += static_cast<uint64_t>((region.offset[d] + at[d]) * strides[d]);
+    add_run(first, row);
+    for (size_t d = nd - 1; d-- > 0;) {
+      if (++at[d] < region.length[d]) break;
+      at[d] = 0;
+    }
+  }
+  return sums;
+}
+
 }  // namespace distckpt::io

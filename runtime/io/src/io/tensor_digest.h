@@ -31,4 +31,15 @@ uint64_t digest_run(const void* data, uint64_t count, size_t element_size, uint6
 // the elements of `region` of a tensor of `global_shape`.
 uint64_t digest_region(const at::Tensor& values, const Box& region, const Shape& global_shape);
 
+// Which elements a set of parts covers, as sums over their row-major
+// indices i of i and of i * i (mod 2^64): parts that cover a tensor once
+// sum to the whole tensor's, while a part missing or held twice changes
+// them (short of a contrived coincidence). Computed per row in closed form.
+struct PlaceSums {
+  uint64_t elements = 0, indices = 0, squares = 0;
+  PlaceSums& operator+=(const PlaceSums& o);
+  bool operator==(const PlaceSums& o) const;
+};
+PlaceSums place_sums(const Box& region, const Shape& global_shape);
+
 }  // namespace distckpt::io

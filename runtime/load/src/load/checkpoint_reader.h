@@ -75,6 +75,7 @@ class CheckpointReader {
   // reads the storage.
   using ChunkHolders = std::function<std::vector<int>(uint32_t tensor, uint32_t chunk)>;
   void set_chunk_holders(ChunkHolders holders) { holders_ = std::move(holders); }
+  bool has_chunk_holders() const { return static_cast<bool>(holders_); }
   std::vector<int> chunk_holders(uint32_t tensor, uint32_t chunk) const {
     return holders_ ? holders_(tensor, chunk) : std::vector<int>{};
   }

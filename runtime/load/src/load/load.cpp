@@ -172,7 +172,6 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
         early = std::current_exception();
       }
     }
-    if (!reader) loading::fail_reads(comm, engine, early);
     read_plans = memo->read_plans;
   } else if (replay) {  // the ranks' needs are what they were: this rank's reads are planned again (their destinations)
     run_agreed(comm, "plan the reads", [&] { plan_reads(); });
@@ -182,8 +181,10 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   }
   std::vector<std::string> decisions = replay ? memo->decisions : std::vector<std::string>{};
   if (hooks.reads_began) *hooks.reads_began = std::chrono::steady_clock::now();
+  // A replaying rank whose reader never opened joins the reads' first agreement without reading.
   const std::exception_ptr read_error =
-      loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions, early);
+      reader ? loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions, early)
+             : loading::fail_reads(comm, engine, early);
 
   // One agreed step for the reads' outcome and the rest.
   Value common;

@@ -280,7 +280,14 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
     // The pieces this rank reads itself: its own, and its parts of same_host ones when shared memory is out.
     std::vector<int32_t> own = share->slot;
     for (int32_t& slot : own) {
-      if (slot >= 0 && !on_host && share->pieces[static_cast<size_t>(slot)].same_host) slot = -1;
+      if (slot < 0 || on_host || !share->pieces[static_cast<size_t>(slot)].same_host) continue;
+      const std::vector<int>& holders = share->pieces[static_cast<size_t>(slot)].geometry.holders;
+      if (!holders.empty() && !std::binary_search(holders.begin(), holders.end(), me)) {
+        throw UsageError(
+            "shared memory could not be set up on this host, and only the ranks that hold a transfer's sources can "
+            "read them: transfer with LoadExchange::kBroadcast (messages) instead");
+      }
+      slot = -1;
     }
     TaskRunner runner(private_tasks(reader, reads, own, options.slab_bytes), options.threads);
     if (planning) {
@@ -372,10 +379,14 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
   return error;
 }
 
-void fail_reads(Communicator& comm, const ReadEngineOptions& options, const std::exception_ptr& error) {
-  if (!shares_reads(options, comm)) std::rethrow_exception(error);
-  all_to_all_agreed(comm, kFirstReadPhase, [&]() -> std::vector<std::string> { std::rethrow_exception(error); });
-  throw ProtocolError("every rank agreed on reads this rank failed to plan");  // all_to_all_agreed threw
+std::exception_ptr fail_reads(Communicator& comm, const ReadEngineOptions& options, const std::exception_ptr& error) {
+  if (!shares_reads(options, comm)) return error;
+  try {
+    all_to_all_agreed(comm, kFirstReadPhase, [&]() -> std::vector<std::string> { std::rethrow_exception(error); });
+  } catch (...) {
+    return std::current_exception();  // agreed: what every rank's execute_reads returns
+  }
+  return error;  // not reached: the agreement raised this rank's error
 }
 
 }  // namespace distckpt::loading

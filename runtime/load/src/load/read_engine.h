@@ -54,7 +54,9 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
 
 // Collective, on a rank that failed before it could run execute_reads (its
 // reader never opened) while the others run it: joins their first
-// agreement with `error`, which every rank then raises. Never returns.
-[[noreturn]] void fail_reads(Communicator& comm, const ReadEngineOptions& options, const std::exception_ptr& error);
+// agreement with `error` and returns what execute_reads returns on every
+// rank then (the agreed error), for the caller's next agreement.
+[[nodiscard]] std::exception_ptr fail_reads(Communicator& comm, const ReadEngineOptions& options,
+                                            const std::exception_ptr& error);
 
 }  // namespace distckpt::loading

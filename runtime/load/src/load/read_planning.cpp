@@ -57,9 +57,9 @@ struct Senders {
 };
 
 // Pieces only their holders can read (a live transfer's): every holder of
-// a piece routed here joins the round without needs, so that the schedule
-// can choose it to read (on a host of its own: no shared memory with it).
-void take_in_holders(const PieceCatalog& catalog, Senders& s, int next_host) {
+// a piece routed here joins the round without needs (on its host), so that
+// the schedule can choose it to read.
+void take_in_holders(const PieceCatalog& catalog, Senders& s, const std::vector<int>& host_of_rank) {
   std::vector<int> holders;
   for (const std::vector<plan::PieceNeed>& needs : s.needs) {
     for (const plan::PieceNeed& n : needs) {
@@ -83,7 +83,7 @@ void take_in_holders(const PieceCatalog& catalog, Senders& s, int next_host) {
     merged.ranks.push_back(h);
     merged.needs.emplace_back();
     merged.indices.emplace_back();
-    merged.hosts.push_back(next_host++);
+    merged.hosts.push_back(host_of_rank.at(static_cast<size_t>(h)));
   }
   for (; i < s.ranks.size(); ++i) take(i);
   s = std::move(merged);
@@ -127,6 +127,7 @@ PieceCatalog catalog_of(CheckpointReader& reader) {
       }
     }
   };
+  c.has_holders = reader.has_chunk_holders();
   return c;
 }
 
@@ -168,9 +169,10 @@ std::vector<std::string> route_read_plan(const std::vector<std::vector<TensorRea
       r.indices[k].push_back(i);
     }
   }
-  // Never empty: every part carries the round count; the host goes where needs go.
+  // Never empty: every part carries the round count and the host (a scheduler
+  // may choose any holder of a live piece to read it: transfer/live_sources.h).
   std::vector<std::string> parts(static_cast<size_t>(world),
-                                 plan::encode_read_plan("", std::vector<std::string>(rounds.size())));
+                                 plan::encode_read_plan(host, std::vector<std::string>(rounds.size())));
   for (const auto& [s, r] : routed) {
     std::vector<std::string> round_needs;
     for (size_t k = 0; k < rounds.size(); ++k) {
@@ -187,6 +189,7 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
   size_t rounds = 0;
   std::vector<Senders> by_round;
   std::map<std::string, int> host_ids;
+  std::vector<int> host_of_rank(world);
   for (size_t r = 0; r < world; ++r) {
     const std::string origin = fmt::format("rank {}", r);
     if (routed[r].empty()) throw ProtocolError(fmt::format("{} routed no read plan to rank {}", origin, me));
@@ -194,6 +197,7 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
     rounds = std::max(rounds, m.rounds.size());
     if (by_round.size() < rounds) by_round.resize(rounds);
     const int host = host_ids.emplace(m.host, static_cast<int>(host_ids.size())).first->second;
+    host_of_rank[r] = host;
     for (size_t k = 0; k < m.rounds.size(); ++k) {
       if (m.rounds[k].empty()) continue;
       std::vector<uint32_t> indices;
@@ -214,7 +218,9 @@ std::vector<std::string> schedule_routed_needs(const PieceCatalog& catalog, cons
   }
   rounds = std::max<size_t>(rounds, 1);  // a load runs at least one staging round
   by_round.resize(rounds);
-  for (Senders& s : by_round) take_in_holders(catalog, s, static_cast<int>(host_ids.size()));
+  if (catalog.has_holders) {
+    for (Senders& s : by_round) take_in_holders(catalog, s, host_of_rank);
+  }
   std::map<int, std::vector<plan::LoadShare>> shares;  // of the ranks that routed needs here, per round
   std::vector<uint32_t> host_rounds;
   for (size_t k = 0; k < rounds; ++k) {

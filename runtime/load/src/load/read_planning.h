@@ -33,6 +33,7 @@ namespace distckpt::loading {
 struct PieceCatalog {
   plan::PieceLookup lookup;
   std::function<void(const std::vector<plan::PieceNeed>& needs, int rank)> check;
+  bool has_holders = false;  // some pieces only their holders can read (a live transfer's)
 };
 PieceCatalog catalog_of(CheckpointReader& reader);
 

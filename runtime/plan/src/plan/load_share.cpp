@@ -215,8 +215,11 @@ uint32_t merge_share_message(std::string_view bytes, const std::string& origin, 
     if (p.reader < 0 || p.reader >= world) malformed(kWhat, origin, fmt::format("reader {}", p.reader));
     p.slabs = slabs_from_rows(p.geometry.box, scalars(x->slab_rows(), kWhat, origin), origin);
     p.own_needs = scalars(x->own_needs(), kWhat, origin);
-    // Only a reader may take part without needs of its own (a holder reading for others).
-    if (p.own_needs.empty() && p.reader != me) malformed(kWhat, origin, "a piece that serves none of the rank's needs");
+    // Only a holder of a live piece may take part without needs of its own: it reads for the others.
+    const bool holds = std::binary_search(p.geometry.holders.begin(), p.geometry.holders.end(), me);
+    if (p.own_needs.empty() && (p.reader != me || !holds)) {
+      malformed(kWhat, origin, "a piece that serves none of the rank's needs");
+    }
     const auto at = static_cast<uint32_t>(share.pieces.size());
     std::vector<Box> my_parts;
     for (uint32_t need : p.own_needs) {

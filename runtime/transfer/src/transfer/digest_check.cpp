@@ -3,6 +3,8 @@
 #include <flatbuffers/flatbuffers.h>
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "comm/agreement.h"
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
@@ -16,18 +18,27 @@ namespace {
 constexpr const char* kWhat = "transfer digests";
 constexpr size_t kNamedMismatches = 8;  // the message names this many; the count says the rest
 
-// The digest of the elements a shard holds (`values`: its data, any device).
-uint64_t shard_digest(const ShardedTensor& shard, const at::Tensor& data) {
-  const at::Tensor values = data.device().is_cpu() ? data : data.cpu();
+// The digest of the elements a shard holds (`data`: its values, any
+// device; undefined: only which elements), and which they are.
+std::pair<uint64_t, io::PlaceSums> shard_digest(const ShardedTensor& shard, const at::Tensor& data) {
+  const at::Tensor values = !data.defined() || data.device().is_cpu() ? data : data.cpu();
   const Box box = shard.global_box();
-  if (!shard.flattened_range) return io::digest_region(values.reshape(box.length), box, shard.global_shape);
+  if (!shard.flattened_range) {
+    const uint64_t digest =
+        values.defined() ? io::digest_region(values.reshape(box.length), box, shard.global_shape) : 0;
+    return {digest, io::place_sums(box, shard.global_shape)};
+  }
   const FlatRange flat = *shard.flattened_range;
   uint64_t sum = 0;
+  io::PlaceSums places;
   for (const FlatPiece& piece : decompose_flat_range(box, flat)) {
-    const at::Tensor part = values.reshape({-1}).narrow(0, piece.flat_start - flat.start, piece.box.numel());
-    sum += io::digest_region(part.reshape(piece.box.length), piece.box, shard.global_shape);
+    if (values.defined()) {
+      const at::Tensor part = values.reshape({-1}).narrow(0, piece.flat_start - flat.start, piece.box.numel());
+      sum += io::digest_region(part.reshape(piece.box.length), piece.box, shard.global_shape);
+    }
+    places += io::place_sums(piece.box, shard.global_shape);
   }
-  return sum;
+  return {sum, places};
 }
 
 int owner_of(const std::string& key, int world) {
@@ -35,8 +46,8 @@ int owner_of(const std::string& key, int world) {
 }
 
 struct Sums {
-  uint64_t source = 0, source_elements = 0;
-  uint64_t received = 0, received_elements = 0;
+  uint64_t source = 0, received = 0;
+  io::PlaceSums source_places, received_places;
   bool requested = false, converted = false;
 };
 
@@ -46,7 +57,8 @@ std::vector<DigestPart> source_digests(const std::vector<const ShardedTensor*>& 
   std::vector<DigestPart> parts;
   for (const ShardedTensor* s : sources) {
     if (!s->is_main_replica() || s->held_numel() == 0) continue;
-    parts.push_back(DigestPart{s->key, true, shard_digest(*s, s->data), static_cast<uint64_t>(s->held_numel()), false});
+    const auto [digest, places] = shard_digest(*s, s->data);
+    parts.push_back(DigestPart{s->key, true, digest, places, false});
   }
   return parts;
 }
@@ -58,8 +70,8 @@ std::vector<DigestPart> received_digests(const std::vector<loading::FilledTensor
     if (!f.request.is_main_replica() || f.request.held_numel() == 0) continue;
     const TensorRecord* record = sources.find_tensor(f.request.key);
     const bool converted = !record || record->dtype != f.values.scalar_type();
-    parts.push_back(DigestPart{f.request.key, false, converted ? 0 : shard_digest(f.request, f.values),
-                               static_cast<uint64_t>(f.request.held_numel()), converted});
+    const auto [digest, places] = shard_digest(f.request, converted ? at::Tensor() : f.values);
+    parts.push_back(DigestPart{f.request.key, false, digest, places, converted});
   }
   return parts;
 }
@@ -84,18 +96,18 @@ DigestReport compare_digests(Communicator& comm, const std::function<std::vector
       if (routed[r].empty()) continue;
       const std::string origin = fmt::format("rank {}", r);
       for (const DigestPart& p : decode_digest_parts(routed[r], origin)) {
-        if (owner_of(p.key, world) != comm.rank()) {
-          plan::malformed(kWhat, origin, fmt::format("'{}' is not a tensor this rank checks", p.key));
+        if (owner_of(p.key, world) != comm.rank() || !sources.find_tensor(p.key)) {
+          plan::malformed(kWhat, origin, fmt::format("'{}' is not a source tensor this rank checks", p.key));
         }
         Sums& s = sums[p.key];
         if (p.source) {
           s.source += p.digest;
-          s.source_elements += p.elements;
+          s.source_places += p.places;
         } else {
           s.requested = true;
           s.converted = s.converted || p.converted;
           s.received += p.digest;
-          s.received_elements += p.elements;
+          s.received_places += p.places;
         }
       }
     }
@@ -105,13 +117,14 @@ DigestReport compare_digests(Communicator& comm, const std::function<std::vector
       const auto numel = static_cast<uint64_t>(record ? distckpt::numel(record->global_shape) : 0);
       if (s.converted) {
         report.unverified[key] = "received in another dtype than its sources'";
-      } else if (s.received_elements != numel) {
+      } else if (!(s.received_places == s.source_places) || s.source_places.elements != numel) {
         report.unverified[key] = fmt::format(
-            "the destinations' main replicas received {} of its {} elements (replica ids decide which ranks count)",
-            s.received_elements, numel);
-      } else if (s.source_elements != numel || s.source != s.received) {
-        mismatches.push_back(fmt::format("'{}' (digest {} over {} source elements, {} received)", key,
-                                         io::hex64(s.source), s.source_elements, io::hex64(s.received)));
+            "the destinations' main replicas did not receive each of its {} elements once ({} received; replica "
+            "ids decide which ranks count)",
+            numel, s.received_places.elements);
+      } else if (s.source != s.received) {
+        mismatches.push_back(fmt::format("'{}' (digest {} on the sources, {} received)", key, io::hex64(s.source),
+                                         io::hex64(s.received)));
       } else {
         report.verified[key] = s.source;
       }
@@ -134,7 +147,8 @@ std::string encode_digest_parts(const std::vector<DigestPart>& parts) {
   std::vector<flatbuffers::Offset<fb::TensorDigestPart>> out;
   out.reserve(parts.size());
   for (const DigestPart& p : parts) {
-    out.push_back(fb::CreateTensorDigestPart(b, b.CreateString(p.key), p.source, p.digest, p.elements, p.converted));
+    out.push_back(fb::CreateTensorDigestPart(b, b.CreateString(p.key), p.source, p.digest, p.places.elements,
+                                             p.converted, p.places.indices, p.places.squares));
   }
   b.Finish(fb::CreateTransferDigests(b, b.CreateVector(out)));
   return plan::message_bytes(b);
@@ -146,8 +160,8 @@ std::vector<DigestPart> decode_digest_parts(std::string_view bytes, const std::s
   if (!root.parts()) return parts;
   parts.reserve(root.parts()->size());
   for (const fb::TensorDigestPart* p : *root.parts()) {
-    parts.push_back(
-        DigestPart{plan::string_or_empty(p->key()), p->source(), p->digest(), p->elements(), p->converted()});
+    parts.push_back(DigestPart{plan::string_or_empty(p->key()), p->source(), p->digest(),
+                               io::PlaceSums{p->elements(), p->indices(), p->squares()}, p->converted()});
   }
   return parts;
 }

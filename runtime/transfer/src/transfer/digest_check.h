@@ -14,6 +14,7 @@
 #include "distckpt/comm/communicator.h"
 #include "distckpt/core/sharded_tensor.h"
 #include "distckpt/format/storage_index.h"
+#include "io/tensor_digest.h"
 #include "load/load_from.h"
 
 namespace distckpt::transferring {
@@ -22,7 +23,7 @@ struct DigestPart {
   std::string key;
   bool source = false;
   uint64_t digest = 0;
-  uint64_t elements = 0;
+  io::PlaceSums places;  // which elements the digest covers
   bool converted = false;
 };
 

@@ -10,12 +10,14 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "comm/agreement.h"
 #include "core/state_dict_split.h"
 #include "distckpt/core/dict_utils.h"
 #include "distckpt/core/errors.h"
+#include "io/checksum.h"
 #include "load/load_from.h"
 #include "plan/local_plan.h"
 #include "transfer/digest_check.h"
@@ -25,7 +27,7 @@
 namespace distckpt {
 
 struct TransferPlanCache::State {
-  std::vector<uint64_t> structures;  // every rank's, as planned
+  uint64_t planned_for = 0;  // the hash of every rank's structure, as planned
   std::shared_ptr<const transferring::SourceLayout> layout;
   loading::ReadPlanMemo reads;
   uint64_t made = 0, reused = 0;
@@ -108,28 +110,38 @@ void check_requested_keys(const StateDict& requests, const StorageIndex& sources
   }
 }
 
-// A rank's structure and whether its cache holds a plan, as the check carries them.
-std::string encode_structure(uint64_t structure, bool cached) {
-  std::string out(sizeof structure + 1, '\0');
+uint64_t hash_of(const std::vector<uint64_t>& structures) {
+  return io::xxh3(structures.data(), structures.size() * sizeof(uint64_t)) | 1;  // never 0: "no plan"
+}
+
+// A rank's structure and what its cache was planned for (the hash of every
+// rank's structures then; 0 without a plan), as the check carries them.
+std::string encode_structure(uint64_t structure, uint64_t planned_for) {
+  std::string out(2 * sizeof(uint64_t), '\0');
   std::memcpy(out.data(), &structure, sizeof structure);
-  out.back() = cached ? 1 : 0;
+  std::memcpy(out.data() + sizeof structure, &planned_for, sizeof planned_for);
   return out;
 }
 
-// Whether every rank's cache holds the plan of the structures they sent (and those structures).
-bool plan_holds(const std::vector<std::string>& gathered, const TransferPlanCacheAccess::State& cache,
-                std::vector<uint64_t>& structures) {
-  bool holds = cache.valid() && cache.structures.size() == gathered.size();
+// Whether every rank holds the plan of the structures every rank sent: a
+// decision every rank takes alike from what they all gathered. `structures`
+// receives them.
+bool plan_holds(const std::vector<std::string>& gathered, std::vector<uint64_t>& structures) {
+  std::vector<uint64_t> planned_for(gathered.size());
   structures.assign(gathered.size(), 0);
   for (size_t r = 0; r < gathered.size(); ++r) {
-    if (gathered[r].size() != sizeof(uint64_t) + 1) {
+    if (gathered[r].size() != 2 * sizeof(uint64_t)) {
       throw ProtocolError(fmt::format("rank {} sent a {}-byte transfer plan check (expected {})", r, gathered[r].size(),
-                                      sizeof(uint64_t) + 1));
+                                      2 * sizeof(uint64_t)));
     }
     std::memcpy(&structures[r], gathered[r].data(), sizeof(uint64_t));
-    holds = holds && gathered[r].back() == 1 && structures[r] == cache.structures[r];
+    std::memcpy(&planned_for[r], gathered[r].data() + sizeof(uint64_t), sizeof(uint64_t));
   }
-  return holds;
+  const uint64_t now = hash_of(structures);
+  for (const uint64_t p : planned_for) {
+    if (p != now) return false;
+  }
+  return true;
 }
 
 TransferResult run_transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
@@ -140,34 +152,34 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   plan::LocalPlan source_plan;
   source_plan.rank = comm.rank();
   // Objects and plain values stay where they are: the result keeps the request's.
-  auto [wanted, kept] = extract_sharded_tensors_and_factories(requests);
+  StateDict wanted, kept;
   uint64_t structure = 0;
   const auto describe = [&] {
+    std::tie(wanted, kept) = extract_sharded_tensors_and_factories(requests);
     if (options.mapping) wanted = transferring::in_source_names(wanted, *options.mapping);
     if (options.bucket_bytes == 0) throw UsageError("TransferOptions::bucket_bytes must be positive");
-    if (options.exchange != LoadExchange::kBroadcast && options.exchange != LoadExchange::kAllGather) {
-      throw UsageError(fmt::format("TransferOptions::exchange must be broadcast or all_gather, not {}",
-                                   load_exchange_name(options.exchange)));
+    if (options.exchange == LoadExchange::kNone) {
+      throw UsageError("TransferOptions::exchange cannot be none: a rank can read only the sources it holds");
     }
     mine = source_tensors(sources, split, source_plan);
-    if (cache) structure = structure_of(source_plan, wanted, options);
+    structure = structure_of(source_plan, wanted, options);
   };
 
+  // Every rank, with a cache or without, checks: all ranks reuse a plan or none does.
   std::vector<uint64_t> structures;
-  const bool reuse = cache && plan_holds(gather_agreed(comm, "check the cached transfer plan",
-                                                       [&] {
-                                                         describe();
-                                                         return encode_structure(structure, cache->valid());
-                                                       }),
-                                         *cache, structures);
+  const bool reuse =
+      plan_holds(gather_agreed(comm, "check the cached transfer plan",
+                               [&] {
+                                 describe();
+                                 return encode_structure(structure, cache && cache->valid() ? cache->planned_for : 0);
+                               }),
+                 structures);
   std::shared_ptr<const transferring::SourceLayout> layout;
   if (reuse) {
     layout = cache->layout;
   } else {
-    const std::vector<std::string> plans = gather_agreed(comm, "gather the transfer's sources", [&] {
-      if (!cache) describe();
-      return plan::encode_local_plan(source_plan);
-    });
+    const std::vector<std::string> plans =
+        gather_agreed(comm, "gather the transfer's sources", [&] { return plan::encode_local_plan(source_plan); });
     run_agreed(comm, "plan the transfer's sources", [&] {
       layout = std::make_shared<transferring::SourceLayout>(plan::decode_local_plans(plans));
       check_requested_keys(wanted, layout->index, comm.rank());
@@ -213,7 +225,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
     result.unverified = std::move(report.unverified);
   }
   if (cache && !reuse) {
-    cache->structures = std::move(structures);
+    cache->planned_for = hash_of(structures);
     cache->layout = layout;
     cache->reads = std::move(fresh);
     ++cache->made;

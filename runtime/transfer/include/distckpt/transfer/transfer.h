@@ -27,11 +27,11 @@ namespace distckpt {
 // Reusing a transfer's plan while the sources and the requests keep their
 // structure (the weights sent after every training step): the sources'
 // layout, who sends which piece and the windows the bytes travel in are
-// planned once; a repeated transfer checks, in one all-gather of 9 bytes
+// planned once; a repeated transfer checks, in one all-gather of 16 bytes
 // per rank, that every rank's sources, requests and options are what was
 // planned, and then only moves the bytes (and compares digests). Any
 // change on any rank plans again and refreshes the cache. Each rank keeps
-// its own cache object; every rank passes one, or none.
+// its own cache object; a rank that passes none makes every rank plan.
 class TransferPlanCache {
  public:
   static std::shared_ptr<TransferPlanCache> create();
@@ -60,7 +60,13 @@ struct TransferOptions {
   // Compare every tensor's digest between sources and destinations (costs a
   // pass over the bytes on both sides; see docs/PERFORMANCE.md).
   bool verify = true;
-  // kBroadcast (point to point, planned partitioned) or kAllGather (rounds).
+  // As a load's (LoadExchange): kBroadcast sends every part as a message
+  // (point to point, at most bucket_bytes in flight per rank); kAuto hands
+  // parts to ranks on the sender's host through shared memory instead
+  // (faster on one host, but each sender maps four buckets there and its
+  // receivers map them too: see docs/PERFORMANCE.md; it fails where
+  // /dev/shm cannot hold them); kAllGather sends in rounds. kNone cannot
+  // serve a transfer.
   LoadExchange exchange = LoadExchange::kBroadcast;
   // Threads per rank copying the pieces a rank keeps from its own sources;
   // 0 = resolve_io_threads' share of the host's cores.
