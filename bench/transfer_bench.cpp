@@ -25,7 +25,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <string>
+#include <vector>
 #include <optional>
 
 #include "bench_timer.h"

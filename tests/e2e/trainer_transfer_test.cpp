@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <regex>
 #include <string>
 
