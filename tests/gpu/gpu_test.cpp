@@ -147,6 +147,40 @@ TEST(GpuSaveLoad, RequestsWithoutDataLandOnTheirDevice) {
   EXPECT_TRUE(at::equal(back.cpu(), values));
 }
 
+// transfer() from CUDA sources (one of them a strided view) to CUDA and CPU
+// destinations of another layout: chunks are copied out of device memory as
+// they are read, and the digests are taken of device tensors.
+TEST(GpuTransfer, CudaSourcesReachCudaAndCpuDestinationsOfAnotherLayout) {
+  SKIP_WITHOUT_GPU();
+  const at::Tensor w = at::arange(0, 64 * 48, at::kFloat).view({64, 48});
+  run_ranks(2, [&](Communicator& comm) {
+    const int r = comm.rank();
+    StateDict sources, requests;
+    const at::Tensor rows = w.narrow(0, 32 * r, 32).cuda();
+    sources["w"] = Value(ShardedTensor::from_rank_offsets("w", rows, {{0, r, 2}}));
+    const at::Tensor wide = at::cat({rows, rows}, 1);  // the right half is a strided view
+    sources["v"] = Value(ShardedTensor::from_rank_offsets("v", wide.narrow(1, 48, 48), {{0, r, 2}}));
+    requests["w"] = Value(ShardedTensor::from_rank_offsets("w", at::zeros({64, 24}).cuda(), {{1, r, 2}}));
+    requests["v"] = Value(ShardedTensor::from_rank_offsets("v", at::zeros({64, 24}), {{1, r, 2}}));
+    const TransferResult result = transfer(sources, requests, comm);
+    const at::Tensor got_w = result.state_dict.at("w").as_tensor(), got_v = result.state_dict.at("v").as_tensor();
+    EXPECT_TRUE(got_w.is_cuda());
+    EXPECT_TRUE(at::equal(got_w.cpu(), w.narrow(1, 24 * r, 24)));
+    EXPECT_TRUE(at::equal(got_v, w.narrow(1, 24 * r, 24)));
+    EXPECT_TRUE(result.unverified.empty());
+  });
+}
+
+TEST(GpuTransfer, TrainerOnTheGpuSendsItsWeightsToInferenceRanks) {
+  SKIP_WITHOUT_GPU();
+  const CommandResult r = run_command(fmt::format(
+      "OMP_NUM_THREADS=1 {0}/distckpt-launch -n 4 -- {0}/distckpt-gpt-trainer --tp 2 --steps 2 --send-every 1 "
+      "--inference-ranks 2 --device cuda 2>&1",
+      kBin));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("inference rank 1 received step 2"), std::string::npos) << r.output;
+}
+
 TEST(GpuSaveLoad, LoadsMoreThanItsStagingInRoundsOfOneWindow) {
   SKIP_WITHOUT_GPU();
   auto comm = make_single_process_communicator();

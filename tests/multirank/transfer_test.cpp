@@ -169,6 +169,29 @@ TEST(Transfer, ATensorNotReceivedOnceByMainReplicasIsUnverifiedNotAnError) {
   });
 }
 
+// Sources that are strided views (the right half of a wider tensor) are read
+// view by view, not made contiguous first; over messages and through shared
+// memory alike.
+TEST(Transfer, StridedSourceViewsArriveOverMessagesAndSharedMemory) {
+  const at::Tensor w = testing::global_tensor("v", {64, 48});
+  for (const LoadExchange exchange : {LoadExchange::kBroadcast, LoadExchange::kAuto}) {
+    run_ranks(2, [&](Communicator& comm) {
+      const int r = comm.rank();
+      const at::Tensor rows = w.narrow(0, 32 * r, 32).clone();
+      const at::Tensor wide = at::cat({at::zeros_like(rows), rows}, 1);
+      StateDict sources = Value::dict(), requests = Value::dict();
+      sources["v"] = ShardedTensor::from_rank_offsets("v", wide.narrow(1, 48, 48), {{0, r, 2}});
+      requests["v"] = ShardedTensor::from_rank_offsets("v", at::zeros({64, 24}), {{1, r, 2}});
+      TransferOptions options;
+      options.exchange = exchange;
+      options.bucket_bytes = 1024;  // slabs that start and end inside rows
+      const TransferResult result = transfer(sources, requests, comm, options);
+      EXPECT_TRUE(at::equal(result.state_dict.at("v").as_tensor(), w.narrow(1, 24 * r, 24)));
+      EXPECT_TRUE(result.unverified.empty());
+    });
+  }
+}
+
 // Every rank's error class and message, by rank.
 std::vector<std::pair<std::string, std::string>> errors_of(int world, const std::function<void(Communicator&)>& body) {
   std::vector<std::pair<std::string, std::string>> errors(static_cast<size_t>(world));
