@@ -16,11 +16,13 @@
 #include "plan/local_plan.h"
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
+#include "transfer/digest_check.h"
 
 namespace {
 
 namespace local = distckpt::local;
 namespace plan = distckpt::plan;
+namespace transferring = distckpt::transferring;
 
 // decode(bytes) is accepted, and its value survives encode -> decode unchanged.
 template <typename Decode, typename Encode>
@@ -62,7 +64,7 @@ void share_round_trip(std::string_view m, const std::string& from) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 23) {
+  switch (which % 24) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },
@@ -159,10 +161,14 @@ void run(uint8_t which, std::string_view m) {
       return round_trip(
           m, [&](std::string_view b) { return local::decode_shard_transfers(b, from); },
           [](const local::ShardTransferList& t) { return local::encode_shard_transfers(t); });
+    case 22:
+      return round_trip(
+          m, [&](std::string_view b) { return transferring::decode_digest_parts(b, from); },
+          [](const std::vector<transferring::DigestPart>& p) { return transferring::encode_digest_parts(p); });
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 22; ++i) {
+      for (uint8_t i = 0; i < 23; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

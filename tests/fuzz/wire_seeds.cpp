@@ -13,6 +13,7 @@
 #include "plan/local_plan.h"
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
+#include "transfer/digest_check.h"
 
 namespace {
 
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   namespace local = distckpt::local;
   namespace plan = distckpt::plan;
+  namespace transferring = distckpt::transferring;
 
   write_seed(dir, 0, "plan_announcement", plan::encode_plan_announcement({0x1234abcd, 0x99}));
   write_seed(dir, 2, "save_progress", plan::encode_save_progress(1 << 20));
@@ -115,5 +117,8 @@ int main(int argc, char** argv) {
   transfers.receives.push_back({3, 2, 256, uint64_t{5} << 32 | 1, 9});
   transfers.sends.push_back({0, 4, 1024, uint64_t{5} << 32 | 2, 11});
   write_seed(dir, 21, "shard_transfers", local::encode_shard_transfers(transfers));
+  write_seed(dir, 22, "transfer_digests",
+             transferring::encode_digest_parts({{"decoder.fc1.weight", true, 0x1234abcd, {24, 276, 4324}, false},
+                                                {"emb", false, 0, {8, 28, 140}, true}}));
   return 0;
 }
