@@ -27,9 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
-#include <optional>
 
 #include "bench_timer.h"
 #include "distckpt/distckpt.h"
