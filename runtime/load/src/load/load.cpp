@@ -104,12 +104,12 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     if (options.strict != StrictHandling::kAssumeOkUnexpected) stored = loading::stored_keys_of(*reader);
     if (!keys_collective) mismatch = loading::handle_key_mismatch(split.sharded, stored, comm, options.strict);
   };
-  // Replaying a memo with nothing collective to check, this rank opens and
-  // plans alone: a failure joins the reads' first agreement instead.
-  const bool replay = memo && memo->valid;
-  const bool quiet_replay = replay && !keys_collective && !options.validate_access_integrity;
+  // A memo is replayed only where nothing else is collective to check: this
+  // rank opens and plans alone, and a failure joins the reads' first
+  // agreement instead. (Elsewhere the load plans afresh and refills it.)
+  const bool replay = memo && memo->valid && !keys_collective && !options.validate_access_integrity;
   std::exception_ptr early;
-  if (quiet_replay) {
+  if (replay) {
     try {
       open_step();
     } catch (...) {
@@ -117,7 +117,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     }
   }
   const std::vector<std::string> routed_keys =
-      quiet_replay
+      replay
           ? std::vector<std::string>{}
           : loading::agreed_routing_keys(comm, "open the checkpoint", options.strict, open_step, split.sharded, stored);
   if (keys_collective) {
@@ -130,7 +130,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     }
     agree_on_errors(comm, "check keys against the checkpoint", key_error);
   }
-  if (options.validate_access_integrity && !quiet_replay) loading::validate_access_integrity(split.sharded, comm);
+  if (options.validate_access_integrity) loading::validate_access_integrity(split.sharded, comm);
 
   std::vector<std::vector<loading::TensorRead>> rounds;
   // Requests without data for a device other than the CPU: read on the CPU
@@ -164,7 +164,7 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
     return rounds;
   };
   std::vector<std::string> read_plans;
-  if (quiet_replay) {
+  if (replay) {  // the ranks' needs are what they were: this rank's reads are planned again (their destinations)
     if (!early) {
       try {
         plan_reads();
@@ -172,9 +172,6 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
         early = std::current_exception();
       }
     }
-    read_plans = memo->read_plans;
-  } else if (replay) {  // the ranks' needs are what they were: this rank's reads are planned again (their destinations)
-    run_agreed(comm, "plan the reads", [&] { plan_reads(); });
     read_plans = memo->read_plans;
   } else {
     read_plans = loading::agree_on_read_plans(comm, "plan the reads", engine, plan_reads);

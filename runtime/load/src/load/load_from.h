@@ -37,8 +37,10 @@ struct ReadPlanMemo {
 // What a caller of load_from may watch or reuse; every field optional.
 struct LoadHooks {
   std::vector<FilledTensor>* filled = nullptr;  // receives every requested ShardedTensor this rank filled
-  // Valid: the reads are planned from it (every rank must pass a valid memo
-  // of the same load, or none); else it is filled once the load succeeded.
+  // Valid (and no strict key check or access validation asked for, which
+  // are collective): the reads are planned from it (every rank must pass a
+  // valid memo of the same load, or none); else it is filled once the load
+  // succeeded.
   ReadPlanMemo* memo = nullptr;
   std::chrono::steady_clock::time_point* reads_began = nullptr;  // when planning ended and the reads began
 };

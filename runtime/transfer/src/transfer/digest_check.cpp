@@ -29,11 +29,12 @@ std::pair<uint64_t, io::PlaceSums> shard_digest(const ShardedTensor& shard, cons
     return {digest, io::place_sums(box, shard.global_shape)};
   }
   const FlatRange flat = *shard.flattened_range;
+  const at::Tensor flat_values = values.defined() ? values.reshape({-1}) : values;
   uint64_t sum = 0;
   io::PlaceSums places;
   for (const FlatPiece& piece : decompose_flat_range(box, flat)) {
     if (values.defined()) {
-      const at::Tensor part = values.reshape({-1}).narrow(0, piece.flat_start - flat.start, piece.box.numel());
+      const at::Tensor part = flat_values.narrow(0, piece.flat_start - flat.start, piece.box.numel());
       sum += io::digest_region(part.reshape(piece.box.length), piece.box, shard.global_shape);
     }
     places += io::place_sums(piece.box, shard.global_shape);

@@ -78,34 +78,41 @@ std::vector<const ShardedTensor*> source_tensors(const StateDict& sources, Split
   return mine;
 }
 
-// What this rank's part of a plan depends on: its sources, its requests
-// (structure and devices) and the options that shape the plan.
-uint64_t structure_of(const plan::LocalPlan& sources, const StateDict& requests, const TransferOptions& options) {
-  SplitStateDict split = split_state_dict(apply_factories(requests));
-  plan::LocalPlan wanted;
+// This rank's requests (factories applied) as a plan, and the devices they land on.
+struct Requested {
+  plan::LocalPlan plan;
   std::string devices;
+};
+Requested requested_of(const StateDict& requests) {
+  SplitStateDict split = split_state_dict(apply_factories(requests));
+  Requested out;
   for (Value* leaf : sharded_leaves(split.sharded)) {
     const ShardedTensor& t = leaf->as_sharded_tensor();
-    wanted.tensors.push_back(plan::plan_of(t));
-    devices += (t.data.defined() ? t.data.device() : t.device).str() + ";";
+    out.plan.tensors.push_back(plan::plan_of(t));
+    out.devices += (t.data.defined() ? t.data.device() : t.device).str() + ";";
   }
-  const std::string options_text = fmt::format("{} {} {} {}", options.bucket_bytes,
-                                               load_exchange_name(options.exchange), options.convert_dtype, devices);
+  return out;
+}
+
+// What this rank's part of a plan depends on: its sources, its requests
+// (structure and devices) and the options that shape the plan.
+uint64_t structure_of(const plan::LocalPlan& sources, const Requested& requested, const TransferOptions& options) {
+  const std::string options_text =
+      fmt::format("{} {} {} {}", options.bucket_bytes, load_exchange_name(options.exchange), options.convert_dtype,
+                  requested.devices);
   uint64_t h = plan::structure_hash(sources);
-  h = h * 0x9e3779b97f4a7c15ull ^ plan::structure_hash(wanted);
+  h = h * 0x9e3779b97f4a7c15ull ^ plan::structure_hash(requested.plan);
   return h * 0x9e3779b97f4a7c15ull ^ std::hash<std::string>{}(options_text);
 }
 
 // KeyMismatchError for a requested tensor that no source holds.
-void check_requested_keys(const StateDict& requests, const StorageIndex& sources, int rank) {
-  SplitStateDict split = split_state_dict(apply_factories(requests));
-  for (Value* leaf : sharded_leaves(split.sharded)) {
-    const std::string& key = leaf->as_sharded_tensor().key;
-    if (!sources.find_tensor(key)) {
+void check_requested_keys(const plan::LocalPlan& requested, const StorageIndex& sources, int rank) {
+  for (const plan::ShardPlan& s : requested.tensors) {
+    if (!sources.find_tensor(s.key)) {
       throw KeyMismatchError(
           fmt::format("rank {} asks for tensor '{}', which no source rank holds (the sources hold {} tensors): every "
                       "requested tensor must be passed by some rank as a source",
-                      rank, key, sources.tensors.size()));
+                      rank, s.key, sources.tensors.size()));
     }
   }
 }
@@ -153,6 +160,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   source_plan.rank = comm.rank();
   // Objects and plain values stay where they are: the result keeps the request's.
   StateDict wanted, kept;
+  Requested requested;
   uint64_t structure = 0;
   const auto describe = [&] {
     std::tie(wanted, kept) = extract_sharded_tensors_and_factories(requests);
@@ -162,7 +170,8 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
       throw UsageError("TransferOptions::exchange cannot be none: a rank can read only the sources it holds");
     }
     mine = source_tensors(sources, split, source_plan);
-    structure = structure_of(source_plan, wanted, options);
+    requested = requested_of(wanted);
+    structure = structure_of(source_plan, requested, options);
   };
 
   // Every rank, with a cache or without, checks: all ranks reuse a plan or none does.
@@ -182,7 +191,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
         gather_agreed(comm, "gather the transfer's sources", [&] { return plan::encode_local_plan(source_plan); });
     run_agreed(comm, "plan the transfer's sources", [&] {
       layout = std::make_shared<transferring::SourceLayout>(plan::decode_local_plans(plans));
-      check_requested_keys(wanted, layout->index, comm.rank());
+      check_requested_keys(requested.plan, layout->index, comm.rank());
     });
   }
   transferring::LiveSources live(layout, mine);
