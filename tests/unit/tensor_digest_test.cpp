@@ -5,6 +5,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "io/digest_kernels.h"
+
 namespace distckpt::io {
 namespace {
 
@@ -69,6 +76,33 @@ TEST(TensorDigest, PlaceSumsTellWhetherPartsCoverATensorOnce) {
   apart += place_sums(Box{{2, 0}, {1, 10}}, shape);
   EXPECT_EQ(swapped.indices, apart.indices);
   EXPECT_NE(swapped.squares, apart.squares);
+}
+
+TEST(TensorDigest, EveryKernelThisCpuRunsGivesThePortableSums) {
+  const std::vector<digest_kernels::Kernel>& kernels = digest_kernels::available();
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_STREQ(kernels.front().name, "portable");
+  std::mt19937_64 random(7);
+  std::vector<uint8_t> bytes(8 * 300 + 8);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+  // Every element size, counts around the vector widths, misaligned data, indices near 2^64.
+  for (const size_t element : {1, 2, 4, 8}) {
+    for (const uint64_t count : {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 255, 300}) {
+      for (const size_t misalign : {0, 1, 3}) {
+        for (const uint64_t first : {uint64_t{0}, uint64_t{12345}, ~uint64_t{0} - 400}) {
+          const uint64_t want = kernels.front().sum(bytes.data() + misalign, count, element, first);
+          for (const digest_kernels::Kernel& k : kernels) {
+            EXPECT_EQ(k.sum(bytes.data() + misalign, count, element, first), want)
+                << k.name << ": " << count << " elements of " << element << " bytes from " << first;
+          }
+        }
+      }
+    }
+  }
+  // What digest_run uses is the last one; on this machine's CPU:
+  std::cout << "digest kernels here:";
+  for (const digest_kernels::Kernel& k : kernels) std::cout << " " << k.name;
+  std::cout << "\n";
 }
 
 }  // namespace

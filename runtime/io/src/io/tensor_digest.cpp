@@ -4,54 +4,24 @@
 #include <vector>
 
 #include "io/checksum.h"
+#include "io/digest_kernels.h"
 
 namespace distckpt::io {
-namespace {
-
-constexpr uint64_t kStep = 0x9e3779b97f4a7c15ull;  // the place of element i is i * kStep + kOrigin
-constexpr uint64_t kOrigin = 0x632be59bd9b4e019ull;
-
-// splitmix64's finalizer over the element's bytes mixed with its place.
-inline uint64_t term(uint64_t bits, uint64_t place) {
-  uint64_t x = bits ^ place;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-template <typename T>
-uint64_t sum_terms(const void* data, uint64_t count, uint64_t first) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t sum = 0, place = first * kStep + kOrigin;
-  for (uint64_t i = 0; i < count; ++i, place += kStep) {
-    T v;
-    std::memcpy(&v, p + i * sizeof(T), sizeof(T));  // any alignment
-    sum += term(static_cast<uint64_t>(v), place);
-  }
-  return sum;
-}
-
-}  // namespace
 
 uint64_t digest_run(const void* data, uint64_t count, size_t element_size, uint64_t first_index) {
-  switch (element_size) {
-    case 1:
-      return sum_terms<uint8_t>(data, count, first_index);
-    case 2:
-      return sum_terms<uint16_t>(data, count, first_index);
-    case 4:
-      return sum_terms<uint32_t>(data, count, first_index);
-    case 8:
-      return sum_terms<uint64_t>(data, count, first_index);
-    default: {  // wider elements (complex128): each one's bytes hashed first
-      const auto* p = static_cast<const uint8_t*>(data);
-      uint64_t sum = 0;
-      for (uint64_t i = 0; i < count; ++i) {
-        sum += term(xxh3(p + i * element_size, element_size), (first_index + i) * kStep + kOrigin);
-      }
-      return sum;
-    }
+  using digest_kernels::kOrigin;
+  using digest_kernels::kStep;
+  if (element_size == 1 || element_size == 2 || element_size == 4 || element_size == 8) {
+    static const digest_kernels::SumTerms fastest = digest_kernels::available().back().sum;
+    return fastest(data, count, element_size, first_index);
   }
+  // Wider elements (complex128): each one's bytes hashed first.
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    sum += digest_kernels::term(xxh3(p + i * element_size, element_size), (first_index + i) * kStep + kOrigin);
+  }
+  return sum;
 }
 
 uint64_t digest_region(const at::Tensor& values, const Box& region, const Shape& global_shape) {
