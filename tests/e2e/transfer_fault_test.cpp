@@ -68,4 +68,31 @@ TEST(TransferFault, ASourceKilledWhileBytesMoveFailsEveryOtherRankWithOneErrorCl
       describe_classes({class0, class2}) + " (ranks 0 and 2) after " + std::to_string(seconds).substr(0, 4) + " s");
 }
 
+TEST(TransferFault, ASourceKilledWhileRanksReadOneAnothersMemoryFailsEveryOtherRankWithOneErrorClass) {
+  if (auto why = strace_unavailable()) GTEST_SKIP() << *why;
+  TempDir temp("transfer-fault");
+  const std::string dir = temp.path();
+  // Rank 1's first two process_vm_readv calls check that it can read ranks 0 and 2; its third reads rank 2's rows,
+  // while rank 0 reads rank 1's.
+  const int port = free_port();
+  const std::string kill =
+      strace_command() + " -qq -o /dev/null -e trace=process_vm_readv -e inject=process_vm_readv:signal=SIGKILL:when=3";
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult killed = three_nodes(probe_node(0, port, dir, "host-transfer", 5, "", 3),
+                                           probe_node(1, port, dir, "host-transfer", 5, kill, 3),
+                                           probe_node(2, port, dir, "host-transfer", 5, "", 3), dir);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(ran_out(killed)) << killed.output;
+  EXPECT_EQ(killed.exit_code, 1) << killed.output;
+  EXPECT_LT(seconds, 2.0 * kTimeoutSeconds + 10) << killed.output;
+  EXPECT_TRUE(lines_starting(killed.output, "rank 1 ").empty()) << killed.output;
+  const std::string class0 = failure_class(killed.output, "rank 0 failed: ");
+  const std::string class2 = failure_class(killed.output, "rank 2 failed: ");
+  EXPECT_EQ(class0, class2) << killed.output;
+  EXPECT_TRUE(class0 == "CommError" || class0 == "TimeoutError") << killed.output;
+  record_fault(
+      "transfer of 3 ranks on one host, rank 1 killed (SIGKILL) at its first read of another's memory",
+      describe_classes({class0, class2}) + " (ranks 0 and 2) after " + std::to_string(seconds).substr(0, 4) + " s");
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 #include "transfer/digest_check.h"
+#include "transfer/peer_memory.h"
 
 namespace {
 
@@ -165,10 +166,16 @@ void run(uint8_t which, std::string_view m) {
       return round_trip(
           m, [&](std::string_view b) { return transferring::decode_digest_parts(b, from); },
           [](const std::vector<transferring::DigestPart>& p) { return transferring::encode_digest_parts(p); });
+    case 23:
+      return round_trip(
+          m, [&](std::string_view b) { return transferring::decode_source(b, from); },
+          [](const std::pair<std::string, transferring::Reach>& s) {
+            return transferring::encode_source(s.first, s.second);
+          });
     default:
       // Every decoder on the same bytes: a message of one kind sent where
       // another is expected must be rejected or read, never crash.
-      for (uint8_t i = 0; i < 23; ++i) {
+      for (uint8_t i = 0; i < 24; ++i) {
         try {
           run(i, m);
         } catch (const distckpt::ProtocolError&) {

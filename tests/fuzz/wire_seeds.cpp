@@ -14,6 +14,7 @@
 #include "plan/messages.h"
 #include "plan/partitioned_plan.h"
 #include "transfer/digest_check.h"
+#include "transfer/peer_memory.h"
 
 namespace {
 
@@ -120,5 +121,8 @@ int main(int argc, char** argv) {
   write_seed(dir, 22, "transfer_digests",
              transferring::encode_digest_parts({{"decoder.fc1.weight", true, 0x1234abcd, {24, 276, 4324}, false},
                                                 {"emb", false, 0, {8, 28, 140}, true}}));
+  write_seed(dir, 23, "transfer_source",
+             transferring::encode_source(plan::encode_local_plan(plan::LocalPlan{}),
+                                         {"node-3", 4242, 0x7ffc0010, 0x9e3779b97f4a7c15, {0x7f0000001000, 0}}));
   return 0;
 }

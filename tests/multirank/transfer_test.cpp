@@ -306,5 +306,50 @@ TEST(Transfer, ACachedPlanIsReplayedEveryStepWithTheNewValues) {
   }
 }
 
+TEST(Transfer, WithinAHostRanksReadTheSourcesOutOfOneAnothersMemory) {
+  TempDir tmp("transfer");
+  VerifiedDigests verified;
+  std::vector<std::shared_ptr<TransferPlanCache>> caches;
+  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  run_ranks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
+    const StateDict want = filled_model(mesh({r, 4}, {0, 1}))->state_dict();
+    gpt::Model destination(config(), mesh({r, 4}, {0, 1}));
+    TransferOptions options;
+    options.exchange = LoadExchange::kAuto;
+    for (const bool direct : {true, false}) {
+      options.direct_reads = direct;
+      const TransferResult result = transfer(source->state_dict(), destination.metadata_state_dict(), comm, options);
+      expect_tensors_equal(result.state_dict, want, r);
+      if (direct) {
+        // Every rank needs parts of tensors other ranks hold (tp 2 -> 4 splits each of them anew).
+        EXPECT_GT(result.bytes_read_directly, 0u) << "rank " << r;
+        EXPECT_LE(result.bytes_read_directly, result.source_bytes_read) << "rank " << r;
+        verified.add(result);
+      } else {
+        EXPECT_EQ(result.bytes_read_directly, 0u) << "rank " << r;
+      }
+    }
+    // A cached plan holds while the sources stay where they are, and is made again when one moves.
+    options.direct_reads = true;
+    options.plan_cache = caches[static_cast<size_t>(r)];
+    EXPECT_FALSE(transfer(source->state_dict(), destination.metadata_state_dict(), comm, options).plan_reused);
+    EXPECT_TRUE(transfer(source->state_dict(), destination.metadata_state_dict(), comm, options).plan_reused);
+    StateDict moved = source->state_dict();
+    if (r == 0) {
+      for (auto& [name, entry] : moved.as_dict()) {
+        if (entry.kind() != Kind::kShardedTensor) continue;
+        entry.as_sharded_tensor().data = entry.as_sharded_tensor().data.clone();  // same values, elsewhere
+        break;
+      }
+    }
+    const TransferResult replanned = transfer(moved, destination.metadata_state_dict(), comm, options);
+    EXPECT_FALSE(replanned.plan_reused);
+    expect_tensors_equal(replanned.state_dict, want, r);
+  });
+  verified.expect_equal_to(saved_digests(tmp.path() + "/ckpt"));
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -7,12 +7,13 @@
 //   distckpt_fault_probe DIR load SEED [--mb N]   load it and compare every byte
 //   distckpt_fault_probe DIR transfer SEED ...     transfer "w" so that each rank gets the
 //                                                  next rank's rows, no storage (DIR unused)
+//   distckpt_fault_probe DIR host-transfer SEED    the same within one host: ranks read the
+//                                                  next rank's rows out of its memory
 // --io-threads N sets SaveOptions/LoadOptions::io_threads (default: automatic).
-// Prints "rank R saved seed S" or "rank R loaded/transferred seed S bitwise-equal" and
-// exits 0; on an error, prints "rank R failed: CLASS: WHAT" (CLASS: the
-// distckpt error class, e.g. IoError), then for an error the ranks agreed
-// on one line per failed rank, "rank R report: rank F CLASS errno=E PATH",
-// and exits 1.
+// Prints "rank R saved seed S" or "rank R loaded/transferred seed S bitwise-equal"
+// (host-transfer adds ", D of B bytes read directly") and exits 0; on an error, prints "rank R failed: CLASS: WHAT"
+// (CLASS: the distckpt error class, e.g. IoError), then for an error the ranks agreed on one line per failed rank,
+// "rank R report: rank F CLASS errno=E PATH", and exits 1.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
   std::string dir, action;
   int64_t seed = 0, mb = 4;
   app.add_option("dir", dir)->required();
-  app.add_option("action", action)->required()->check(CLI::IsMember({"save", "async-save", "load", "transfer"}));
+  app.add_option("action", action)
+      ->required()
+      ->check(CLI::IsMember({"save", "async-save", "load", "transfer", "host-transfer"}));
   app.add_option("seed", seed)->required();
   app.add_option("--mb", mb, "MiB of tensor data in all");
   int io_threads = 0;
@@ -60,18 +63,28 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("rank {} saved seed {}\n", rank, seed);
       return 0;
     }
-    if (action == "transfer") {
+    if (action == "transfer" || action == "host-transfer") {
       // Each rank asks for the next rank's rows: all of "w" travels.
       const int world = comm->size(), next = (rank + 1) % world;
       StateDict requests = Value::dict();
       requests["w"] = fault_state(next, world, seed, mb, false).at("w");
       TransferOptions options;
-      options.bucket_bytes = uint64_t{1} << 13;     // many messages: a kill lands inside the transfer
-      options.exchange = LoadExchange::kBroadcast;  // messages, as between hosts (not shared memory)
+      if (action == "transfer") {
+        options.bucket_bytes = uint64_t{1} << 13;     // many messages: a kill lands inside the transfer
+        options.exchange = LoadExchange::kBroadcast;  // messages, as between hosts (not shared memory)
+      } else {
+        options.bucket_bytes = uint64_t{1} << 16;  // many reads: a fault lands inside the transfer
+        options.exchange = LoadExchange::kAuto;    // direct reads where the host allows, else shared memory
+      }
       const TransferResult r = transfer(fault_state(rank, world, seed, mb, true), requests, *comm, options);
-      const bool equal = at::equal(r.state_dict.at("w").as_tensor(),
-                                   fault_state(next, world, seed, mb, true).at("w").as_sharded_tensor().data);
-      std::cout << fmt::format("rank {} transferred seed {} {}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT");
+      const at::Tensor got = r.state_dict.at("w").as_tensor();
+      const bool equal = at::equal(got, fault_state(next, world, seed, mb, true).at("w").as_sharded_tensor().data);
+      const std::string direct = action == "transfer"
+                                     ? ""
+                                     : fmt::format(", {} of {} bytes read directly", r.bytes_read_directly,
+                                                   static_cast<uint64_t>(got.numel()) * got.element_size());
+      std::cout << fmt::format("rank {} transferred seed {} {}{}\n", rank, seed, equal ? "bitwise-equal" : "DIFFERENT",
+                               direct);
       return equal ? 0 : 1;
     }
     LoadOptions load_options;

@@ -18,14 +18,6 @@ namespace {
 
 const std::string kBin = DISTCKPT_BIN_DIR;
 
-// A rank prefix of a launched job: `prefix` on rank `rank` only.
-std::string on_rank(int rank, const std::string& prefix) {
-  return "/bin/sh -c " +
-         shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + prefix +
-                     " \"$@\"; else exec \"$@\"; fi") +
-         " sh";
-}
-
 }  // namespace
 
 std::string shell_quote(const std::string& text) {
@@ -63,6 +55,13 @@ int free_port() {
   }
   ::close(fd);
   return port;
+}
+
+std::string on_rank(int rank, const std::string& prefix) {
+  return "/bin/sh -c " +
+         shell_quote("if [ \"$RANK\" = " + std::to_string(rank) + " ]; then exec " + prefix +
+                     " \"$@\"; else exec \"$@\"; fi") +
+         " sh";
 }
 
 std::string fail_thread_start_on_rank(int rank, int when) {

@@ -37,6 +37,9 @@ std::string strace_command();
 std::string strace_inject(const std::string& syscalls, const std::string& path, const std::string& tamper);
 
 // A prefix for each rank of a launched job (it reads $RANK): rank `rank`
+// runs under `prefix` (an strace command line), the others as they are.
+std::string on_rank(int rank, const std::string& prefix);
+// A prefix for each rank of a launched job (it reads $RANK): rank `rank`
 // runs under strace with the `when`-th thread creation (clone3, or clone
 // with an older glibc) of each of
 // its threads failing with EAGAIN, as at a thread limit; the others run as

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 
 #include "distckpt/core/errors.h"
@@ -62,6 +63,40 @@ SourceLayout::SourceLayout(const std::vector<plan::LocalPlan>& plans) {
   }
 }
 
+void SourceLayout::add_direct_readers(const std::vector<plan::LocalPlan>& plans, const std::vector<Reach>& reaches,
+                                      const std::vector<int>& groups) {
+  std::map<int, std::vector<int>> members;  // group -> its ranks, ascending
+  for (size_t r = 0; r < groups.size(); ++r) {
+    if (groups[r] >= 0) members[groups[r]].push_back(static_cast<int>(r));
+  }
+  if (members.empty()) return;
+  in_memory.resize(index.tensors.size());
+  for (uint32_t t = 0; t < index.tensors.size(); ++t) in_memory[t].resize(index.tensors[t].chunks.size());
+  pids.resize(reaches.size());
+  for (size_t r = 0; r < reaches.size(); ++r) pids[r] = reaches[r].pid;
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const std::vector<uint64_t>& addresses = reaches[r].addresses;
+    if (groups[r] < 0 || addresses.empty()) continue;
+    for (size_t k = 0; k < plans[r].tensors.size(); ++k) {
+      const plan::ShardPlan& s = plans[r].tensors[k];
+      const auto at = chunks.find(key_of(s.key, s.box, s.flat));
+      if (addresses[k] == 0 || at == chunks.end()) continue;
+      InMemory& m = in_memory[at->second.first][at->second.second];
+      if (m.rank < 0) m = InMemory{static_cast<int>(r), addresses[k]};
+    }
+  }
+  for (uint32_t t = 0; t < index.tensors.size(); ++t) {
+    for (uint32_t c = 0; c < in_memory[t].size(); ++c) {
+      if (in_memory[t][c].rank < 0) continue;
+      const std::vector<int>& group = members.at(groups[static_cast<size_t>(in_memory[t][c].rank)]);
+      std::vector<int> merged;
+      std::set_union(holders[t][c].begin(), holders[t][c].end(), group.begin(), group.end(),
+                     std::back_inserter(merged));
+      holders[t][c] = std::move(merged);
+    }
+  }
+}
+
 LiveSources::LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine)
     : layout_(std::move(layout)) {
   for (const ShardedTensor* t : mine) {
@@ -71,19 +106,58 @@ LiveSources::LiveSources(std::shared_ptr<const SourceLayout> layout, const std::
   }
 }
 
+void LiveSources::check_range(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end) const {
+  const uint64_t bytes = static_cast<uint64_t>(tensor.chunks.at(chunk).stored_numel()) * tensor.element_size();
+  if (end < begin || end > bytes) {
+    throw UsageError(
+        fmt::format("bytes [{}, {}) of chunk {} of '{}' are past its {} bytes", begin, end, chunk, tensor.key, bytes));
+  }
+}
+
+const SourceLayout::InMemory* LiveSources::elsewhere(uint32_t t, uint32_t chunk) const {
+  if (layout_->in_memory.empty() || layout_->in_memory[t][chunk].rank < 0) return nullptr;
+  return &layout_->in_memory[t][chunk];
+}
+
+void LiveSources::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
+  const auto t = static_cast<uint32_t>(&tensor - layout_->index.tensors.data());
+  const auto held = held_.find({t, chunk});
+  const SourceLayout::InMemory* there = held == held_.end() ? elsewhere(t, chunk) : nullptr;
+  const bool here_dense = held != held_.end() && held->second.device().is_cpu() && held->second.is_contiguous();
+  if (!there && !here_dense) {
+    StorageReader::read_chunk_runs(tensor, chunk, runs);  // through a window
+    return;
+  }
+  uint64_t bytes = 0;
+  for (const ByteRun& r : runs) {
+    check_range(tensor, chunk, r.offset, r.offset + r.bytes);
+    bytes += r.bytes;
+  }
+  if (there) {
+    read_peer(layout_->pids[static_cast<size_t>(there->rank)], there->address, runs,
+              fmt::format("chunk {} of '{}' (rank {})", chunk, tensor.key, there->rank));
+    bytes_read_directly_ += bytes;
+  } else {
+    const auto* base = static_cast<const uint8_t*>(held->second.data_ptr());
+    for (const ByteRun& r : runs) std::memcpy(r.out, base + r.offset, r.bytes);
+  }
+  bytes_read_ += bytes;
+}
+
 void LiveSources::read_chunk(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end, uint8_t* out) {
   const auto t = static_cast<uint32_t>(&tensor - layout_->index.tensors.data());  // records come from index()
   const auto held = held_.find({t, chunk});
   if (held == held_.end()) {
+    if (elsewhere(t, chunk)) {
+      read_chunk_runs(tensor, chunk, {ByteRun{begin, end - begin, out}});
+      return;
+    }
     throw UsageError(fmt::format("this rank does not hold chunk {} of '{}' it was asked to send: a planning bug", chunk,
                                  tensor.key));
   }
   const at::Tensor& src = held->second;
   const auto element = static_cast<uint64_t>(src.element_size());
-  if (end < begin || end > static_cast<uint64_t>(src.numel()) * element) {
-    throw UsageError(fmt::format("bytes [{}, {}) of chunk {} of '{}' are past its {} bytes", begin, end, chunk,
-                                 tensor.key, static_cast<uint64_t>(src.numel()) * element));
-  }
+  check_range(tensor, chunk, begin, end);
   if (src.device().is_cpu() && src.is_contiguous()) {
     std::memcpy(out, static_cast<const uint8_t*>(src.data_ptr()) + begin, end - begin);
   } else if (begin % element == 0 && end % element == 0) {

@@ -23,6 +23,7 @@
 #include "transfer/digest_check.h"
 #include "transfer/external_names.h"
 #include "transfer/live_sources.h"
+#include "transfer/peer_memory.h"
 
 namespace distckpt {
 
@@ -94,13 +95,29 @@ Requested requested_of(const StateDict& requests) {
   return out;
 }
 
-// What this rank's part of a plan depends on: its sources, its requests
-// (structure and devices) and the options that shape the plan.
-uint64_t structure_of(const plan::LocalPlan& sources, const Requested& requested, const TransferOptions& options) {
+// The storages of the tensors the caller passed (factories' too): they keep
+// their place from one transfer to the next, unlike what a factory builds.
+std::vector<const void*> owned_storages(const StateDict& sources) {
+  std::vector<const void*> out;
+  for (const Value* leaf : nested_values(sources)) {
+    const at::Tensor* data = leaf->kind() == Kind::kShardedTensor ? &leaf->as_sharded_tensor().data
+                             : leaf->kind() == Kind::kFactory     ? &leaf->as_factory().data
+                                                                  : nullptr;
+    if (data && data->defined()) out.push_back(data->storage().data());
+  }
+  return out;
+}
+
+// What a rank's part of a plan depends on: its sources (and where they lie,
+// when it offers them), its requests (structure and devices) and the
+// options that shape the plan.
+uint64_t structure_of(const plan::LocalPlan& sources, const transferring::Reach& reach, const Requested& requested,
+                      const TransferOptions& options) {
   const std::string options_text =
-      fmt::format("{} {} {} {}", options.bucket_bytes, load_exchange_name(options.exchange), options.convert_dtype,
-                  requested.devices);
+      fmt::format("{} {} {} {} {}", options.bucket_bytes, load_exchange_name(options.exchange), options.convert_dtype,
+                  options.direct_reads, requested.devices);
   uint64_t h = plan::structure_hash(sources);
+  h = h * 0x9e3779b97f4a7c15ull ^ io::xxh3(reach.addresses.data(), reach.addresses.size() * sizeof(uint64_t));
   h = h * 0x9e3779b97f4a7c15ull ^ plan::structure_hash(requested.plan);
   return h * 0x9e3779b97f4a7c15ull ^ std::hash<std::string>{}(options_text);
 }
@@ -151,6 +168,41 @@ bool plan_holds(const std::vector<std::string>& gathered, std::vector<uint64_t>&
   return true;
 }
 
+// Every rank's sources gathered, checked and laid out alike on every rank,
+// each rank's requests checked against them; where ranks of a host can read
+// one another's memory, they become holders of what that host offers.
+std::shared_ptr<const transferring::SourceLayout> plan_sources(Communicator& comm, const plan::LocalPlan& source_plan,
+                                                               const transferring::Reach& reach,
+                                                               const plan::LocalPlan& requested) {
+  const std::vector<std::string> gathered = gather_agreed(comm, "gather the transfer's sources", [&] {
+    return transferring::encode_source(plan::encode_local_plan(source_plan), reach);
+  });
+  std::vector<plan::LocalPlan> plans;
+  std::vector<transferring::Reach> reaches(gathered.size());
+  std::shared_ptr<transferring::SourceLayout> layout;
+  const std::vector<std::string> readable = gather_agreed(comm, "plan the transfer's sources", [&] {
+    std::vector<std::string> plan_bytes(gathered.size());
+    for (size_t r = 0; r < gathered.size(); ++r) {
+      std::tie(plan_bytes[r], reaches[r]) = transferring::decode_source(gathered[r], fmt::format("rank {}", r));
+    }
+    plans = plan::decode_local_plans(plan_bytes);
+    for (size_t r = 0; r < plans.size(); ++r) {
+      if (!reaches[r].addresses.empty() && reaches[r].addresses.size() != plans[r].tensors.size()) {
+        throw ProtocolError(fmt::format("rank {} offered {} source addresses for {} sources", r,
+                                        reaches[r].addresses.size(), plans[r].tensors.size()));
+      }
+    }
+    layout = std::make_shared<transferring::SourceLayout>(plans);
+    check_requested_keys(requested, layout->index, comm.rank());
+    // Only where every rank of a host offers its memory do its ranks read one another's.
+    return std::string(reach.pid != 0 && transferring::can_read_host_peers(reaches, comm.rank()) ? "1" : "0");
+  });
+  std::vector<bool> can_read(readable.size());
+  for (size_t r = 0; r < readable.size(); ++r) can_read[r] = readable[r] == "1";
+  layout->add_direct_readers(plans, reaches, transferring::direct_groups(reaches, can_read));
+  return layout;
+}
+
 TransferResult run_transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
                             const TransferOptions& options, TransferPlanCacheAccess::State* cache) {
   const Clock::time_point start = Clock::now();
@@ -162,6 +214,10 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   StateDict wanted, kept;
   Requested requested;
   uint64_t structure = 0;
+  // Within a host, ranks read the sources of the others straight out of their memory (peer_memory.h).
+  const bool direct = options.direct_reads && options.exchange == LoadExchange::kAuto && comm.size() > 1;
+  const transferring::PeerReadsAllowed allowed(direct);
+  transferring::Reach reach;
   const auto describe = [&] {
     std::tie(wanted, kept) = extract_sharded_tensors_and_factories(requests);
     if (options.mapping) wanted = transferring::in_source_names(wanted, *options.mapping);
@@ -170,8 +226,9 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
       throw UsageError("TransferOptions::exchange cannot be none: a rank can read only the sources it holds");
     }
     mine = source_tensors(sources, split, source_plan);
+    if (direct) reach = transferring::reach_of(mine, owned_storages(sources));
     requested = requested_of(wanted);
-    structure = structure_of(source_plan, requested, options);
+    structure = structure_of(source_plan, reach, requested, options);
   };
 
   // Every rank, with a cache or without, checks: all ranks reuse a plan or none does.
@@ -183,17 +240,8 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
                                  return encode_structure(structure, cache && cache->valid() ? cache->planned_for : 0);
                                }),
                  structures);
-  std::shared_ptr<const transferring::SourceLayout> layout;
-  if (reuse) {
-    layout = cache->layout;
-  } else {
-    const std::vector<std::string> plans =
-        gather_agreed(comm, "gather the transfer's sources", [&] { return plan::encode_local_plan(source_plan); });
-    run_agreed(comm, "plan the transfer's sources", [&] {
-      layout = std::make_shared<transferring::SourceLayout>(plan::decode_local_plans(plans));
-      check_requested_keys(requested.plan, layout->index, comm.rank());
-    });
-  }
+  const std::shared_ptr<const transferring::SourceLayout> layout =
+      reuse ? cache->layout : plan_sources(comm, source_plan, reach, requested.plan);
   transferring::LiveSources live(layout, mine);
 
   LoadOptions load;
@@ -220,6 +268,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   result.state_dict = std::move(kept);
   merge(result.state_dict, loaded.state_dict);
   result.source_bytes_read = live.bytes_read();
+  result.bytes_read_directly = live.bytes_read_directly();
   if (options.verify) {
     transferring::DigestReport report = transferring::compare_digests(
         comm,

@@ -68,6 +68,16 @@ struct TransferOptions {
   // /dev/shm cannot hold them); kAllGather sends in rounds. kNone cannot
   // serve a transfer.
   LoadExchange exchange = LoadExchange::kBroadcast;
+  // With kAuto: a rank reads the CPU sources of the other ranks of its host
+  // straight out of their memory (Linux cross-memory attach,
+  // process_vm_readv): each byte copied once, into its destination, no
+  // buffer in between. For the transfer's duration every source allows
+  // processes of its user to read its memory (prctl PR_SET_PTRACER, for
+  // Yama's ptrace scope 1); where a host's ranks cannot read one another
+  // (checked first: containers, ptrace scope 2, seccomp), shared memory
+  // serves that host instead. Sources a factory builds, on a GPU or not
+  // contiguous go through shared memory too. false: shared memory only.
+  bool direct_reads = true;
   // Threads per rank copying the pieces a rank keeps from its own sources;
   // 0 = resolve_io_threads' share of the host's cores.
   int io_threads = 0;
@@ -84,6 +94,8 @@ struct TransferResult {
   StateDict state_dict;  // the request with its tensors filled (factories merged)
   // Bytes this rank copied out of its source tensors, for others or itself.
   uint64_t source_bytes_read = 0;
+  // Of those, bytes read straight out of another rank's memory (direct_reads).
+  uint64_t bytes_read_directly = 0;
   // The tensors this rank checked (it owns their comparison): digest equal
   // on the sources and the destinations.
   std::map<std::string, uint64_t> verified;
