@@ -147,6 +147,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", bucket_mb, "TransferOptions::bucket_bytes in MiB");
   app.add_option("--dir", dir, "scratch directory for the save plus load");
   app.add_option("--exchange", exchange, "auto (shared memory within a host) or broadcast (messages)");
+  bool direct_reads = true;
+  app.add_option("--direct-reads", direct_reads, "auto: read other ranks' sources out of their memory (true/false)");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
@@ -178,6 +180,7 @@ int main(int argc, char** argv) {
   TransferOptions options;
   options.bucket_bytes = bucket_mb << 20;
   options.exchange = parse_load_exchange(exchange);
+  options.direct_reads = direct_reads;
   options.plan_cache = TransferPlanCache::create();
   bench::Timer first(comm), cached(comm), unverified(comm), baseline(comm);
   TransferResult last;
@@ -191,13 +194,14 @@ int main(int argc, char** argv) {
       throw Error(fmt::format("rank {}: '{}' arrived different", rank, key));
     }
   }
-  uint64_t sent = 0, messages = 0;
+  uint64_t sent = 0, messages = 0, direct = 0;
   double planning = 0, moving = 0, verifying = 0;
   for (int i = 0; i < reps; ++i) {
     const uint64_t bytes_before = counts.message_bytes, messages_before = counts.messages;
     cached.run([&] { last = transfer(sources, requests, comm, options); });
     sent = counts.message_bytes - bytes_before;
     messages = counts.messages - messages_before;
+    direct = last.bytes_read_directly;
     planning = std::max(planning, last.planning_seconds);
     moving = last.moving_seconds;
     verifying = last.verifying_seconds;
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
   }
 
   const uint64_t needed = sum(comm, needed_from_others(src, dst, layers, hidden));
-  const uint64_t sent_all = sum(comm, sent), messages_all = sum(comm, messages);
+  const uint64_t sent_all = sum(comm, sent), messages_all = sum(comm, messages), direct_all = sum(comm, direct);
   const double planning_max = max_of(comm, planning), moving_max = max_of(comm, moving),
                verifying_max = max_of(comm, verifying);
   const double added_mb_max = max_of(comm, static_cast<double>(added_kb) / 1024.0);
@@ -231,12 +235,14 @@ int main(int argc, char** argv) {
     io::remove_tree(dir);
     const double gb = static_cast<double>(state_bytes) / 1e9;
     fmt::print(
-        "scenario {} ranks {} state {:.2f} GB ({} layers, hidden {}), exchange {}, bucket {} MiB, {} reps "
+        "scenario {} ranks {} state {:.2f} GB ({} layers, hidden {}), exchange {}{}, bucket {} MiB, {} reps "
         "(medians)\n",
-        scenario, world, gb, layers, hidden, exchange, bucket_mb, reps);
+        scenario, world, gb, layers, hidden, exchange,
+        exchange == "auto" ? (direct_reads ? " (direct reads)" : " (shared memory only)") : "", bucket_mb, reps);
     fmt::print("transfer, plan cached, verified   {:8.3f} s   {:6.2f} GB/s of state\n", cached.median(),
                gb / cached.median());
-    fmt::print("transfer, plan cached, unverified {:8.3f} s\n", unverified.median());
+    fmt::print("transfer, plan cached, unverified {:8.3f} s   ratio {:.2f}x\n", unverified.median(),
+               baseline.median() / unverified.median());
     fmt::print("transfer, first (plans)           {:8.3f} s\n", first.median());
     fmt::print("save + load through {:14} {:8.3f} s   ratio {:.2f}x\n", dir, baseline.median(),
                baseline.median() / cached.median());
@@ -246,9 +252,10 @@ int main(int argc, char** argv) {
         "verifying {:.3f} s\n",
         planning_max, 100.0 * planning_max / cached.median(), moving_max, verifying_max);
     fmt::print(
-        "bytes sent point to point {} in {} messages (status words {}), needed from other ranks {}: "
-        "sent - status = needed {}\n",
-        sent_all, messages_all, messages_all * 8, needed, sent_all - messages_all * 8 == needed);
+        "bytes sent point to point {} in {} messages (status words {}), read directly out of other ranks' memory "
+        "{}, needed from other ranks {}: sent - status + read directly = needed {}\n",
+        sent_all, messages_all, messages_all * 8, direct_all, needed,
+        sent_all - messages_all * 8 + direct_all == needed);
     fmt::print("peak RSS added by the first transfer, slowest rank: {:.1f} MiB (bucket {} MiB)\n", added_mb_max,
                bucket_mb);
   }

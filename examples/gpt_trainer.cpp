@@ -136,6 +136,7 @@ TransferOptions send_options(const NameMapping& mapping) {
   TransferOptions options;
   options.mapping = mapping;
   options.plan_cache = cache;
+  options.exchange = LoadExchange::kAuto;  // within a host, ranks read the weights out of one another's memory
   return options;
 }
 
