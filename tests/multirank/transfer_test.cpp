@@ -351,5 +351,36 @@ TEST(Transfer, WithinAHostRanksReadTheSourcesOutOfOneAnothersMemory) {
   verified.expect_equal_to(saved_digests(tmp.path() + "/ckpt"));
 }
 
+TEST(Transfer, ARankFailingWhileTheOthersReplayTheirPlanFailsEveryRankAndTheNextTransferPlansAgain) {
+  std::vector<std::shared_ptr<TransferPlanCache>> caches;
+  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  run_ranks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
+    gpt::Model destination(config(), mesh({r, 4}, {0, 1}));
+    TransferOptions options;
+    options.exchange = LoadExchange::kAuto;
+    options.plan_cache = caches[static_cast<size_t>(r)];
+    EXPECT_FALSE(transfer(source->state_dict(), destination.metadata_state_dict(), comm, options).plan_reused);
+    // Rank 2 fails before it can check its plan; the others meet its error in the agreement their replay begins with.
+    TransferOptions broken = options;
+    if (r == 2) broken.bucket_bytes = 0;
+    try {
+      transfer(source->state_dict(), destination.metadata_state_dict(), comm, broken);
+      ADD_FAILURE() << "rank " << r << ": the transfer succeeded";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("bucket_bytes must be positive"), std::string::npos) << e.what();
+    }
+    const TransferResult again = transfer(source->state_dict(), destination.metadata_state_dict(), comm, options);
+    EXPECT_FALSE(again.plan_reused);  // a failed transfer leaves no plan to trust
+    expect_tensors_equal(again.state_dict, filled_model(mesh({r, 4}, {0, 1}))->state_dict(), r);
+    EXPECT_TRUE(transfer(source->state_dict(), destination.metadata_state_dict(), comm, options).plan_reused);
+  });
+  for (const auto& cache : caches) {
+    EXPECT_EQ(cache->plans_made(), 2u);
+    EXPECT_EQ(cache->plans_reused(), 1u);
+  }
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -108,6 +108,8 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   // rank opens and plans alone, and a failure joins the reads' first
   // agreement instead. (Elsewhere the load plans afresh and refills it.)
   const bool replay = memo && memo->valid && !keys_collective && !options.validate_access_integrity;
+  if (hooks.check && !replay)
+    throw UsageError("internal: a check on the reads' first agreement needs a memo to replay");
   std::exception_ptr early;
   if (replay) {
     try {
@@ -179,9 +181,16 @@ LoadResult load_from(const StateDict& sharded_state_dict, const OpenReader& open
   std::vector<std::string> decisions = replay ? memo->decisions : std::vector<std::string>{};
   if (hooks.reads_began) *hooks.reads_began = std::chrono::steady_clock::now();
   // A replaying rank whose reader never opened joins the reads' first agreement without reading.
-  const std::exception_ptr read_error =
-      reader ? loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions, early)
-             : loading::fail_reads(comm, engine, early);
+  std::exception_ptr read_error;
+  if (reader) {
+    read_error =
+        loading::execute_reads(*reader, rounds, comm, engine, read_plans, *staging, &decisions, early, hooks.check);
+  } else if (hooks.check) {
+    loading::join_first_read_agreement(comm, *hooks.check, early);  // raises the agreed error, as every rank does
+  } else {
+    read_error = loading::fail_reads(comm, engine, early);
+  }
+  if (hooks.check && !hooks.check->held) return LoadResult{};  // alike on every rank: nothing was read
 
   // One agreed step for the reads' outcome and the rest.
   Value common;

@@ -12,6 +12,7 @@
 #include "distckpt/comm/communicator.h"
 #include "distckpt/load/load.h"
 #include "load/checkpoint_reader.h"
+#include "load/read_engine.h"
 
 namespace distckpt::loading {
 
@@ -43,6 +44,10 @@ struct LoadHooks {
   // succeeded.
   ReadPlanMemo* memo = nullptr;
   std::chrono::steady_clock::time_point* reads_began = nullptr;  // when planning ended and the reads began
+  // With a memo to replay only (UsageError otherwise): carried by the reads'
+  // first agreement; when it does not hold, load_from returns at once on
+  // every rank, having read nothing (an empty LoadResult).
+  FirstAgreementCheck* check = nullptr;
 };
 
 // Collective: load() with the reader `open` makes (called once, inside the

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,30 @@ namespace {
 using Task = std::function<void()>;
 
 constexpr const char* kFirstReadPhase = "plan the fully parallel load";
+
+// A part of the reads' first agreement with a check in front (FirstAgreementCheck): its length, the check, the part.
+std::string with_check(const std::string& check, const std::string& part) {
+  const auto length = static_cast<uint32_t>(check.size());
+  std::string out(sizeof length, '\0');
+  std::memcpy(out.data(), &length, sizeof length);
+  return out + check + part;
+}
+
+// Removes the check in front of each rank's part; returns the checks, by rank.
+std::vector<std::string> take_checks(std::vector<std::string>& parts) {
+  std::vector<std::string> checks(parts.size());
+  for (size_t r = 0; r < parts.size(); ++r) {
+    uint32_t length = 0;
+    if (parts[r].size() >= sizeof length) std::memcpy(&length, parts[r].data(), sizeof length);
+    if (parts[r].size() < sizeof length || parts[r].size() - sizeof length < length) {
+      throw ProtocolError(
+          fmt::format("rank {} sent a {}-byte part without the check it must carry", r, parts[r].size()));
+    }
+    checks[r] = parts[r].substr(sizeof length, length);
+    parts[r].erase(0, sizeof length + length);
+  }
+  return checks;
+}
 
 // Runs tasks on a few threads; keeps the first error.
 class TaskRunner {
@@ -229,7 +254,8 @@ struct Planning {
 // which rethrows). Returns this rank's read error.
 std::exception_ptr read_round(CheckpointReader& reader, const std::vector<TensorRead>& reads, Communicator& comm,
                               const ReadEngineOptions& options, Planning* planning, size_t round,
-                              const std::exception_ptr& earlier, const std::function<void()>& prepare) {
+                              const std::exception_ptr& earlier, const std::function<void()>& prepare,
+                              FirstAgreementCheck* check) {
   const int me = comm.rank();
   plan::LoadShare whole;  // the rounds exchange's share, or none
   const plan::LoadShare* share = &whole;
@@ -241,8 +267,10 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
   if (planning) {
     // Agreed, and carrying the shared-memory offers: the exchange within the host needs one collective less.
     // A later round's agreement also reports what failed in the round before it.
-    const std::string phase = round == 0 ? kFirstReadPhase : fmt::format("read the tensors (staging round {})", round);
-    offers = all_to_all_agreed(comm, phase, [&] {
+    const std::string phase = round > 0 ? fmt::format("read the tensors (staging round {})", round)
+                              : check   ? check->phase
+                                        : std::string(kFirstReadPhase);
+    const auto step = [&] {
       if (earlier) std::rethrow_exception(earlier);
       prepare();
       if (partitioned) {
@@ -265,7 +293,18 @@ std::exception_ptr read_round(CheckpointReader& reader, const std::vector<Tensor
       }
       host = std::make_unique<HostExchange>(*context);
       return host->offers();
+    };
+    offers = all_to_all_agreed(comm, phase, [&] {
+      std::vector<std::string> parts = step();
+      if (check) {
+        for (std::string& part : parts) part = with_check(check->mine, part);
+      }
+      return parts;
     });
+    if (check) {
+      check->held = check->holds(take_checks(offers));
+      if (!check->held) return nullptr;  // nothing read; the host exchange, never set up, goes
+    }
   } else {
     prepare();
     whole.slot.assign(reads.size(), -1);
@@ -332,13 +371,32 @@ std::vector<std::string> agree_on_read_plans(Communicator& comm, const std::stri
   });
 }
 
+void join_first_read_agreement(Communicator& comm, FirstAgreementCheck& check, const std::exception_ptr& error) {
+  if (comm.size() == 1) {
+    if (error) std::rethrow_exception(error);
+    check.held = check.holds({check.mine});
+  } else {
+    std::vector<std::string> parts = all_to_all_agreed(comm, check.phase, [&] {
+      if (error) std::rethrow_exception(error);
+      return std::vector<std::string>(static_cast<size_t>(comm.size()), with_check(check.mine, ""));
+    });
+    check.held = check.holds(take_checks(parts));
+  }
+  if (check.held) throw ProtocolError("the ranks agreed to replay a plan this rank does not have: a bug");
+}
+
 std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vector<TensorRead>>& rounds,
                                  Communicator& comm, const ReadEngineOptions& options,
                                  const std::vector<std::string>& plans, DeviceStaging& staging,
-                                 std::vector<std::string>* decisions, std::exception_ptr earlier) {
+                                 std::vector<std::string>* decisions, std::exception_ptr earlier,
+                                 FirstAgreementCheck* check) {
   at::NoGradGuard no_grad;
   const bool share = shares_reads(options, comm);
   if (earlier && !share) return earlier;  // nobody waits for this rank's reads
+  if (check && !share) {
+    check->held = check->holds({check->mine});
+    if (!check->held) return nullptr;
+  }
   Planning planning{plans, {}, {}, {}, {}, 1};
   if (share) {
     for (const std::vector<TensorRead>& reads : rounds) {
@@ -360,11 +418,16 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
   for (size_t k = 0; k < std::max<size_t>(1, share ? planning.rounds : rounds.size()); ++k) {
     std::vector<TensorRead>& reads = k < rounds.size() ? rounds[k] : none;
     try {
-      error = read_round(reader, reads, comm, options, share ? &planning : nullptr, k, error,
-                         [&] { staging.stage(reads, k); });
+      error = read_round(
+          reader, reads, comm, options, share ? &planning : nullptr, k, error, [&] { staging.stage(reads, k); },
+          k == 0 && share ? check : nullptr);
+      if (check && !check->held) return nullptr;
     } catch (...) {
       // Shared: the agreement threw, on every rank alike (the failed rank
       // rethrows what failed in its staging, copies or reads), so all stop.
+      // With a check, ranks that joined without a plan threw already: none
+      // goes on to a later agreement.
+      if (check && k == 0) throw;
       return std::current_exception();
     }
     if (!error) {

@@ -29,6 +29,7 @@ namespace distckpt {
 
 struct TransferPlanCache::State {
   uint64_t planned_for = 0;  // the hash of every rank's structure, as planned
+  uint64_t structure = 0;    // this rank's, as planned
   std::shared_ptr<const transferring::SourceLayout> layout;
   loading::ReadPlanMemo reads;
   uint64_t made = 0, reused = 0;
@@ -138,52 +139,57 @@ uint64_t hash_of(const std::vector<uint64_t>& structures) {
   return io::xxh3(structures.data(), structures.size() * sizeof(uint64_t)) | 1;  // never 0: "no plan"
 }
 
-// A rank's structure and what its cache was planned for (the hash of every
-// rank's structures then; 0 without a plan), as the check carries them.
-std::string encode_structure(uint64_t structure, uint64_t planned_for) {
-  std::string out(2 * sizeof(uint64_t), '\0');
-  std::memcpy(out.data(), &structure, sizeof structure);
-  std::memcpy(out.data() + sizeof structure, &planned_for, sizeof planned_for);
-  return out;
+std::string u64_bytes(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); }
+
+uint64_t u64_of(const std::string& bytes, size_t at, const std::string& what, size_t rank) {
+  if (bytes.size() < at + sizeof(uint64_t)) {
+    throw ProtocolError(fmt::format("rank {} sent a {}-byte {} (expected {} or more)", rank, bytes.size(), what,
+                                    at + sizeof(uint64_t)));
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
 }
 
-// Whether every rank holds the plan of the structures every rank sent: a
-// decision every rank takes alike from what they all gathered. `structures`
-// receives them.
-bool plan_holds(const std::vector<std::string>& gathered, std::vector<uint64_t>& structures) {
-  std::vector<uint64_t> planned_for(gathered.size());
-  structures.assign(gathered.size(), 0);
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    if (gathered[r].size() != 2 * sizeof(uint64_t)) {
-      throw ProtocolError(fmt::format("rank {} sent a {}-byte transfer plan check (expected {})", r, gathered[r].size(),
-                                      2 * sizeof(uint64_t)));
-    }
-    std::memcpy(&structures[r], gathered[r].data(), sizeof(uint64_t));
-    std::memcpy(&planned_for[r], gathered[r].data() + sizeof(uint64_t), sizeof(uint64_t));
-  }
-  const uint64_t now = hash_of(structures);
-  for (const uint64_t p : planned_for) {
-    if (p != now) return false;
-  }
-  return true;
+// The check every rank's cached plan meets, carried by the reads' first
+// agreement: each rank sends what its plan was made for (the hash of every
+// rank's structure then; 0 when it has none, or its own structure changed
+// since), and the plan holds when every rank sent the same non-zero hash:
+// then no rank's structure changed, and all replay the same plan.
+loading::FirstAgreementCheck plan_check(uint64_t planned_for) {
+  loading::FirstAgreementCheck check;
+  check.phase = "check the cached transfer plan and begin the reads";
+  check.mine = u64_bytes(planned_for);
+  check.holds = [](const std::vector<std::string>& all) {
+    const uint64_t first = u64_of(all.at(0), 0, "transfer plan check", 0);
+    bool same = first != 0;
+    for (size_t r = 0; r < all.size(); ++r) same = u64_of(all[r], 0, "transfer plan check", r) == first && same;
+    return same;
+  };
+  return check;
 }
 
 // Every rank's sources gathered, checked and laid out alike on every rank,
 // each rank's requests checked against them; where ranks of a host can read
 // one another's memory, they become holders of what that host offers.
+// `structures` receives every rank's structure.
 std::shared_ptr<const transferring::SourceLayout> plan_sources(Communicator& comm, const plan::LocalPlan& source_plan,
                                                                const transferring::Reach& reach,
-                                                               const plan::LocalPlan& requested) {
+                                                               const plan::LocalPlan& requested, uint64_t structure,
+                                                               std::vector<uint64_t>& structures) {
   const std::vector<std::string> gathered = gather_agreed(comm, "gather the transfer's sources", [&] {
-    return transferring::encode_source(plan::encode_local_plan(source_plan), reach);
+    return u64_bytes(structure) + transferring::encode_source(plan::encode_local_plan(source_plan), reach);
   });
   std::vector<plan::LocalPlan> plans;
   std::vector<transferring::Reach> reaches(gathered.size());
   std::shared_ptr<transferring::SourceLayout> layout;
   const std::vector<std::string> readable = gather_agreed(comm, "plan the transfer's sources", [&] {
     std::vector<std::string> plan_bytes(gathered.size());
+    structures.assign(gathered.size(), 0);
     for (size_t r = 0; r < gathered.size(); ++r) {
-      std::tie(plan_bytes[r], reaches[r]) = transferring::decode_source(gathered[r], fmt::format("rank {}", r));
+      structures[r] = u64_of(gathered[r], 0, "transfer source", r);
+      std::tie(plan_bytes[r], reaches[r]) = transferring::decode_source(
+          std::string_view(gathered[r]).substr(sizeof(uint64_t)), fmt::format("rank {}", r));
     }
     plans = plan::decode_local_plans(plan_bytes);
     for (size_t r = 0; r < plans.size(); ++r) {
@@ -203,47 +209,40 @@ std::shared_ptr<const transferring::SourceLayout> plan_sources(Communicator& com
   return layout;
 }
 
-TransferResult run_transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
-                            const TransferOptions& options, TransferPlanCacheAccess::State* cache) {
-  const Clock::time_point start = Clock::now();
-  SplitStateDict split;
+// This rank's part of a transfer, once described.
+struct Described {
+  SplitStateDict split;  // keeps the source tensors alive
   std::vector<const ShardedTensor*> mine;
   plan::LocalPlan source_plan;
-  source_plan.rank = comm.rank();
-  // Objects and plain values stay where they are: the result keeps the request's.
-  StateDict wanted, kept;
+  transferring::Reach reach;
+  StateDict wanted, kept;  // the requested tensors; the rest of the request (objects, plain values) stays
   Requested requested;
   uint64_t structure = 0;
-  // Within a host, ranks read the sources of the others straight out of their memory (peer_memory.h).
-  const bool direct = options.direct_reads && options.exchange == LoadExchange::kAuto && comm.size() > 1;
-  const transferring::PeerReadsAllowed allowed(direct);
-  transferring::Reach reach;
-  const auto describe = [&] {
-    std::tie(wanted, kept) = extract_sharded_tensors_and_factories(requests);
-    if (options.mapping) wanted = transferring::in_source_names(wanted, *options.mapping);
-    if (options.bucket_bytes == 0) throw UsageError("TransferOptions::bucket_bytes must be positive");
-    if (options.exchange == LoadExchange::kNone) {
-      throw UsageError("TransferOptions::exchange cannot be none: a rank can read only the sources it holds");
-    }
-    mine = source_tensors(sources, split, source_plan);
-    if (direct) reach = transferring::reach_of(mine, owned_storages(sources));
-    requested = requested_of(wanted);
-    structure = structure_of(source_plan, reach, requested, options);
-  };
+};
 
-  // Every rank, with a cache or without, checks: all ranks reuse a plan or none does.
-  std::vector<uint64_t> structures;
-  const bool reuse =
-      plan_holds(gather_agreed(comm, "check the cached transfer plan",
-                               [&] {
-                                 describe();
-                                 return encode_structure(structure, cache && cache->valid() ? cache->planned_for : 0);
-                               }),
-                 structures);
-  const std::shared_ptr<const transferring::SourceLayout> layout =
-      reuse ? cache->layout : plan_sources(comm, source_plan, reach, requested.plan);
-  transferring::LiveSources live(layout, mine);
+// Fills `d` in place: its tensors point into its own split.
+void describe(const StateDict& sources, const StateDict& requests, const TransferOptions& options, bool direct,
+              int rank, Described& d) {
+  d.source_plan.rank = rank;
+  std::tie(d.wanted, d.kept) = extract_sharded_tensors_and_factories(requests);
+  if (options.mapping) d.wanted = transferring::in_source_names(d.wanted, *options.mapping);
+  if (options.bucket_bytes == 0) throw UsageError("TransferOptions::bucket_bytes must be positive");
+  if (options.exchange == LoadExchange::kNone) {
+    throw UsageError("TransferOptions::exchange cannot be none: a rank can read only the sources it holds");
+  }
+  d.mine = source_tensors(sources, d.split, d.source_plan);
+  if (direct) d.reach = transferring::reach_of(d.mine, owned_storages(sources));
+  d.requested = requested_of(d.wanted);
+  d.structure = structure_of(d.source_plan, d.reach, d.requested, options);
+}
 
+// The bytes moved by a load of the requests out of the sources laid out as
+// `layout`, then the digests compared; with `check`, the load stops (an
+// empty result, check->held false) where the cached plan does not hold.
+TransferResult move(const Described& d, const std::shared_ptr<const transferring::SourceLayout>& layout,
+                    Communicator& comm, const TransferOptions& options, loading::ReadPlanMemo* memo,
+                    loading::FirstAgreementCheck* check, Clock::time_point& reads_began) {
+  transferring::LiveSources live(layout, d.mine);
   LoadOptions load;
   load.exchange = options.exchange;
   load.exchange_batch_bytes = options.bucket_bytes;
@@ -255,17 +254,16 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
     return reader;
   };
   std::vector<loading::FilledTensor> filled;
-  loading::ReadPlanMemo fresh;
-  Clock::time_point reads_began = start;
   loading::LoadHooks hooks;
   hooks.filled = options.verify ? &filled : nullptr;
-  hooks.memo = cache ? (reuse ? &cache->reads : &fresh) : nullptr;
+  hooks.memo = memo;
   hooks.reads_began = &reads_began;
-  LoadResult loaded = loading::load_from(wanted, open, comm, load, hooks);
-  const Clock::time_point moved = Clock::now();
-
+  hooks.check = check;
+  LoadResult loaded = loading::load_from(d.wanted, open, comm, load, hooks);
   TransferResult result;
-  result.state_dict = std::move(kept);
+  if (check && !check->held) return result;
+  const Clock::time_point moved = Clock::now();
+  result.state_dict = d.kept;
   merge(result.state_dict, loaded.state_dict);
   result.source_bytes_read = live.bytes_read();
   result.bytes_read_directly = live.bytes_read_directly();
@@ -273,7 +271,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
     transferring::DigestReport report = transferring::compare_digests(
         comm,
         [&] {
-          std::vector<transferring::DigestPart> parts = transferring::source_digests(mine);
+          std::vector<transferring::DigestPart> parts = transferring::source_digests(d.mine);
           std::vector<transferring::DigestPart> received = transferring::received_digests(filled, layout->index);
           parts.insert(parts.end(), received.begin(), received.end());
           return parts;
@@ -282,18 +280,54 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
     result.verified = std::move(report.verified);
     result.unverified = std::move(report.unverified);
   }
-  if (cache && !reuse) {
-    cache->planned_for = hash_of(structures);
-    cache->layout = layout;
-    cache->reads = std::move(fresh);
-    ++cache->made;
-  } else if (cache) {
-    ++cache->reused;
-  }
-  result.plan_reused = reuse;
-  result.planning_seconds = seconds(start, reads_began);
   result.moving_seconds = seconds(reads_began, moved);
   result.verifying_seconds = seconds(moved, Clock::now());
+  return result;
+}
+
+TransferResult run_transfer(const StateDict& sources, const StateDict& requests, Communicator& comm,
+                            const TransferOptions& options, TransferPlanCacheAccess::State* cache) {
+  const Clock::time_point start = Clock::now();
+  // Within a host, ranks read the sources of the others straight out of their memory (peer_memory.h).
+  const bool direct = options.direct_reads && options.exchange == LoadExchange::kAuto && comm.size() > 1;
+  const transferring::PeerReadsAllowed allowed(direct);
+  Described d;
+  std::exception_ptr failed;  // joins the first agreement, which fails on every rank
+  try {
+    describe(sources, requests, options, direct, comm.rank(), d);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // A rank whose cache holds a plan of its structure replays it; the reads' first agreement checks every rank's
+  // (no collective of its own), and where any rank lacks one, every rank plans anew.
+  const bool replaying = !failed && cache && cache->valid() && cache->structure == d.structure;
+  loading::FirstAgreementCheck check = plan_check(replaying ? cache->planned_for : 0);
+  Clock::time_point reads_began = start;
+  TransferResult result;
+  if (replaying) {
+    result = move(d, cache->layout, comm, options, &cache->reads, &check, reads_began);
+  } else {
+    loading::join_first_read_agreement(comm, check, failed);
+  }
+  const bool reused = check.held;
+  if (!reused) {
+    std::vector<uint64_t> structures;
+    const std::shared_ptr<const transferring::SourceLayout> layout =
+        plan_sources(comm, d.source_plan, d.reach, d.requested.plan, d.structure, structures);
+    loading::ReadPlanMemo fresh;
+    result = move(d, layout, comm, options, cache ? &fresh : nullptr, nullptr, reads_began);
+    if (cache) {
+      cache->planned_for = hash_of(structures);
+      cache->structure = d.structure;
+      cache->layout = layout;
+      cache->reads = std::move(fresh);
+      ++cache->made;
+    }
+  } else {
+    ++cache->reused;
+  }
+  result.plan_reused = reused;
+  result.planning_seconds = seconds(start, reads_began);
   return result;
 }
 
