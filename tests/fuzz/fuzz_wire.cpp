@@ -65,7 +65,7 @@ void share_round_trip(std::string_view m, const std::string& from) {
 
 void run(uint8_t which, std::string_view m) {
   const std::string from = "rank 1";
-  switch (which % 24) {
+  switch (which % 25) {
     case 0:
       return round_trip(
           m, [&](std::string_view b) { return plan::decode_plan_announcement(b, from); },

@@ -74,6 +74,7 @@ void SourceLayout::add_direct_readers(const std::vector<plan::LocalPlan>& plans,
   for (uint32_t t = 0; t < index.tensors.size(); ++t) in_memory[t].resize(index.tensors[t].chunks.size());
   pids.resize(reaches.size());
   for (size_t r = 0; r < reaches.size(); ++r) pids[r] = reaches[r].pid;
+  group_of_rank = groups;
   for (size_t r = 0; r < plans.size(); ++r) {
     const std::vector<uint64_t>& addresses = reaches[r].addresses;
     if (groups[r] < 0 || addresses.empty()) continue;
@@ -97,8 +98,9 @@ void SourceLayout::add_direct_readers(const std::vector<plan::LocalPlan>& plans,
   }
 }
 
-LiveSources::LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine)
-    : layout_(std::move(layout)) {
+LiveSources::LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine,
+                         int rank)
+    : layout_(std::move(layout)), rank_(rank) {
   for (const ShardedTensor* t : mine) {
     if (!t->data.defined() || t->held_numel() == 0) continue;
     const auto at = layout_->chunks.find(SourceLayout::key_of(t->key, t->global_box(), t->flattened_range));
@@ -116,7 +118,13 @@ void LiveSources::check_range(const TensorRecord& tensor, uint32_t chunk, uint64
 
 const SourceLayout::InMemory* LiveSources::elsewhere(uint32_t t, uint32_t chunk) const {
   if (layout_->in_memory.empty() || layout_->in_memory[t][chunk].rank < 0) return nullptr;
-  return &layout_->in_memory[t][chunk];
+  const SourceLayout::InMemory& m = layout_->in_memory[t][chunk];
+  // Only ranks of its host (those that checked they can read it) read a rank's memory.
+  const std::vector<int>& g = layout_->group_of_rank;
+  if (g.at(static_cast<size_t>(rank_)) < 0 || g.at(static_cast<size_t>(rank_)) != g.at(static_cast<size_t>(m.rank))) {
+    return nullptr;
+  }
+  return &m;
 }
 
 void LiveSources::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, const std::vector<ByteRun>& runs) {
@@ -135,7 +143,7 @@ void LiveSources::read_chunk_runs(const TensorRecord& tensor, uint32_t chunk, co
   }
   if (there) {
     read_peer(layout_->pids[static_cast<size_t>(there->rank)], there->address, runs,
-              fmt::format("chunk {} of '{}' (rank {})", chunk, tensor.key, there->rank));
+              [&] { return fmt::format("chunk {} of '{}' (rank {})", chunk, tensor.key, there->rank); });
     bytes_read_directly_ += bytes;
   } else {
     const auto* base = static_cast<const uint8_t*>(held->second.data_ptr());

@@ -55,12 +55,13 @@ struct SourceLayout {
   std::map<ShardKey, std::pair<uint32_t, uint32_t>> chunks;  // (record, chunk) of each shard
   std::vector<std::vector<InMemory>> in_memory;              // per record and chunk; empty: no direct reads
   std::vector<int64_t> pids;                                 // per rank, with in_memory
+  std::vector<int> group_of_rank;                            // per rank, with in_memory (direct_groups)
 };
 
 class LiveSources final : public StorageReader {
  public:
-  // `mine`: this rank's source tensors (they must outlive this).
-  LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine);
+  // `mine`: rank `rank`'s source tensors (they must outlive this).
+  LiveSources(std::shared_ptr<const SourceLayout> layout, const std::vector<const ShardedTensor*>& mine, int rank);
 
   // The ranks that hold chunk `chunk` of record `tensor`, ascending.
   const std::vector<int>& holders(uint32_t tensor, uint32_t chunk) const {
@@ -87,6 +88,7 @@ class LiveSources final : public StorageReader {
  private:
   std::string location_ = "the transfer's sources";
   std::shared_ptr<const SourceLayout> layout_;
+  int rank_;
   std::map<std::pair<uint32_t, uint32_t>, at::Tensor> held_;  // (record, chunk) -> this rank's data
   // The chunk's bytes [begin, end) checked against its size; `t` its record's place.
   void check_range(const TensorRecord& tensor, uint32_t chunk, uint64_t begin, uint64_t end) const;

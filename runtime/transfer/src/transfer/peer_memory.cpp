@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <random>
+#include <system_error>
 
 #include "distckpt/core/errors.h"
 #include "distckpt/fb/wire_generated.h"
@@ -20,6 +23,8 @@ namespace {
 
 constexpr std::string_view kWhat = "transfer source";
 constexpr size_t kMaxIovecs = 1024;  // UIO_MAXIOV: the kernel takes no more per call
+// Above every user-space address (x86-64 and arm64 stay below 2^57): an offset added to one cannot wrap.
+constexpr uint64_t kAddressLimit = uint64_t{1} << 57;
 
 // 8 random bytes a peer reads to prove it reads this process (not another
 // one that has the same pid in another namespace).
@@ -37,7 +42,7 @@ std::string this_host() {
 }
 
 [[noreturn]] void read_failed(int error, int64_t pid, const std::string& what) {
-  const std::string cause = std::strerror(error);
+  const std::string cause = std::system_category().message(error);
   if (error == ESRCH) {
     throw CommError(fmt::format("process {} holding {} is gone ({}): its rank exited or was killed during the transfer",
                                 pid, what, cause));
@@ -66,7 +71,7 @@ Reach reach_of(const std::vector<const ShardedTensor*>& mine, const std::vector<
   for (const ShardedTensor* t : mine) {
     const at::Tensor& d = t->data;
     const bool offered = d.defined() && d.device().is_cpu() && d.is_contiguous() && d.numel() > 0 &&
-                         std::find(owned.begin(), owned.end(), d.storage().data()) != owned.end();
+                         std::binary_search(owned.begin(), owned.end(), d.storage().data());
     reach.addresses.push_back(offered ? reinterpret_cast<uint64_t>(d.data_ptr()) : 0);
   }
   return reach;
@@ -91,7 +96,12 @@ std::pair<std::string, Reach> decode_source(std::string_view bytes, const std::s
   reach.token_address = root.token_address();
   reach.token = root.token();
   reach.addresses = plan::scalars(root.addresses(), kWhat, origin);
-  if (reach.pid < 0) plan::malformed(kWhat, origin, fmt::format("process id {}", reach.pid));
+  if (reach.pid < 0 || reach.pid > std::numeric_limits<pid_t>::max()) {
+    plan::malformed(kWhat, origin, fmt::format("process id {}", reach.pid));
+  }
+  for (const uint64_t a : reach.addresses) {
+    if (a >= kAddressLimit) plan::malformed(kWhat, origin, fmt::format("address {:#x} is not a process's", a));
+  }
   if (reach.pid == 0 && !reach.addresses.empty()) plan::malformed(kWhat, origin, "addresses without a process");
   return {std::move(plan), std::move(reach)};
 }
@@ -106,7 +116,7 @@ bool can_read_host_peers(const std::vector<Reach>& reaches, int me) {
     uint64_t token = 0;
     try {
       read_peer(peer.pid, peer.token_address, {ByteRun{0, sizeof token, reinterpret_cast<uint8_t*>(&token)}},
-                "a token");
+                [] { return std::string("a token"); });
     } catch (const Error&) {
       return false;
     }
@@ -131,16 +141,26 @@ std::vector<int> direct_groups(const std::vector<Reach>& reaches, const std::vec
   return groups;
 }
 
+// The setting is the process's: transfers running at once (threads of one
+// process) share it, set by the first to begin and cleared by the last to end.
+std::mutex allowed_mutex;
+int allowed_count = 0;
+
 PeerReadsAllowed::PeerReadsAllowed(bool allow) : allowed_(allow) {
+  if (!allowed_) return;
+  const std::lock_guard<std::mutex> lock(allowed_mutex);
   // Without Yama (EINVAL) the same user's processes may read this one anyway.
-  if (allowed_) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  if (allowed_count++ == 0) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
 PeerReadsAllowed::~PeerReadsAllowed() {
-  if (allowed_) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  if (!allowed_) return;
+  const std::lock_guard<std::mutex> lock(allowed_mutex);
+  if (--allowed_count == 0) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
 }
 
-void read_peer(int64_t pid, uint64_t address, const std::vector<ByteRun>& runs, const std::string& what) {
+void read_peer(int64_t pid, uint64_t address, const std::vector<ByteRun>& runs,
+               const std::function<std::string()>& what) {
   std::vector<ByteRun> left;
   left.reserve(runs.size());
   for (const ByteRun& r : runs) {
@@ -158,9 +178,9 @@ void read_peer(int64_t pid, uint64_t address, const std::vector<ByteRun>& runs, 
     const ssize_t got = process_vm_readv(static_cast<pid_t>(pid), local.data(), n, remote.data(), n, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
-      read_failed(errno, pid, what);
+      read_failed(errno, pid, what());
     }
-    if (got == 0) read_failed(EFAULT, pid, what);  // no progress: the next run's memory is not there
+    if (got == 0) read_failed(EFAULT, pid, what());  // no progress: the next run's memory is not there
     // A short read stops at a run's end (or, to be safe, inside one: the rest of it is read next).
     auto done = static_cast<uint64_t>(got);
     for (; i < left.size() && done >= left[i].bytes; ++i) done -= left[i].bytes;

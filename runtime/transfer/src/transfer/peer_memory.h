@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,9 +28,9 @@ struct Reach {
 };
 
 // This process's offer for `mine`: a tensor is offered when it lies
-// contiguous in CPU memory and in a storage of `owned` (the caller's own
-// tensors, which keep their place between steps: a tensor a factory builds
-// for each transfer would change the plan every time).
+// contiguous in CPU memory and in a storage of `owned` (sorted: those of the
+// caller's own tensors, which keep their place between steps; a tensor a
+// factory builds anew for each transfer would change the plan every time).
 Reach reach_of(const std::vector<const ShardedTensor*>& mine, const std::vector<const void*>& owned);
 
 // A rank's message in the gathering of sources: its plan's bytes and its reach.
@@ -45,8 +46,11 @@ bool can_read_host_peers(const std::vector<Reach>& reaches, int me);
 // per host) or -1. `can_read`: each rank's answer of can_read_host_peers.
 std::vector<int> direct_groups(const std::vector<Reach>& reaches, const std::vector<bool>& can_read);
 
-// While alive, processes of this user may read this one's memory (with
-// Yama's ptrace scope 1 only ancestors could otherwise); undone after.
+// While alive, processes of this user may ptrace this one, which reading
+// its memory needs (with Yama's ptrace scope 1 only ancestors could
+// otherwise): prctl(PR_SET_PTRACER, ANY), set by the first of the process's
+// transfers running at once and cleared by the last (a ptracer the process
+// set itself before is not restored: Linux cannot report it).
 class PeerReadsAllowed {
  public:
   explicit PeerReadsAllowed(bool allow);
@@ -62,6 +66,7 @@ class PeerReadsAllowed {
 // when the process is gone, UsageError when its memory there is gone (a
 // source freed or moved during the transfer), IoError otherwise; `what`
 // names the source.
-void read_peer(int64_t pid, uint64_t address, const std::vector<ByteRun>& runs, const std::string& what);
+void read_peer(int64_t pid, uint64_t address, const std::vector<ByteRun>& runs,
+               const std::function<std::string()>& what);
 
 }  // namespace distckpt::transferring

@@ -106,17 +106,18 @@ std::vector<const void*> owned_storages(const StateDict& sources) {
                                                                   : nullptr;
     if (data && data->defined()) out.push_back(data->storage().data());
   }
+  std::sort(out.begin(), out.end());
   return out;
 }
 
-// What a rank's part of a plan depends on: its sources (and where they lie,
-// when it offers them), its requests (structure and devices) and the
-// options that shape the plan.
+// What a rank's part of a plan depends on: its place in the world, its
+// sources (and where they lie, when it offers them), its requests
+// (structure and devices) and the options that shape the plan.
 uint64_t structure_of(const plan::LocalPlan& sources, const transferring::Reach& reach, const Requested& requested,
-                      const TransferOptions& options) {
+                      const TransferOptions& options, int world) {
   const std::string options_text =
-      fmt::format("{} {} {} {} {}", options.bucket_bytes, load_exchange_name(options.exchange), options.convert_dtype,
-                  options.direct_reads, requested.devices);
+      fmt::format("rank {} of {}: {} {} {} {} {}", sources.rank, world, options.bucket_bytes,
+                  load_exchange_name(options.exchange), options.convert_dtype, options.direct_reads, requested.devices);
   uint64_t h = plan::structure_hash(sources);
   h = h * 0x9e3779b97f4a7c15ull ^ io::xxh3(reach.addresses.data(), reach.addresses.size() * sizeof(uint64_t));
   h = h * 0x9e3779b97f4a7c15ull ^ plan::structure_hash(requested.plan);
@@ -200,7 +201,7 @@ std::shared_ptr<const transferring::SourceLayout> plan_sources(Communicator& com
     }
     layout = std::make_shared<transferring::SourceLayout>(plans);
     check_requested_keys(requested, layout->index, comm.rank());
-    // Only where every rank of a host offers its memory do its ranks read one another's.
+    // The ranks of a host read one another's memory only where each of them can.
     return std::string(reach.pid != 0 && transferring::can_read_host_peers(reaches, comm.rank()) ? "1" : "0");
   });
   std::vector<bool> can_read(readable.size());
@@ -222,7 +223,7 @@ struct Described {
 
 // Fills `d` in place: its tensors point into its own split.
 void describe(const StateDict& sources, const StateDict& requests, const TransferOptions& options, bool direct,
-              int rank, Described& d) {
+              int rank, int world, Described& d) {
   d.source_plan.rank = rank;
   std::tie(d.wanted, d.kept) = extract_sharded_tensors_and_factories(requests);
   if (options.mapping) d.wanted = transferring::in_source_names(d.wanted, *options.mapping);
@@ -233,7 +234,7 @@ void describe(const StateDict& sources, const StateDict& requests, const Transfe
   d.mine = source_tensors(sources, d.split, d.source_plan);
   if (direct) d.reach = transferring::reach_of(d.mine, owned_storages(sources));
   d.requested = requested_of(d.wanted);
-  d.structure = structure_of(d.source_plan, d.reach, d.requested, options);
+  d.structure = structure_of(d.source_plan, d.reach, d.requested, options, world);
 }
 
 // The bytes moved by a load of the requests out of the sources laid out as
@@ -242,7 +243,7 @@ void describe(const StateDict& sources, const StateDict& requests, const Transfe
 TransferResult move(const Described& d, const std::shared_ptr<const transferring::SourceLayout>& layout,
                     Communicator& comm, const TransferOptions& options, loading::ReadPlanMemo* memo,
                     loading::FirstAgreementCheck* check, Clock::time_point& reads_began) {
-  transferring::LiveSources live(layout, d.mine);
+  transferring::LiveSources live(layout, d.mine, comm.rank());
   LoadOptions load;
   load.exchange = options.exchange;
   load.exchange_batch_bytes = options.bucket_bytes;
@@ -294,7 +295,7 @@ TransferResult run_transfer(const StateDict& sources, const StateDict& requests,
   Described d;
   std::exception_ptr failed;  // joins the first agreement, which fails on every rank
   try {
-    describe(sources, requests, options, direct, comm.rank(), d);
+    describe(sources, requests, options, direct, comm.rank(), comm.size(), d);
   } catch (...) {
     failed = std::current_exception();
   }

@@ -27,11 +27,13 @@ namespace distckpt {
 // Reusing a transfer's plan while the sources and the requests keep their
 // structure (the weights sent after every training step): the sources'
 // layout, who sends which piece and the windows the bytes travel in are
-// planned once; a repeated transfer checks, in one all-gather of 16 bytes
-// per rank, that every rank's sources, requests and options are what was
-// planned, and then only moves the bytes (and compares digests). Any
-// change on any rank plans again and refreshes the cache. Each rank keeps
-// its own cache object; a rank that passes none makes every rank plan.
+// planned once; a repeated transfer plans only its own reads again, and
+// the agreement its reads begin with (a collective they need anyway) also
+// checks, with 8 bytes per rank, that every rank's sources (where they lie
+// too, with direct reads), requests and options are what was planned. Then
+// it only moves the bytes (and compares digests). Any change on any rank
+// plans again and refreshes the cache. Each rank keeps its own cache
+// object; a rank that passes none makes every rank plan.
 class TransferPlanCache {
  public:
   static std::shared_ptr<TransferPlanCache> create();
@@ -61,22 +63,26 @@ struct TransferOptions {
   // pass over the bytes on both sides; see docs/PERFORMANCE.md).
   bool verify = true;
   // As a load's (LoadExchange): kBroadcast sends every part as a message
-  // (point to point, at most bucket_bytes in flight per rank); kAuto hands
-  // parts to ranks on the sender's host through shared memory instead
-  // (faster on one host, but each sender maps four buckets there and its
-  // receivers map them too: see docs/PERFORMANCE.md; it fails where
-  // /dev/shm cannot hold them); kAllGather sends in rounds. kNone cannot
+  // (point to point, at most bucket_bytes in flight per rank); kAuto, within
+  // a host, reads parts straight out of the sender's memory (direct_reads)
+  // or, where that cannot be, hands them over through shared memory (each
+  // sender maps four buckets there and its receivers map them too: see
+  // docs/PERFORMANCE.md; it fails where /dev/shm cannot hold them), and
+  // sends messages between hosts; kAllGather sends in rounds. kNone cannot
   // serve a transfer.
   LoadExchange exchange = LoadExchange::kBroadcast;
   // With kAuto: a rank reads the CPU sources of the other ranks of its host
   // straight out of their memory (Linux cross-memory attach,
   // process_vm_readv): each byte copied once, into its destination, no
-  // buffer in between. For the transfer's duration every source allows
-  // processes of its user to read its memory (prctl PR_SET_PTRACER, for
-  // Yama's ptrace scope 1); where a host's ranks cannot read one another
-  // (checked first: containers, ptrace scope 2, seccomp), shared memory
-  // serves that host instead. Sources a factory builds, on a GPU or not
-  // contiguous go through shared memory too. false: shared memory only.
+  // buffer in between. For the transfer's duration every rank allows
+  // processes of its user to ptrace it, which such reads need
+  // (prctl(PR_SET_PTRACER, ANY), for Yama's ptrace scope 1; cleared after,
+  // a ptracer set before is not restored); where a host's ranks cannot read
+  // one another (checked first: containers, ptrace scope 2, seccomp),
+  // shared memory serves that host instead. Sources on a GPU, not
+  // contiguous, or not in the storage of a tensor the caller passed (what a
+  // factory builds anew) go through shared memory too. false: shared memory
+  // only.
   bool direct_reads = true;
   // Threads per rank copying the pieces a rank keeps from its own sources;
   // 0 = resolve_io_threads' share of the host's cores.
@@ -92,7 +98,8 @@ struct TransferOptions {
 
 struct TransferResult {
   StateDict state_dict;  // the request with its tensors filled (factories merged)
-  // Bytes this rank copied out of its source tensors, for others or itself.
+  // Bytes this rank copied out of source tensors (its own, for others or
+  // itself, and other ranks' it read directly).
   uint64_t source_bytes_read = 0;
   // Of those, bytes read straight out of another rank's memory (direct_reads).
   uint64_t bytes_read_directly = 0;
