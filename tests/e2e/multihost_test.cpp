@@ -181,6 +181,34 @@ TEST_F(MultiHost, LoadExchangeSendsSharedPiecesAcrossHostsOnly) {
   EXPECT_EQ(digest.output, again.output);
 }
 
+// A transfer over two hosts (ranks 0-1 on host0, 2-3 on host1), each rank
+// asking for the next rank's rows: ranks 0 and 2 read theirs straight out of
+// their host-mate's memory; ranks 1 and 3 need rows held on the other host,
+// which cross the link as messages (sent by either rank of that host).
+TEST_F(MultiHost, TransferReadsWithinAHostAndSendsBetweenHosts) {
+  const uint64_t before = link_bytes(1);
+  const CommandResult r = job("transfer -");
+  const uint64_t traffic = link_bytes(1) - before;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::regex pattern(R"(rank (\d+) host (\S+) transferred (\d+) of (\d+) bytes read directly (equal|DIFFERENT))");
+  std::map<int, std::pair<uint64_t, uint64_t>> direct;  // rank -> (read directly, received)
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), pattern), end; it != end; ++it) {
+    const int rank = std::stoi((*it)[1]);
+    EXPECT_EQ((*it)[2], fmt::format("host{}", rank / kRanksPerHost)) << r.output;
+    EXPECT_EQ((*it)[5], "equal") << r.output;
+    direct[rank] = {std::stoull((*it)[3]), std::stoull((*it)[4])};
+  }
+  ASSERT_EQ(direct.size(), 4u) << r.output;
+  constexpr uint64_t kRows = 1024 * 256 * 4;  // one rank's rows
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(direct[rank].second, kRows) << r.output;
+    EXPECT_EQ(direct[rank].first, rank % 2 == 0 ? kRows : 0u) << "rank " << rank << "\n" << r.output;
+  }
+  // Two ranks' rows crossed host1's link, once each way (the job's rendezvous and planning add ~90 KB).
+  EXPECT_GE(traffic, 2 * kRows);
+  EXPECT_LT(traffic, 3 * kRows);
+}
+
 // J=2 ranks per host, F=2: cliques {0,2} and {1,3} span the two hosts, so
 // each host's storage holds the other host's checkpoints. Host 1 then dies
 // (every process, and its disk): host 0's ranks fail instead of hanging, and

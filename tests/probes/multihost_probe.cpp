@@ -5,6 +5,8 @@
 //   distckpt_multihost_probe load DIR [--exchange X] [--resave DIR2]
 //   distckpt_multihost_probe local-save ROOT ITER [--hold G]  after saving, barriers until one fails
 //   distckpt_multihost_probe local-load ROOT ITER
+//   distckpt_multihost_probe transfer - [--exchange X]     transfer(): each rank gets the next rank's
+//                                                           rows of a tensor of 1 MiB per rank, no storage
 // Options for all: --timeout-ms T (collective timeout), --ranks-per-node J and
 // --factor F (local replication, default 2 and 2).
 // Every state is a deterministic function of (rank, world, iteration); loads
@@ -89,6 +91,25 @@ struct Args {
 int run(const Args& a, Communicator& comm, const std::string& who) {
   const int rank = comm.rank();
   const int world = comm.size();
+  if (a.action == "transfer") {
+    // 1 MiB rows per rank, so that what crosses a link stands out from the job's own traffic.
+    const auto rows = [&](int of, bool with_data) {
+      const at::Tensor t = values(200 + of, {1024, 256});
+      return ShardedTensor::from_rank_offsets("w", with_data ? t : at::zeros_like(t), {{0, of, world}});
+    };
+    const int next = (rank + 1) % world;
+    StateDict sources = Value::dict(), requests = Value::dict();
+    sources["w"] = rows(rank, true);
+    requests["w"] = rows(next, false);
+    TransferOptions options;
+    options.exchange = parse_load_exchange(a.exchange);
+    const TransferResult r = transfer(sources, requests, comm, options);
+    const at::Tensor got = r.state_dict.at("w").as_tensor();
+    const bool equal = at::equal(got, rows(next, true).data);
+    std::cout << fmt::format("{} transferred {} of {} bytes read directly {}\n", who, r.bytes_read_directly,
+                             static_cast<uint64_t>(got.numel()) * got.element_size(), equal ? "equal" : "DIFFERENT");
+    return equal ? 0 : 1;
+  }
   if (a.action == "save") {
     if (a.gate.empty()) {
       save(global_model(rank, world, true), a.dir, comm);
@@ -153,7 +174,9 @@ int run(const Args& a, Communicator& comm, const std::string& who) {
 int main(int argc, char** argv) {
   CLI::App app{"multi-host probe"};
   Args a;
-  app.add_option("action", a.action)->required()->check(CLI::IsMember({"save", "load", "local-save", "local-load"}));
+  app.add_option("action", a.action)
+      ->required()
+      ->check(CLI::IsMember({"save", "load", "local-save", "local-load", "transfer"}));
   app.add_option("dir", a.dir)->required();
   app.add_option("iteration", a.iteration);
   app.add_option("--gate", a.gate);
