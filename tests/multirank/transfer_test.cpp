@@ -25,6 +25,13 @@ using testing::VerifiedDigests;
 gpt::Config config() { return testing::transfer_gpt_config(); }
 gpt::Mesh mesh(layout::AxisCoord tp, layout::AxisCoord pp) { return testing::gpt_mesh(tp, pp); }
 
+// One plan cache per rank (each rank keeps its own).
+std::vector<std::shared_ptr<TransferPlanCache>> plan_caches(int ranks) {
+  std::vector<std::shared_ptr<TransferPlanCache>> caches;
+  for (int r = 0; r < ranks; ++r) caches.push_back(TransferPlanCache::create());
+  return caches;
+}
+
 // The sources (tp 2, pp 2 on ranks 0-3) saved, for the digests to compare with.
 std::vector<TensorDigest> saved_digests(const std::string& dir) {
   run_ranks(4, [&](Communicator& comm) {
@@ -268,8 +275,7 @@ TEST(Transfer, UnverifiedWithoutTheCheck) {
 // The weights sent after every step: planned once, replayed while nothing
 // changes, planned again when the destinations' layout does.
 TEST(Transfer, ACachedPlanIsReplayedEveryStepWithTheNewValues) {
-  std::vector<std::shared_ptr<TransferPlanCache>> caches;
-  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  const std::vector<std::shared_ptr<TransferPlanCache>> caches = plan_caches(4);
   run_ranks(4, [&](Communicator& comm) {
     const int r = comm.rank();
     const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
@@ -309,8 +315,7 @@ TEST(Transfer, ACachedPlanIsReplayedEveryStepWithTheNewValues) {
 TEST(Transfer, WithinAHostRanksReadTheSourcesOutOfOneAnothersMemory) {
   TempDir tmp("transfer");
   VerifiedDigests verified;
-  std::vector<std::shared_ptr<TransferPlanCache>> caches;
-  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  const std::vector<std::shared_ptr<TransferPlanCache>> caches = plan_caches(4);
   run_ranks(4, [&](Communicator& comm) {
     const int r = comm.rank();
     const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));
@@ -352,8 +357,7 @@ TEST(Transfer, WithinAHostRanksReadTheSourcesOutOfOneAnothersMemory) {
 }
 
 TEST(Transfer, ARankFailingWhileTheOthersReplayTheirPlanFailsEveryRankAndTheNextTransferPlansAgain) {
-  std::vector<std::shared_ptr<TransferPlanCache>> caches;
-  for (int r = 0; r < 4; ++r) caches.push_back(TransferPlanCache::create());
+  const std::vector<std::shared_ptr<TransferPlanCache>> caches = plan_caches(4);
   run_ranks(4, [&](Communicator& comm) {
     const int r = comm.rank();
     const auto source = filled_model(mesh({r % 2, 2}, {r / 2, 2}));

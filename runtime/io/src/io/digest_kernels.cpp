@@ -20,21 +20,35 @@ uint64_t portable_terms(const uint8_t* p, uint64_t count, uint64_t first) {
   return sum;
 }
 
-uint64_t portable(const void* data, uint64_t count, size_t element_size, uint64_t first) {
-  const auto* p = static_cast<const uint8_t*>(data);
+// `sum` called with a value of the unsigned type of `element_size` bytes.
+template <typename Sum>
+uint64_t by_width(size_t element_size, const Sum& sum) {
   switch (element_size) {
     case 1:
-      return portable_terms<uint8_t>(p, count, first);
+      return sum(uint8_t{});
     case 2:
-      return portable_terms<uint16_t>(p, count, first);
+      return sum(uint16_t{});
     case 4:
-      return portable_terms<uint32_t>(p, count, first);
+      return sum(uint32_t{});
     default:
-      return portable_terms<uint64_t>(p, count, first);
+      return sum(uint64_t{});
   }
 }
 
+uint64_t portable(const void* data, uint64_t count, size_t element_size, uint64_t first) {
+  return by_width(element_size, [&](auto width) {
+    return portable_terms<decltype(width)>(static_cast<const uint8_t*>(data), count, first);
+  });
+}
+
 #if defined(__x86_64__)
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
+// _mm512_undefined operands (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // 8 elements at once: AVX-512 multiplies 64-bit lanes itself.
 template <typename T>
@@ -66,24 +80,22 @@ __attribute__((target("avx512f,avx512dq"))) uint64_t avx512_terms(const uint8_t*
     sum = _mm512_add_epi64(sum, _mm512_xor_si512(x, _mm512_srli_epi64(x, 31)));
     place = _mm512_add_epi64(place, step);
   }
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(sum)) +
-         portable_terms<T>(p + i * sizeof(T), count - i, first + i);
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, sum);
+  uint64_t total = 0;
+  for (const uint64_t lane : lanes) total += lane;
+  return total + portable_terms<T>(p + i * sizeof(T), count - i, first + i);
 }
 
-__attribute__((target("avx512f,avx512dq"))) uint64_t avx512(const void* data, uint64_t count, size_t element_size,
-                                                            uint64_t first) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  switch (element_size) {
-    case 1:
-      return avx512_terms<uint8_t>(p, count, first);
-    case 2:
-      return avx512_terms<uint16_t>(p, count, first);
-    case 4:
-      return avx512_terms<uint32_t>(p, count, first);
-    default:
-      return avx512_terms<uint64_t>(p, count, first);
-  }
+uint64_t avx512(const void* data, uint64_t count, size_t element_size, uint64_t first) {
+  return by_width(element_size, [&](auto width) {
+    return avx512_terms<decltype(width)>(static_cast<const uint8_t*>(data), count, first);
+  });
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // a * b (mod 2^64) per 64-bit lane from 32-bit products; `b_high` holds b >> 32.
 __attribute__((target("avx2"))) inline __m256i mullo64(__m256i a, __m256i b, __m256i b_high) {
@@ -130,18 +142,10 @@ __attribute__((target("avx2"))) uint64_t avx2_terms(const uint8_t* p, uint64_t c
   return lanes[0] + lanes[1] + lanes[2] + lanes[3] + portable_terms<T>(p + i * sizeof(T), count - i, first + i);
 }
 
-__attribute__((target("avx2"))) uint64_t avx2(const void* data, uint64_t count, size_t element_size, uint64_t first) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  switch (element_size) {
-    case 1:
-      return avx2_terms<uint8_t>(p, count, first);
-    case 2:
-      return avx2_terms<uint16_t>(p, count, first);
-    case 4:
-      return avx2_terms<uint32_t>(p, count, first);
-    default:
-      return avx2_terms<uint64_t>(p, count, first);
-  }
+uint64_t avx2(const void* data, uint64_t count, size_t element_size, uint64_t first) {
+  return by_width(element_size, [&](auto width) {
+    return avx2_terms<decltype(width)>(static_cast<const uint8_t*>(data), count, first);
+  });
 }
 
 #endif
