@@ -420,7 +420,7 @@ std::exception_ptr execute_reads(CheckpointReader& reader, std::vector<std::vect
     try {
       error = read_round(
           reader, reads, comm, options, share ? &planning : nullptr, k, error, [&] { staging.stage(reads, k); },
-          k == 0 && share ? check : nullptr);
+          k == 0 ? check : nullptr);
       if (check && !check->held) return nullptr;
     } catch (...) {
       // Shared: the agreement threw, on every rank alike (the failed rank

@@ -142,13 +142,14 @@ uint64_t hash_of(const std::vector<uint64_t>& structures) {
 
 std::string u64_bytes(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); }
 
-uint64_t u64_of(const std::string& bytes, size_t at, const std::string& what, size_t rank) {
-  if (bytes.size() < at + sizeof(uint64_t)) {
-    throw ProtocolError(fmt::format("rank {} sent a {}-byte {} (expected {} or more)", rank, bytes.size(), what,
-                                    at + sizeof(uint64_t)));
+// The 8 bytes `bytes` begins with (what rank `rank` sent as `what`).
+uint64_t u64_of(const std::string& bytes, const std::string& what, size_t rank) {
+  if (bytes.size() < sizeof(uint64_t)) {
+    throw ProtocolError(
+        fmt::format("rank {} sent a {}-byte {} (expected {} or more)", rank, bytes.size(), what, sizeof(uint64_t)));
   }
   uint64_t v = 0;
-  std::memcpy(&v, bytes.data() + at, sizeof v);
+  std::memcpy(&v, bytes.data(), sizeof v);
   return v;
 }
 
@@ -162,9 +163,9 @@ loading::FirstAgreementCheck plan_check(uint64_t planned_for) {
   check.phase = "check the cached transfer plan and begin the reads";
   check.mine = u64_bytes(planned_for);
   check.holds = [](const std::vector<std::string>& all) {
-    const uint64_t first = u64_of(all.at(0), 0, "transfer plan check", 0);
+    const uint64_t first = u64_of(all.at(0), "transfer plan check", 0);
     bool same = first != 0;
-    for (size_t r = 0; r < all.size(); ++r) same = u64_of(all[r], 0, "transfer plan check", r) == first && same;
+    for (size_t r = 0; r < all.size(); ++r) same = u64_of(all[r], "transfer plan check", r) == first && same;
     return same;
   };
   return check;
@@ -188,7 +189,7 @@ std::shared_ptr<const transferring::SourceLayout> plan_sources(Communicator& com
     std::vector<std::string> plan_bytes(gathered.size());
     structures.assign(gathered.size(), 0);
     for (size_t r = 0; r < gathered.size(); ++r) {
-      structures[r] = u64_of(gathered[r], 0, "transfer source", r);
+      structures[r] = u64_of(gathered[r], "transfer source", r);
       std::tie(plan_bytes[r], reaches[r]) = transferring::decode_source(
           std::string_view(gathered[r]).substr(sizeof(uint64_t)), fmt::format("rank {}", r));
     }
